@@ -1,0 +1,208 @@
+"""The loopguard Faust app: events topic → per-run table → control topic, plus the audit trail.
+
+Data flow (one partition key everywhere: the run id)::
+
+    loopguard.events ──guard_runs──► runs table (changelog) ──► loopguard.control
+          │ bad input                                              │
+          └──────────────► loopguard.deadletter ──audit_dead_letters──► SQL
+                                   loopguard.control ──audit_decisions──► SQL
+
+The audit writers read the durable control/dead-letter topics, so a database outage only
+delays the audit trail: decisions keep flowing to gateways, and the SQL rows are written
+(idempotently) once the database is back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import faust
+
+from streams import state_codec
+from streams.audit_writer import AuditWriter
+from streams.avro_codec import (
+    CodecError,
+    DeadLetterRecord,
+    decode_decision,
+    decode_event,
+    encode_dead_letter,
+    encode_decision,
+)
+from streams.config import FleetConfig, LoopDetectionConfig, fleet_from_document, load_fleet_config
+from streams.config_watcher import ConfigWatcher
+from streams.run_state import ACTIVE, RunState
+from streams.settings import Settings
+
+log = logging.getLogger("loopguard.worker")
+
+settings = Settings.from_env()
+state_codec.register()
+Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
+
+
+def _broker_credentials() -> Any:
+    if settings.sasl_mechanism:
+        return faust.SASLCredentials(
+            username=settings.sasl_username,
+            password=settings.sasl_password,
+            mechanism=settings.sasl_mechanism,
+        )
+    return None
+
+
+app = faust.App(
+    settings.app_id,
+    broker=settings.broker,
+    broker_credentials=_broker_credentials(),
+    store="memory://",
+    topic_partitions=settings.partitions,
+    topic_replication_factor=settings.replication,
+    table_standby_replicas=0,
+    consumer_auto_offset_reset="earliest",
+    broker_session_timeout=settings.session_timeout,
+    broker_heartbeat_interval=settings.heartbeat_interval,
+    broker_rebalance_timeout=settings.rebalance_timeout,
+    web_enabled=settings.web_enabled,
+    web_port=settings.web_port,
+    web_bind="127.0.0.1",
+    datadir=f"{settings.data_dir}/{{conf.name}}",
+    producer_max_request_size=settings.max_message_bytes * 3,
+)
+
+raw = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw", "value_serializer": "raw"}
+events_topic = app.topic(settings.topics.events, **raw)
+control_topic = app.topic(settings.topics.control, **raw)
+deadletter_topic = app.topic(settings.topics.deadletter, **raw)
+
+runs = app.Table(
+    "runs",
+    default=None,
+    key_type=bytes,  # the raw run id, exactly the events topic's message key
+    use_partitioner=True,  # changelog partition = murmur2(run id), same as the events topic
+)
+# Faust picks a table's serializer from its value type; RunState is a plain class, so name
+# the codec directly (before the changelog topic is first built).
+runs.value_serializer = state_codec.CODEC_NAME
+# Per-agent overrides published at run time (`loopguard config set`): every worker reads all.
+agent_overrides = ConfigWatcher(
+    settings.bootstrap_servers, settings.topics.config, **settings.kafka_client_options()
+)
+
+
+class ConfigBook:
+    """Resolved config per agent: the file's fleet config plus run-time overrides."""
+
+    GLOBAL_KEY = "*"
+
+    def __init__(self, fleet: FleetConfig) -> None:
+        self.fleet = fleet
+        self._cache: dict[tuple[str, int], LoopDetectionConfig] = {}
+
+    def for_agent(self, agent_id: str) -> LoopDetectionConfig:
+        agent_block = agent_overrides.get(agent_id)
+        global_block = agent_overrides.get(self.GLOBAL_KEY)
+        key = (agent_id, agent_overrides.version)
+        cfg = self._cache.get(key)
+        if cfg is None:
+            fleet = self.fleet
+            if global_block is not None:
+                fleet = FleetConfig(global_block, fleet.agent_blocks)
+            if agent_block is not None:
+                fleet = fleet.with_agent(agent_id, agent_block)
+            cfg = self._cache[key] = fleet.for_agent(agent_id)
+        return cfg
+
+
+configs = ConfigBook(
+    load_fleet_config(settings.config_file) if settings.config_file else fleet_from_document({})
+)
+audit = AuditWriter(settings.db_url)
+last_touched: dict[bytes, float] = {}
+
+
+async def dead_letter(message: Any, error: str) -> None:
+    """Park undecodable input with its original bytes; never stop the worker for it."""
+    log.warning(
+        "dead-lettered %s[%s]@%s: %s", message.topic, message.partition, message.offset, error
+    )
+    record = DeadLetterRecord(
+        source_topic=message.topic,
+        partition=message.partition,
+        offset=message.offset,
+        error=error,
+        key=message.key,
+        payload=message.value or b"",
+        event_time=int(time.time() * 1000),
+    )
+    await deadletter_topic.send(key=message.key, value=encode_dead_letter(record))
+
+
+@app.agent(events_topic)
+async def guard_runs(stream: faust.StreamT) -> None:
+    """Apply each event to its run's state and publish any decision to the control topic."""
+    async for event in stream.events():
+        message = event.message
+        try:
+            agent_event = decode_event(message.value, max_size=settings.max_message_bytes)
+        except CodecError as exc:
+            await dead_letter(message, str(exc))
+            continue
+        run_id = agent_event.envelope.run_id
+        key = run_id.encode()
+        if message.key != key:
+            # Keyed by something else: re-key so the run's state lives on one partition.
+            await events_topic.send(key=key, value=message.value)
+            continue
+        cfg = configs.for_agent(agent_event.envelope.agent_id)
+        state = runs.get(key) or RunState(run_id, cfg.history_size)
+        decisions = state.apply(agent_event, cfg)
+        # Wait for the broker to have each decision before the state moves on, so a crash
+        # can repeat a decision (same decision_id, dropped by consumers) but never lose one.
+        for decision in decisions:
+            fut = await control_topic.send(key=key, value=encode_decision(decision))
+            await fut
+        runs[key] = state
+        last_touched[key] = time.monotonic()
+
+
+@app.agent(control_topic)
+async def audit_decisions(stream: faust.StreamT) -> None:
+    """Write every decision to SQL in batches; retries until the database takes them."""
+    async for batch in stream.take(settings.audit_batch, within=0.2):
+        decisions = []
+        for value in batch:
+            try:
+                decisions.append(decode_decision(value))
+            except CodecError as exc:
+                log.warning("skipping undecodable control message: %s", exc)
+        await audit.write_decisions(decisions)
+
+
+@app.agent(deadletter_topic)
+async def audit_dead_letters(stream: faust.StreamT) -> None:
+    async for event in stream.events():
+        await audit.write_dead_letter(event.value)
+
+
+@app.timer(interval=10.0)
+async def expire_runs() -> None:
+    """Drop state of runs that ended or went idle, so memory tracks active runs only."""
+    now = time.monotonic()
+    ended_ttl = min(settings.run_idle_ttl, 300.0)
+    for run_id, state in list(runs.items()):
+        touched = last_touched.setdefault(run_id, now)
+        idle = now - touched
+        if (state.status != ACTIVE and idle > ended_ttl) or idle > settings.run_idle_ttl:
+            del runs[run_id]
+            last_touched.pop(run_id, None)
+
+
+@app.task
+async def announce() -> None:
+    log.info("loopguard worker settings: %s", settings.redacted())
+    agent_overrides.start()
+    await asyncio.sleep(0)

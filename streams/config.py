@@ -1,0 +1,248 @@
+"""The ``tools.loopDetection`` configuration: defaults, per-agent merge, clamping, validation.
+
+Config files use the gateway's own camelCase keys (JSON5, JSON or YAML), so an operator can
+paste the block they already have. Invalid input raises :class:`ConfigError` naming the field;
+nothing is ever silently replaced by a default.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# Field name -> default, exactly as the spec's table. ``enabled`` is tri-state (unset is not
+# false: the post-compaction guard runs unless ``enabled`` is explicitly false).
+DEFAULTS: dict[str, Any] = {
+    "enabled": None,
+    "historySize": 30,
+    "warningThreshold": 10,
+    "criticalThreshold": 20,
+    "unknownToolThreshold": 10,
+    "globalCircuitBreakerThreshold": 30,
+    "detectors": {"genericRepeat": True, "knownPollNoProgress": True, "pingPong": True},
+    "postCompactionGuard": {"windowSize": 3},
+    # loopguard extension: blocks the gateway obeyed and the agent kept looping through
+    # before the run is aborted (the reference never escalated a block).
+    "abortAfterBlocks": 3,
+}
+INT_FIELDS = (
+    "historySize",
+    "warningThreshold",
+    "criticalThreshold",
+    "unknownToolThreshold",
+    "globalCircuitBreakerThreshold",
+    "abortAfterBlocks",
+)
+MAX_HISTORY_SIZE = 100_000
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid; the message names the field path."""
+
+
+@dataclass(frozen=True, slots=True)
+class DetectorSwitches:
+    generic_repeat: bool = True
+    known_poll_no_progress: bool = True
+    ping_pong: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class LoopDetectionConfig:
+    """Resolved (merged, validated, clamped) settings for one agent."""
+
+    enabled: bool | None = None
+    history_size: int = 30
+    warning_threshold: int = 10
+    critical_threshold: int = 20
+    unknown_tool_threshold: int = 10
+    global_circuit_breaker_threshold: int = 30
+    detectors: DetectorSwitches = field(default_factory=DetectorSwitches)
+    compaction_window_size: int = 3
+    abort_after_blocks: int = 3
+    version: str = ""
+
+    @property
+    def rolling_detectors_on(self) -> bool:
+        """The history detectors only run when ``enabled`` is explicitly true."""
+        return self.enabled is True
+
+    @property
+    def compaction_guard_on(self) -> bool:
+        """The post-compaction guard runs unless ``enabled`` is explicitly false."""
+        return self.enabled is not False
+
+
+def _check_block(block: Any, path: str) -> dict[str, Any]:
+    if block is None:
+        return {}
+    if not isinstance(block, dict):
+        raise ConfigError(f"{path}: expected an object, got {type(block).__name__}")
+    for key, value in block.items():
+        where = f"{path}.{key}"
+        if key not in DEFAULTS:
+            raise ConfigError(f"{where}: unknown field (known: {', '.join(DEFAULTS)})")
+        if key == "enabled":
+            if value is not None and not isinstance(value, bool):
+                raise ConfigError(f"{where}: expected true or false, got {value!r}")
+        elif key in INT_FIELDS:
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigError(f"{where}: expected a whole number, got {value!r}")
+            if value < 1:
+                raise ConfigError(f"{where}: must be at least 1, got {value}")
+            if key == "historySize" and value > MAX_HISTORY_SIZE:
+                raise ConfigError(f"{where}: must be at most {MAX_HISTORY_SIZE}, got {value}")
+        else:
+            _check_nested(key, value, where)
+    return block
+
+
+def _check_nested(key: str, value: Any, where: str) -> None:
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: expected an object, got {type(value).__name__}")
+    for sub, sub_value in value.items():
+        if sub not in DEFAULTS[key]:
+            known = ", ".join(DEFAULTS[key])
+            raise ConfigError(f"{where}.{sub}: unknown field (known: {known})")
+        if key == "detectors" and not isinstance(sub_value, bool):
+            raise ConfigError(f"{where}.{sub}: expected true or false, got {sub_value!r}")
+        if key == "postCompactionGuard" and (
+            isinstance(sub_value, bool) or not isinstance(sub_value, int) or sub_value < 1
+        ):
+            raise ConfigError(f"{where}.{sub}: expected a whole number >= 1, got {sub_value!r}")
+
+
+def merge_blocks(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """Field-by-field merge: nested ``detectors``/``postCompactionGuard`` merge per key too."""
+    merged = copy.deepcopy(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = {**merged[key], **value}
+        else:
+            merged[key] = value
+    return merged
+
+
+def resolve(block: dict[str, Any] | None, path: str = "tools.loopDetection") -> LoopDetectionConfig:
+    """Apply defaults and the runtime's clamping rules to one raw block."""
+    raw = merge_blocks(DEFAULTS, _check_block(block, path))
+    warning = raw["warningThreshold"]
+    # Misconfigured thresholds are raised, never lowered: critical > warning > 0,
+    # breaker > critical, so the severities always come in order.
+    critical = max(raw["criticalThreshold"], warning + 1)
+    breaker = max(raw["globalCircuitBreakerThreshold"], critical + 1)
+    detectors = raw["detectors"]
+    canonical = {
+        **raw,
+        "criticalThreshold": critical,
+        "globalCircuitBreakerThreshold": breaker,
+    }
+    version = hashlib.sha256(
+        json.dumps(canonical, sort_keys=True, separators=(",", ":")).encode()
+    ).hexdigest()[:16]
+    return LoopDetectionConfig(
+        enabled=raw["enabled"],
+        history_size=raw["historySize"],
+        warning_threshold=warning,
+        critical_threshold=critical,
+        unknown_tool_threshold=raw["unknownToolThreshold"],
+        global_circuit_breaker_threshold=breaker,
+        detectors=DetectorSwitches(
+            generic_repeat=detectors["genericRepeat"],
+            known_poll_no_progress=detectors["knownPollNoProgress"],
+            ping_pong=detectors["pingPong"],
+        ),
+        compaction_window_size=raw["postCompactionGuard"]["windowSize"],
+        abort_after_blocks=raw["abortAfterBlocks"],
+        version=version,
+    )
+
+
+@dataclass(frozen=True)
+class FleetConfig:
+    """The global block plus per-agent overrides, as found in a gateway config file."""
+
+    global_block: dict[str, Any] = field(default_factory=dict)
+    agent_blocks: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def for_agent(self, agent_id: str) -> LoopDetectionConfig:
+        override = self.agent_blocks.get(agent_id)
+        if override is None:
+            return resolve(self.global_block)
+        path = f"agents.list[id={agent_id}].tools.loopDetection"
+        return resolve(merge_blocks(self.global_block, _check_block(override, path)), path)
+
+    def with_agent(self, agent_id: str, block: dict[str, Any] | None) -> FleetConfig:
+        """A copy with one agent's override replaced (``None`` removes it)."""
+        agents = dict(self.agent_blocks)
+        if block is None:
+            agents.pop(agent_id, None)
+        else:
+            _check_block(block, f"agents.list[id={agent_id}].tools.loopDetection")
+            agents[agent_id] = block
+        return FleetConfig(self.global_block, agents)
+
+    def to_document(self) -> dict[str, Any]:
+        return {
+            "tools": {"loopDetection": self.global_block},
+            "agents": {
+                "list": [
+                    {"id": agent_id, "tools": {"loopDetection": block}}
+                    for agent_id, block in sorted(self.agent_blocks.items())
+                ]
+            },
+        }
+
+
+def fleet_from_document(doc: Any) -> FleetConfig:
+    """Read ``tools.loopDetection`` and ``agents.list[].tools.loopDetection`` from a document."""
+    if doc is None:
+        return FleetConfig()
+    if not isinstance(doc, dict):
+        raise ConfigError(f"config: expected an object at the top level, got {type(doc).__name__}")
+    tools = doc.get("tools") or {}
+    if not isinstance(tools, dict):
+        raise ConfigError("tools: expected an object")
+    global_block = _check_block(tools.get("loopDetection"), "tools.loopDetection")
+    agents: dict[str, dict[str, Any]] = {}
+    agent_list = (doc.get("agents") or {}).get("list") or []
+    if not isinstance(agent_list, list):
+        raise ConfigError("agents.list: expected a list")
+    for index, entry in enumerate(agent_list):
+        if not isinstance(entry, dict) or not isinstance(entry.get("id"), str):
+            raise ConfigError(f"agents.list[{index}].id: expected a string agent id")
+        block = (entry.get("tools") or {}).get("loopDetection")
+        if block is not None:
+            path = f"agents.list[{index}].tools.loopDetection"
+            agents[entry["id"]] = _check_block(block, path)
+    fleet = FleetConfig(global_block, agents)
+    for agent_id in agents:  # surface merge errors at load time, not on the first event
+        fleet.for_agent(agent_id)
+    return fleet
+
+
+def load_fleet_config(path: str | Path) -> FleetConfig:
+    """Load a JSON5, JSON or YAML config file (chosen by extension; JSON5 reads plain JSON)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read config file ({exc.strerror})") from None
+    try:
+        if path.suffix in {".yaml", ".yml"}:
+            import yaml
+
+            doc = yaml.safe_load(text)
+        else:
+            import json5
+
+            doc = json5.loads(text)
+    except Exception as exc:  # parser errors differ per library; report them uniformly
+        raise ConfigError(
+            f"{path}: not valid {path.suffix.lstrip('.') or 'config'}: {exc}"
+        ) from None
+    return fleet_from_document(doc)

@@ -1,0 +1,39 @@
+"""In-process loop guard over many runs: the detector core without Kafka.
+
+The Faust worker keeps :class:`RunState` values in a table instead of this dict; replay,
+benchmarks and tests use this class so they run the very same code path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+from streams.config import FleetConfig, LoopDetectionConfig
+from streams.events import AgentEvent, Decision
+from streams.run_state import RunState
+
+
+class LoopGuard:
+    def __init__(self, fleet: FleetConfig | None = None) -> None:
+        self.fleet = fleet or FleetConfig()
+        self.runs: dict[str, RunState] = {}
+        self._configs: dict[str, LoopDetectionConfig] = {}
+
+    def config_for(self, agent_id: str) -> LoopDetectionConfig:
+        cfg = self._configs.get(agent_id)
+        if cfg is None:
+            cfg = self._configs[agent_id] = self.fleet.for_agent(agent_id)
+        return cfg
+
+    def process(self, event: AgentEvent) -> list[Decision]:
+        cfg = self.config_for(event.envelope.agent_id)
+        state = self.runs.get(event.envelope.run_id)
+        if state is None:
+            state = self.runs[event.envelope.run_id] = RunState(
+                event.envelope.run_id, cfg.history_size
+            )
+        return state.apply(event, cfg)
+
+    def process_all(self, events: Iterable[AgentEvent]) -> Iterator[Decision]:
+        for event in events:
+            yield from self.process(event)

@@ -1,0 +1,156 @@
+"""Plain event and decision types shared by the detector core, the codecs and the storage layer.
+
+These mirror the Avro records in ``schemas/`` field for field, but carry no Kafka or Avro
+dependency so the core can be run, replayed and tested on its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """Where an event comes from and where it sits in its run's sequence."""
+
+    run_id: str
+    agent_id: str
+    gateway_id: str
+    seq: int
+    event_time: int  # epoch milliseconds, set by the gateway
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """The agent asked for a tool; emitted before the tool runs."""
+
+    envelope: Envelope
+    tool_name: str
+    args_json: str = "{}"
+    tool_call_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    """A tool finished (or was refused); ``error`` set means it failed."""
+
+    envelope: Envelope
+    tool_name: str
+    args_json: str | None = None
+    result_json: str | None = None
+    error: str | None = None
+    tool_call_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionRetry:
+    """The runner compacted the context and retried; ``trigger`` says why."""
+
+    envelope: Envelope
+    trigger: str = "context_overflow"
+
+
+@dataclass(frozen=True, slots=True)
+class RunStarted:
+    envelope: Envelope
+
+
+@dataclass(frozen=True, slots=True)
+class RunEnded:
+    envelope: Envelope
+    status: str = "completed"
+
+
+AgentEvent = ToolCall | ToolResult | CompactionRetry | RunStarted | RunEnded
+
+EVENT_KINDS: dict[str, type] = {
+    "tool_call": ToolCall,
+    "tool_result": ToolResult,
+    "compaction_retry": CompactionRetry,
+    "run_started": RunStarted,
+    "run_ended": RunEnded,
+}
+KIND_OF: dict[type, str] = {cls: kind for kind, cls in EVENT_KINDS.items()}
+
+
+def event_kind(event: AgentEvent) -> str:
+    return KIND_OF[type(event)]
+
+
+def event_to_dict(event: AgentEvent) -> dict[str, Any]:
+    """Flat dict form used by codecs, export files and the audit trail."""
+    body = asdict(event)
+    envelope = body.pop("envelope")
+    return {"kind": event_kind(event), **envelope, **body}
+
+
+def event_from_dict(data: dict[str, Any]) -> AgentEvent:
+    """Inverse of :func:`event_to_dict`; raises ``ValueError`` naming what is wrong."""
+    kind = data.get("kind")
+    cls = EVENT_KINDS.get(kind)  # type: ignore[arg-type]
+    if cls is None:
+        raise ValueError(f"unknown event kind {kind!r}")
+    try:
+        envelope = Envelope(
+            run_id=data["run_id"],
+            agent_id=data.get("agent_id") or "",
+            gateway_id=data.get("gateway_id") or "",
+            seq=int(data["seq"]),
+            event_time=int(data.get("event_time") or 0),
+        )
+    except KeyError as exc:
+        raise ValueError(f"missing field {exc.args[0]!r}") from None
+    if not isinstance(envelope.run_id, str) or not envelope.run_id:
+        raise ValueError("missing run_id")
+    fields = {k: data[k] for k in cls.__dataclass_fields__ if k != "envelope" and k in data}
+    return cls(envelope=envelope, **fields)
+
+
+class Action(StrEnum):
+    """What the gateway must do; ordered by severity."""
+
+    WARN = "warn"
+    BLOCK = "block"
+    ABORT = "abort"
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """One loop event: what was detected and what the gateway must do about it."""
+
+    run_id: str
+    agent_id: str
+    gateway_id: str
+    seq: int  # sequence number of the event that triggered the decision
+    event_time: int
+    action: Action
+    detector: str
+    severity: str  # "warning" | "critical"
+    count: int
+    tool_name: str
+    reason: str
+    args_hash: str = ""
+    result_hash: str = ""
+    paired_tool_name: str = ""
+    error_code: str = ""
+    config_version: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def decision_id(self) -> str:
+        """Stable identity: one decision per (run, triggering event, detector)."""
+        return f"{self.run_id}:{self.seq}:{self.detector}:{self.action.value}"
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["action"] = self.action.value
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Decision:
+        values = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
+        values["action"] = Action(values["action"])
+        values.setdefault("extra", {})
+        return cls(**values)

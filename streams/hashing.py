@@ -1,0 +1,277 @@
+"""Stable hashes of tool calls and their outcomes: what counts as "the same call" and
+"the same result".
+
+Rules follow the reference runtime: canonical JSON (sorted keys) so key order never matters;
+``exec`` outcomes hash only status, exit code, timeout flag and output; outbound message sends
+drop per-call ids and timestamps; errors hash their message. Two loopguard fixes on top: exec
+output is normalised for clock times, durations and PIDs (changing timestamps kept the
+reference's loops at warning), and the loop detector's own veto is reported separately so the
+engine can count it as an outcome instead of freezing the streak.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+_MISSING = object()
+
+
+def canonical_json(value: Any) -> str:
+    """Key-order independent, whitespace free JSON; non-JSON values fall back to ``str``."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def digest(value: Any) -> str:
+    return hashlib.sha256(canonical_json(value).encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def parse_json(text: str | None) -> Any:
+    """Decode a JSON payload; text that is not JSON is hashed as the plain string it is."""
+    if text is None:
+        return _MISSING
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return text
+
+
+def _normalize_update_plan(value: Any) -> Any:
+    """Plan wording churn is not progress: keep only the status pattern of the plan."""
+    if not isinstance(value, dict):
+        return value
+    plan = value.get("plan") if isinstance(value.get("plan"), list) else []
+    steps = [entry if isinstance(entry, dict) else {} for entry in plan]
+    explanation = value.get("explanation")
+    return {
+        "planLength": len(steps),
+        "statuses": [s.get("status") if isinstance(s.get("status"), str) else None for s in steps],
+        "stepPresence": [isinstance(s.get("step"), str) and bool(s["step"].strip()) for s in steps],
+        "hasExplanation": isinstance(explanation, str) and bool(explanation.strip()),
+    }
+
+
+def args_hash(tool_name: str, params: Any) -> str:
+    """``tool:sha256(canonical params)`` — the call signature every detector compares."""
+    if tool_name == "update_plan":
+        params = _normalize_update_plan(params)
+    return f"{tool_name}:{digest(params)}"
+
+
+def is_known_poll_call(tool_name: str, params: Any) -> bool:
+    """``command_status``, or ``process`` with action poll/log: polling tools by design."""
+    if tool_name == "command_status":
+        return True
+    return (
+        tool_name == "process"
+        and isinstance(params, dict)
+        and params.get("action") in ("poll", "log")
+    )
+
+
+_UNKNOWN_TOOL_PATTERNS = (
+    re.compile(r"unknown tool[:\s]+[\"']?([a-z0-9_.-]+)[\"']?", re.IGNORECASE),
+    re.compile(
+        r"tool\s+[\"']?([a-z0-9_.-]+)[\"']?\s+(?:not found|is not available)", re.IGNORECASE
+    ),
+)
+
+
+def unknown_tool_name(error: str) -> str | None:
+    """The missing tool named by errors like "unknown tool X" or "tool X not found"."""
+    for pattern in _UNKNOWN_TOOL_PATTERNS:
+        match = pattern.search(error)
+        if match:
+            return match.group(1).lower()
+    return None
+
+
+# Volatile parts of command output that change on every run of the same stuck command.
+_VOLATILE_OUTPUT = (
+    (
+        re.compile(
+            r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?"
+        ),
+        "<datetime>",
+    ),
+    (re.compile(r"\b\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?\b"), "<time>"),
+    (re.compile(r"\b(pid|PID)([=:\s]+)\d+"), r"\1\2<pid>"),
+    (
+        re.compile(r"(?i)\b(took|in|after|elapsed:?)\s+\d+(?:\.\d+)?\s?(ms|s|sec|secs|seconds)\b"),
+        r"\1 <duration>",
+    ),
+)
+
+
+def normalize_output(text: str) -> str:
+    for pattern, replacement in _VOLATILE_OUTPUT:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def _text_content(result: dict[str, Any]) -> str:
+    content = result.get("content")
+    if not isinstance(content, list):
+        return ""
+    parts = [
+        entry["text"]
+        for entry in content
+        if isinstance(entry, dict)
+        and isinstance(entry.get("type"), str)
+        and isinstance(entry.get("text"), str)
+    ]
+    return "\n".join(parts).strip()
+
+
+def _str_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _exec_outcome(details: dict[str, Any], text: str) -> str | None:
+    """Stable command outcome only: duration, PID, session id and cwd are ignored."""
+    status = _str_or_none(details.get("status"))
+    if status == "running":
+        return digest({"status": status, "tail": normalize_output(details.get("tail") or "")})
+    if status in ("completed", "failed"):
+        output = details.get("aggregated") if isinstance(details.get("aggregated"), str) else ""
+        return digest(
+            {
+                "status": status,
+                "exitCode": details.get("exitCode")
+                if isinstance(details.get("exitCode"), int)
+                else None,
+                "timedOut": details.get("timedOut") is True,
+                "output": normalize_output(output or text),
+            }
+        )
+    if status in ("approval-pending", "approval-unavailable"):
+        return digest(
+            {
+                "status": status,
+                "reason": _str_or_none(details.get("reason")),
+                "host": _str_or_none(details.get("host")),
+                "command": _str_or_none(details.get("command")) or "",
+                "warningText": _str_or_none(details.get("warningText")) or "",
+            }
+        )
+    return None
+
+
+SEND_LIKE_MESSAGE_ACTIONS = frozenset(
+    {
+        "send",
+        "broadcast",
+        "reply",
+        "thread-reply",
+        "sendWithEffect",
+        "sendAttachment",
+        "upload-file",
+        "sticker",
+        "poll",
+    }
+)
+VOLATILE_SEND_KEYS = frozenset(
+    {
+        "messageId",
+        "message_id",
+        "messageIds",
+        "platformMessageId",
+        "platformMessageIds",
+        "fileId",
+        "file_id",
+        "fileKey",
+        "pollId",
+        "poll_id",
+        "receipt",
+        "runId",
+        "idempotencyKey",
+        "ts",
+        "timestamp",
+        "sentAt",
+        "deliveredAt",
+        "createdAt",
+    }
+)
+
+
+def is_outbound_send(tool_name: str, params: Any) -> bool:
+    """Tools whose results carry fresh ids per call: sessions_send, message sends, *_send."""
+    if tool_name == "sessions_send":
+        return True
+    action = params.get("action") if isinstance(params, dict) else None
+    if tool_name == "message":
+        return action in SEND_LIKE_MESSAGE_ACTIONS
+    return tool_name.endswith("_send") or (
+        tool_name.endswith("_message") and action in SEND_LIKE_MESSAGE_ACTIONS
+    )
+
+
+def _is_message_object(value: dict[str, Any]) -> bool:
+    """A delivered message's own ``id`` is volatile; an ``id`` elsewhere is a stable fact."""
+    return (
+        isinstance(value.get("id"), str)
+        and isinstance(value.get("text"), str)
+        and (
+            isinstance(value.get("direction"), str)
+            or isinstance(value.get("senderId"), str)
+            or isinstance(value.get("accountId"), str)
+            or isinstance(value.get("conversation"), dict)
+        )
+    )
+
+
+def strip_volatile_send_ids(value: Any) -> Any:
+    if isinstance(value, list):
+        return [strip_volatile_send_ids(item) for item in value]
+    if not isinstance(value, dict):
+        return value
+    drop_id = _is_message_object(value)
+    return {
+        key: strip_volatile_send_ids(nested)
+        for key, nested in value.items()
+        if key not in VOLATILE_SEND_KEYS and not (key == "id" and drop_id)
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """A hashed tool outcome. ``result_hash`` is None when there is nothing to compare."""
+
+    result_hash: str | None
+    unknown_tool: str | None = None
+    loop_veto: bool = False
+
+
+def outcome_hash(tool_name: str, params: Any, result: Any, error: str | None) -> Outcome:
+    """Hash what a tool returned, per the rules of its tool kind."""
+    if error is not None:
+        return Outcome(f"error:{digest(error)}", unknown_tool_name(error))
+    if result is _MISSING or result is None:
+        return Outcome(None)
+    if not isinstance(result, dict):
+        return Outcome(digest(result))
+    details = result.get("details") if isinstance(result.get("details"), dict) else {}
+    if details.get("status") == "blocked" and details.get("deniedReason") == "tool-loop":
+        return Outcome(None, loop_veto=True)
+    text = _text_content(result)
+    if tool_name == "exec":
+        exec_hash = _exec_outcome(details, text)
+        if exec_hash:
+            return Outcome(exec_hash)
+    if tool_name == "process" and is_known_poll_call(tool_name, params):
+        action = params["action"]
+        keys = (
+            ("status", "exitCode", "exitSignal", "aggregated")
+            if action == "poll"
+            else ("status", "totalLines", "totalChars", "truncated", "exitCode", "exitSignal")
+        )
+        fields = {key: details.get(key) for key in keys}
+        return Outcome(digest({"action": action, **fields, "text": text}))
+    if is_outbound_send(tool_name, params):
+        return Outcome(digest(strip_volatile_send_ids(details)))
+    if tool_name == "update_plan":
+        return Outcome(digest({"details": _normalize_update_plan(details), "text": ""}))
+    return Outcome(digest({"details": details, "text": text}))

@@ -1,0 +1,329 @@
+"""A run's bounded tool-call history, with the streaks every detector needs kept up to date
+incrementally.
+
+Each record carries the length of the patterns that end at it (identical-outcome streak of its
+signature, unknown-tool streak, A/B alternation and where that alternation stops being stable),
+derived from its predecessors when it is appended or gets its result. Asking for a streak is
+then O(1) whatever ``historySize`` is; only a result that lands on an older call (parallel tool
+calls) recomputes the records after it. Derived values are never persisted: :meth:`rebuild`
+recomputes them from the primary fields, which is also how tests check the incremental path.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+from streams.hashing import Outcome
+
+
+@dataclass(slots=True)
+class CallRecord:
+    index: int  # position in the run, contiguous within the window
+    tool_name: str
+    sig: str  # args hash: tool name + digest of canonical params
+    tool_call_id: str | None = None
+    known_poll: bool = False
+    action: str | None = None  # params["action"], needed to hash results that omit args
+    result_hash: str | None = None
+    unknown_tool: str | None = None
+    pending: bool = False  # waiting for its result
+    # Derived, rebuilt on load:
+    prev_same_sig: CallRecord | None = None
+    no_progress_run: int = 0  # identical-outcome streak of this signature ending here
+    unknown_run: int = 0  # same-unknown-tool failures ending here
+    alt_run: int = 1  # length of the A/B alternation ending here
+    alt_break: int = -1  # latest index that makes that alternation not a no-progress loop
+
+    def primary(self) -> list[Any]:
+        return [
+            self.index,
+            self.tool_name,
+            self.sig,
+            self.tool_call_id,
+            self.known_poll,
+            self.action,
+            self.result_hash,
+            self.unknown_tool,
+            self.pending,
+        ]
+
+
+@dataclass(frozen=True, slots=True)
+class PingPong:
+    count: int = 0
+    paired_tool_name: str = ""
+    paired_sig: str = ""
+    no_progress: bool = False
+
+
+NO_PING_PONG = PingPong()
+
+
+class RunHistory:
+    """The last ``max_size`` calls of one run plus per-signature counters over that window."""
+
+    def __init__(self, max_size: int) -> None:
+        self.max_size = max_size
+        self.records: deque[CallRecord] = deque()
+        self.next_index = 0
+        self.sig_count: dict[str, int] = {}
+        self.sig_results: dict[str, int] = {}  # records of the signature that have a result
+        self.sig_latest_result: dict[str, CallRecord] = {}
+        self.sig_last_record: dict[str, CallRecord] = {}
+        self.pending_by_sig: dict[str, deque[CallRecord]] = {}
+        self.pending_by_id: dict[str, CallRecord] = {}
+
+    # -- queries used by the detectors -------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def count(self, sig: str) -> int:
+        """Calls with this signature in the window (generic-repeat warning count)."""
+        return self.sig_count.get(sig, 0)
+
+    def no_progress_streak(self, sig: str) -> tuple[int, str | None]:
+        """Newest-first run of identical outcomes of ``sig``, ignoring calls still pending."""
+        latest = self.sig_latest_result.get(sig)
+        if latest is None:
+            return 0, None
+        return min(latest.no_progress_run, self.sig_results[sig]), latest.result_hash
+
+    def unknown_tool_streak(self, tool_name: str) -> tuple[int, str | None]:
+        """Trailing failures of ``tool_name`` that all name the same unavailable tool."""
+        if not self.records:
+            return 0, None
+        newest = self.records[-1]
+        if newest.tool_name != tool_name or newest.unknown_tool is None:
+            return 0, None
+        return min(newest.unknown_run, len(self.records)), newest.unknown_tool
+
+    def ping_pong(self, current_sig: str) -> PingPong:
+        """A/B alternation at the tail whose next expected call is ``current_sig``."""
+        if len(self.records) < 2:
+            return NO_PING_PONG
+        newest = self.records[-1]
+        tail = min(newest.alt_run, len(self.records))
+        if tail < 2:
+            return NO_PING_PONG
+        other = self.records[-2]
+        if current_sig != other.sig:
+            return NO_PING_PONG
+        start = newest.index - tail + 1
+        return PingPong(
+            count=tail + 1,
+            paired_tool_name=newest.tool_name,
+            paired_sig=newest.sig,
+            no_progress=newest.alt_break < start,
+        )
+
+    def latest_result_hash(self, sig: str) -> str | None:
+        latest = self.sig_latest_result.get(sig)
+        return latest.result_hash if latest else None
+
+    # -- updates ---------------------------------------------------------------------
+
+    def append_call(
+        self,
+        tool_name: str,
+        sig: str,
+        tool_call_id: str | None,
+        known_poll: bool,
+        action: str | None,
+    ) -> CallRecord:
+        record = CallRecord(self.next_index, tool_name, sig, tool_call_id, known_poll, action)
+        self._append(record)
+        self._pend(record)
+        return record
+
+    def find_pending(self, tool_name: str, sig: str | None, tool_call_id: str | None):
+        """The newest call still waiting for this result (by call id when given)."""
+        if tool_call_id:
+            record = self.pending_by_id.get(tool_call_id)
+            if record and record.tool_name == tool_name and (sig is None or record.sig == sig):
+                return record
+            return None
+        if sig is None:
+            return None
+        stack = self.pending_by_sig.get(sig)
+        return stack[-1] if stack else None
+
+    def attach_result(self, record: CallRecord, outcome: Outcome) -> None:
+        """Give a pending call its outcome; a loop veto repeats the last outcome."""
+        self._unpend(record)
+        record.result_hash = self._effective_hash(record.sig, outcome)
+        record.unknown_tool = outcome.unknown_tool
+        if record.result_hash is None:
+            return
+        self.sig_results[record.sig] = self.sig_results.get(record.sig, 0) + 1
+        latest = self.sig_latest_result.get(record.sig)
+        if latest is None or latest.index < record.index:
+            self.sig_latest_result[record.sig] = record
+        if record is self.records[-1]:
+            self._derive(len(self.records) - 1)
+        else:  # an older call finished late: recompute what follows it
+            self._rederive_from(record.index - self.records[0].index)
+
+    def append_result(
+        self,
+        tool_name: str,
+        sig: str,
+        tool_call_id: str | None,
+        known_poll: bool,
+        action: str | None,
+        outcome: Outcome,
+    ) -> CallRecord:
+        """A result whose call was never seen (or already trimmed) becomes its own record."""
+        record = CallRecord(self.next_index, tool_name, sig, tool_call_id, known_poll, action)
+        record.result_hash = self._effective_hash(sig, outcome)
+        record.unknown_tool = outcome.unknown_tool
+        self._append(record)
+        if record.result_hash is not None:
+            self.sig_results[sig] = self.sig_results.get(sig, 0) + 1
+            self.sig_latest_result[sig] = record
+            self._derive(len(self.records) - 1)
+        return record
+
+    def resize(self, max_size: int) -> None:
+        self.max_size = max_size
+        self._trim()
+
+    # -- internals -------------------------------------------------------------------
+
+    def _effective_hash(self, sig: str, outcome: Outcome) -> str | None:
+        if not outcome.loop_veto:
+            return outcome.result_hash
+        # A block the gateway enforced is an outcome too, and no progress: it repeats the
+        # signature's last outcome so the streak keeps growing towards the breaker.
+        return self.latest_result_hash(sig) or f"loop-veto:{sig}"
+
+    def _append(self, record: CallRecord) -> None:
+        self.next_index += 1
+        record.prev_same_sig = self.sig_last_record.get(record.sig)
+        self.sig_last_record[record.sig] = record
+        self.sig_count[record.sig] = self.sig_count.get(record.sig, 0) + 1
+        self.records.append(record)
+        self._derive(len(self.records) - 1)
+        self._trim()
+
+    def _pend(self, record: CallRecord) -> None:
+        record.pending = True
+        self.pending_by_sig.setdefault(record.sig, deque()).append(record)
+        if record.tool_call_id:
+            self.pending_by_id[record.tool_call_id] = record
+
+    def _unpend(self, record: CallRecord) -> None:
+        if not record.pending:
+            return
+        record.pending = False
+        stack = self.pending_by_sig[record.sig]
+        if stack[-1] is record:
+            stack.pop()
+        else:
+            stack.remove(record)
+        if not stack:
+            del self.pending_by_sig[record.sig]
+        if record.tool_call_id and self.pending_by_id.get(record.tool_call_id) is record:
+            del self.pending_by_id[record.tool_call_id]
+
+    def _trim(self) -> None:
+        while len(self.records) > self.max_size:
+            old = self.records.popleft()
+            sig = old.sig
+            remaining = self.sig_count[sig] - 1
+            if remaining:
+                self.sig_count[sig] = remaining
+            else:
+                del self.sig_count[sig]
+                del self.sig_last_record[sig]
+            if old.result_hash is not None:
+                results = self.sig_results[sig] - 1
+                if results:
+                    self.sig_results[sig] = results
+                else:
+                    del self.sig_results[sig]
+                if self.sig_latest_result.get(sig) is old:
+                    del self.sig_latest_result[sig]
+            self._unpend(old)
+            old.prev_same_sig = None  # cut the chain so trimmed records can be freed
+
+    def _prev_with_result(self, record: CallRecord) -> CallRecord | None:
+        first = self.records[0].index
+        prev = record.prev_same_sig
+        while prev is not None and prev.index >= first:
+            if prev.result_hash is not None:
+                return prev
+            prev = prev.prev_same_sig
+        return None
+
+    def _derive(self, pos: int) -> None:
+        """Compute the derived fields of ``records[pos]`` from the records before it."""
+        records = self.records
+        record = records[pos]
+        prev = records[pos - 1] if pos > 0 else None
+        before = records[pos - 2] if pos > 1 else None
+        has_result = record.result_hash is not None
+
+        if has_result:
+            earlier = self._prev_with_result(record)
+            same = earlier is not None and earlier.result_hash == record.result_hash
+            record.no_progress_run = earlier.no_progress_run + 1 if same else 1
+        else:
+            record.no_progress_run = 0
+
+        if record.unknown_tool is None:
+            record.unknown_run = 0
+        elif (
+            prev is not None
+            and prev.tool_name == record.tool_name
+            and prev.unknown_tool == record.unknown_tool
+        ):
+            record.unknown_run = prev.unknown_run + 1
+        else:
+            record.unknown_run = 1
+
+        if prev is None or prev.sig == record.sig:
+            record.alt_run = 1
+            record.alt_break = -1 if has_result else record.index
+        elif before is not None and before.sig == record.sig:
+            record.alt_run = prev.alt_run + 1
+            brk = prev.alt_break
+            if not has_result:
+                brk = record.index
+            elif before.result_hash != record.result_hash:
+                brk = max(brk, before.index)
+            record.alt_break = brk
+        else:
+            record.alt_run = 2
+            brk = -1 if prev.result_hash is not None else prev.index
+            record.alt_break = brk if has_result else record.index
+
+    def _rederive_from(self, pos: int) -> None:
+        for i in range(max(pos, 0), len(self.records)):
+            self._derive(i)
+
+    # -- persistence -----------------------------------------------------------------
+
+    def to_list(self) -> list[list[Any]]:
+        return [record.primary() for record in self.records]
+
+    @classmethod
+    def rebuild(cls, max_size: int, next_index: int, rows: list[list[Any]]) -> RunHistory:
+        """Recreate a history (and every derived value) from :meth:`to_list` rows."""
+        history = cls(max_size)
+        for row in rows:
+            index, tool_name, sig, call_id, known_poll, action, result_hash, unknown, pending = row
+            record = CallRecord(index, tool_name, sig, call_id, known_poll, action)
+            record.result_hash = result_hash
+            record.unknown_tool = unknown
+            history.next_index = index
+            history._append(record)
+            if pending:
+                history._pend(record)
+            elif result_hash is not None:
+                history.sig_results[sig] = history.sig_results.get(sig, 0) + 1
+                history.sig_latest_result[sig] = record
+        history.next_index = next_index
+        return history

@@ -1,0 +1,286 @@
+"""Per-run state machine: orders a run's events, feeds the detectors and the post-compaction
+guard, and turns what they find into decisions for the gateway.
+
+Pure and deterministic: the same events in (in any delivery order, with duplicates) give the
+same decisions out and the same serialised state, byte for byte. This is the one object the
+Faust agents keep in their table, the replay tool re-runs and the tests drive directly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from streams.compaction_guard import ARMING_TRIGGER, PostCompactionGuard
+from streams.config import LoopDetectionConfig
+from streams.detectors import CRITICAL, CurrentCall, Detection, detect
+from streams.events import (
+    Action,
+    AgentEvent,
+    CompactionRetry,
+    Decision,
+    RunEnded,
+    ToolCall,
+    ToolResult,
+    event_from_dict,
+    event_to_dict,
+)
+from streams.hashing import args_hash, is_known_poll_call, outcome_hash, parse_json
+from streams.history import RunHistory
+
+# Out-of-order events wait for the gap to fill; past this many the gap is given up on so one
+# lost event cannot stall a run forever (deterministically: always the lowest waiting seq).
+REORDER_LIMIT = 64
+
+ACTIVE, ENDED, ABORTED = "active", "ended", "aborted"
+
+
+@dataclass(slots=True)
+class RunStats:
+    events: int = 0
+    duplicates: int = 0
+    gaps: int = 0
+    late: int = 0  # events for a run that already ended or was aborted
+
+
+@dataclass
+class RunState:
+    run_id: str
+    history_size: int = 30
+    agent_id: str = ""
+    gateway_id: str = ""
+    last_seq: int = 0
+    status: str = ACTIVE
+    blocks: int = 0
+    last_event_time: int = 0
+    waiting: dict[int, AgentEvent] = field(default_factory=dict)
+    history: RunHistory = field(init=False)
+    guard: PostCompactionGuard = field(default_factory=PostCompactionGuard)
+    stats: RunStats = field(default_factory=RunStats)
+
+    def __post_init__(self) -> None:
+        self.history = RunHistory(self.history_size)
+
+    # -- ordering --------------------------------------------------------------------
+
+    def apply(self, event: AgentEvent, cfg: LoopDetectionConfig) -> list[Decision]:
+        """Take one delivered event; process it and anything it unblocks, in seq order."""
+        seq = event.envelope.seq
+        if seq <= self.last_seq or seq in self.waiting:
+            self.stats.duplicates += 1
+            return []
+        self.waiting[seq] = event
+        decisions: list[Decision] = []
+        while self.waiting:
+            following = self.last_seq + 1
+            if following not in self.waiting:
+                if len(self.waiting) <= REORDER_LIMIT:
+                    break
+                following = min(self.waiting)
+                self.stats.gaps += following - self.last_seq - 1
+            ready = self.waiting.pop(following)
+            self.last_seq = following
+            decisions.extend(self._process(ready, cfg))
+        return decisions
+
+    def flush(self, cfg: LoopDetectionConfig) -> list[Decision]:
+        """Give up on every gap (run ended or idle): process what waits, in seq order."""
+        decisions: list[Decision] = []
+        for seq in sorted(self.waiting):
+            event = self.waiting.pop(seq)
+            self.stats.gaps += seq - self.last_seq - 1
+            self.last_seq = seq
+            decisions.extend(self._process(event, cfg))
+        return decisions
+
+    # -- processing ------------------------------------------------------------------
+
+    def _process(self, event: AgentEvent, cfg: LoopDetectionConfig) -> list[Decision]:
+        env = event.envelope
+        self.stats.events += 1
+        self.agent_id = env.agent_id or self.agent_id
+        self.gateway_id = env.gateway_id or self.gateway_id
+        self.last_event_time = max(self.last_event_time, env.event_time)
+        if self.history.max_size != cfg.history_size:
+            self.history.resize(cfg.history_size)
+        if self.status != ACTIVE:
+            self.stats.late += 1
+            if self.status == ABORTED and isinstance(event, ToolCall):
+                return [self._still_aborted(event, cfg)]
+            return []
+        if isinstance(event, ToolCall):
+            return self._on_call(event, cfg)
+        if isinstance(event, ToolResult):
+            return self._on_result(event, cfg)
+        if isinstance(event, CompactionRetry):
+            if event.trigger == ARMING_TRIGGER and cfg.compaction_guard_on:
+                self.guard.arm(cfg.compaction_window_size, self.run_id)
+            return []
+        if isinstance(event, RunEnded):
+            self.status = ENDED
+        return []
+
+    def _on_call(self, event: ToolCall, cfg: LoopDetectionConfig) -> list[Decision]:
+        params = parse_json(event.args_json)
+        call = CurrentCall(
+            event.tool_name,
+            args_hash(event.tool_name, params),
+            is_known_poll_call(event.tool_name, params),
+        )
+        hit = detect(self.history, call, cfg)
+        action = params.get("action") if isinstance(params, dict) else None
+        self.history.append_call(
+            call.tool_name,
+            call.sig,
+            event.tool_call_id,
+            call.known_poll,
+            action if isinstance(action, str) else None,
+        )
+        return [self._decide(event, call, hit, cfg)] if hit else []
+
+    def _on_result(self, event: ToolResult, cfg: LoopDetectionConfig) -> list[Decision]:
+        params = parse_json(event.args_json)
+        sig = None if event.args_json is None else args_hash(event.tool_name, params)
+        record = self.history.find_pending(event.tool_name, sig, event.tool_call_id)
+        if event.args_json is None:
+            # Results may omit args when they carry the call id: hash with what the call had.
+            params = {"action": record.action} if record and record.action else {}
+            sig = record.sig if record else args_hash(event.tool_name, params)
+        outcome = outcome_hash(event.tool_name, params, parse_json(event.result_json), event.error)
+        if record is not None:
+            self.history.attach_result(record, outcome)
+        else:
+            action = params.get("action") if isinstance(params, dict) else None
+            record = self.history.append_result(
+                event.tool_name,
+                sig,
+                event.tool_call_id,
+                is_known_poll_call(event.tool_name, params),
+                action if isinstance(action, str) else None,
+                outcome,
+            )
+        if not (self.guard.armed and cfg.compaction_guard_on):
+            return []
+        loop = self.guard.observe(record.tool_name, record.sig, record.result_hash)
+        if loop is None:
+            return []
+        self.status = ABORTED
+        return [
+            self._decision(
+                event,
+                cfg,
+                Action.ABORT,
+                detector="post_compaction_guard",
+                severity=CRITICAL,
+                count=loop.count,
+                tool_name=loop.tool_name,
+                reason=(
+                    f"compaction_loop_persisted: {loop.tool_name} produced the same call and "
+                    f"result {loop.count} times after compaction; aborting the run."
+                ),
+                args_hash=loop.sig,
+                result_hash=loop.result_hash,
+                error_code="compaction_loop_persisted",
+            )
+        ]
+
+    def _decide(
+        self, event: ToolCall, call: CurrentCall, hit: Detection, cfg: LoopDetectionConfig
+    ) -> Decision:
+        action, error_code, reason = Action.WARN, "", hit.message
+        if hit.level == CRITICAL:
+            action = Action.BLOCK
+            self.blocks += 1
+            if hit.detector == "global_circuit_breaker":
+                action, error_code = Action.ABORT, "global_circuit_breaker"
+            elif self.blocks >= cfg.abort_after_blocks:
+                # The gateway blocked and the agent kept looping: stop the run.
+                action, error_code = Action.ABORT, "loop_persisted_after_block"
+                reason = f"{hit.message} Blocked {self.blocks} times; aborting the run."
+        if action is Action.ABORT:
+            self.status = ABORTED
+        return self._decision(
+            event,
+            cfg,
+            action,
+            detector=hit.detector,
+            severity=hit.level,
+            count=hit.count,
+            tool_name=call.tool_name,
+            reason=reason,
+            args_hash=call.sig,
+            result_hash=hit.result_hash,
+            paired_tool_name=hit.paired_tool_name,
+            error_code=error_code,
+            extra={"blocks": str(self.blocks)} if hit.level == CRITICAL else {},
+        )
+
+    def _still_aborted(self, event: ToolCall, cfg: LoopDetectionConfig) -> Decision:
+        """Repeat the abort for a gateway that kept calling tools after it."""
+        return self._decision(
+            event,
+            cfg,
+            Action.ABORT,
+            detector="run_aborted",
+            severity=CRITICAL,
+            count=self.blocks,
+            tool_name=event.tool_name,
+            reason="Run was aborted by loopguard; no further tool calls are allowed.",
+            error_code="run_aborted",
+        )
+
+    def _decision(
+        self, event: AgentEvent, cfg: LoopDetectionConfig, action: Action, **fields: Any
+    ) -> Decision:
+        env = event.envelope
+        return Decision(
+            run_id=self.run_id,
+            agent_id=env.agent_id,
+            gateway_id=env.gateway_id,
+            seq=env.seq,
+            event_time=env.event_time,
+            action=action,
+            config_version=cfg.version,
+            **fields,
+        )
+
+    # -- persistence (Faust table values) ---------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "agent_id": self.agent_id,
+            "gateway_id": self.gateway_id,
+            "last_seq": self.last_seq,
+            "status": self.status,
+            "blocks": self.blocks,
+            "last_event_time": self.last_event_time,
+            "waiting": [event_to_dict(self.waiting[seq]) for seq in sorted(self.waiting)],
+            "history_size": self.history.max_size,
+            "next_index": self.history.next_index,
+            "history": self.history.to_list(),
+            "guard": self.guard.to_dict(),
+            "stats": [self.stats.events, self.stats.duplicates, self.stats.gaps, self.stats.late],
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunState:
+        state = cls(
+            run_id=data["run_id"],
+            history_size=data["history_size"],
+            agent_id=data["agent_id"],
+            gateway_id=data["gateway_id"],
+            last_seq=data["last_seq"],
+            status=data["status"],
+            blocks=data["blocks"],
+            last_event_time=data["last_event_time"],
+        )
+        for item in data["waiting"]:
+            event = event_from_dict(item)
+            state.waiting[event.envelope.seq] = event
+        state.history = RunHistory.rebuild(
+            data["history_size"], data["next_index"], data["history"]
+        )
+        state.guard = PostCompactionGuard.from_dict(data["guard"])
+        state.stats = RunStats(*data["stats"])
+        return state

@@ -1,0 +1,122 @@
+"""Worker settings, read from ``LOOPGUARD_*`` environment variables.
+
+Faust builds its app at import time, so the CLI turns its flags into these variables before
+importing :mod:`streams.app`; compose files and tests set them directly. Secrets (SASL
+password, database URL with a password) are never logged: :meth:`Settings.redacted` is what
+goes to the log.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import asdict, dataclass, field
+
+DEFAULT_DB_URL = "sqlite:///loopguard-data/audit.db"
+
+
+def _env(name: str, default: str) -> str:
+    return os.environ.get(f"LOOPGUARD_{name}", default)
+
+
+def _float(name: str, default: float) -> float:
+    return float(_env(name, str(default)))
+
+
+def _int(name: str, default: int) -> int:
+    return int(_env(name, str(default)))
+
+
+@dataclass(frozen=True)
+class Topics:
+    events: str = "loopguard.events"
+    control: str = "loopguard.control"
+    deadletter: str = "loopguard.deadletter"
+    config: str = "loopguard.config"
+    schemas: str = "loopguard.schemas"
+
+    @classmethod
+    def from_env(cls) -> Topics:
+        prefix = _env("TOPIC_PREFIX", "loopguard")
+        return cls(*(f"{prefix}.{name}" for name in cls.__dataclass_fields__))
+
+
+@dataclass(frozen=True)
+class Settings:
+    app_id: str = "loopguard"
+    broker: str = "kafka://127.0.0.1:9092"
+    db_url: str = DEFAULT_DB_URL
+    config_file: str = ""
+    partitions: int = 8
+    replication: int = 1
+    data_dir: str = "loopguard-data"
+    web_enabled: bool = False
+    web_port: int = 6066
+    session_timeout: float = 30.0
+    heartbeat_interval: float = 3.0
+    rebalance_timeout: float = 60.0
+    max_message_bytes: int = 1_048_576
+    run_idle_ttl: float = 3600.0
+    audit_batch: int = 500
+    security_protocol: str = "PLAINTEXT"
+    sasl_mechanism: str = ""
+    sasl_username: str = ""
+    sasl_password: str = ""
+    ssl_cafile: str = ""
+    topics: Topics = field(default_factory=Topics)
+
+    @classmethod
+    def from_env(cls) -> Settings:
+        return cls(
+            app_id=_env("APP_ID", cls.app_id),
+            broker=_env("BROKER", cls.broker),
+            db_url=_env("DB_URL", cls.db_url),
+            config_file=_env("CONFIG", ""),
+            partitions=_int("PARTITIONS", cls.partitions),
+            replication=_int("REPLICATION", cls.replication),
+            data_dir=_env("DATA_DIR", cls.data_dir),
+            web_enabled=_env("WEB", "0") == "1",
+            web_port=_int("WEB_PORT", cls.web_port),
+            session_timeout=_float("SESSION_TIMEOUT", cls.session_timeout),
+            heartbeat_interval=_float("HEARTBEAT_INTERVAL", cls.heartbeat_interval),
+            rebalance_timeout=_float("REBALANCE_TIMEOUT", cls.rebalance_timeout),
+            max_message_bytes=_int("MAX_MESSAGE_BYTES", cls.max_message_bytes),
+            run_idle_ttl=_float("RUN_IDLE_TTL", cls.run_idle_ttl),
+            audit_batch=_int("AUDIT_BATCH", cls.audit_batch),
+            security_protocol=_env("SECURITY_PROTOCOL", cls.security_protocol),
+            sasl_mechanism=_env("SASL_MECHANISM", ""),
+            sasl_username=_env("SASL_USERNAME", ""),
+            sasl_password=_env("SASL_PASSWORD", ""),
+            ssl_cafile=_env("SSL_CAFILE", ""),
+            topics=Topics.from_env(),
+        )
+
+    @property
+    def bootstrap_servers(self) -> list[str]:
+        """``kafka://a:1;kafka://b:2`` → ``["a:1", "b:2"]`` for kafka-python/aiokafka."""
+        return [part.split("://", 1)[-1] for part in re.split(r"[;,]", self.broker) if part]
+
+    def kafka_client_options(self) -> dict[str, object]:
+        """Security options in kafka-python's spelling (admin, gateway client, tools)."""
+        options: dict[str, object] = {"security_protocol": self.security_protocol}
+        if self.sasl_mechanism:
+            options.update(
+                sasl_mechanism=self.sasl_mechanism,
+                sasl_plain_username=self.sasl_username,
+                sasl_plain_password=self.sasl_password,
+            )
+        if self.ssl_cafile:
+            options["ssl_cafile"] = self.ssl_cafile
+        return options
+
+    def redacted(self) -> dict[str, object]:
+        data = asdict(self)
+        if data["sasl_password"]:
+            data["sasl_password"] = "***"
+        data["db_url"] = redact_url(self.db_url)
+        return data
+
+
+def redact_url(url: str) -> str:
+    """Hide the password in ``scheme://user:password@host/db``."""
+    return re.sub(r"(//[^:/@]+:)[^@]*@", r"\1***@", url)

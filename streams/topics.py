@@ -1,0 +1,65 @@
+"""Create loopguard's topics up front with explicit partitions and cleanup policies.
+
+Faust would declare them lazily; creating them first means gateways can attach to the
+control topic before any worker has started, and the partition counts are the operator's
+choice rather than a side effect. Used by the worker, the demo, the tests and compose.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from kafka.admin import KafkaAdminClient, NewTopic
+from kafka.errors import KafkaError, TopicAlreadyExistsError
+
+from streams.settings import Settings
+
+log = logging.getLogger("loopguard.topics")
+
+
+def topic_specs(settings: Settings) -> list[NewTopic]:
+    """Every topic the app reads or writes, with its partitions and topic configs."""
+    parts, repl = settings.partitions, settings.replication
+    compacted = {"cleanup.policy": "compact"}
+    return [
+        NewTopic(settings.topics.events, parts, repl),
+        NewTopic(settings.topics.control, parts, repl),
+        NewTopic(settings.topics.deadletter, parts, repl),
+        NewTopic(settings.topics.config, 1, repl, topic_configs=compacted),
+        NewTopic(settings.topics.schemas, 1, repl, topic_configs=compacted),
+        NewTopic(f"{settings.app_id}-runs-changelog", parts, repl, topic_configs=compacted),
+    ]
+
+
+def ensure_topics(settings: Settings, timeout: float = 30.0) -> list[str]:
+    """Create missing topics; returns the names created. Retries while the broker starts."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            admin = KafkaAdminClient(
+                bootstrap_servers=settings.bootstrap_servers,
+                client_id="loopguard-admin",
+                **settings.kafka_client_options(),
+            )
+            break
+        except KafkaError as exc:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"broker {settings.broker} unreachable: {exc}") from None
+            time.sleep(0.2)
+    try:
+        existing = set(admin.list_topics())
+        created = []
+        for spec in topic_specs(settings):
+            if spec.name in existing:
+                continue
+            try:
+                admin.create_topics([spec])
+                created.append(spec.name)
+            except TopicAlreadyExistsError:
+                pass
+        if created:
+            log.info("created topics: %s", ", ".join(created))
+        return created
+    finally:
+        admin.close()
