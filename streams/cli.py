@@ -111,6 +111,10 @@ def run_worker(args: argparse.Namespace) -> int:
         print(f"loopguard worker: invalid config: {exc}", file=sys.stderr)
         return EXIT_USAGE
     sys.argv = ["loopguard", "worker", "-l", args.loglevel]
+    if args.web_port:
+        sys.argv += ["--web-port", str(args.web_port), "--web-bind", "127.0.0.1"]
+    else:
+        sys.argv.append("--without-web")
     app.main()
     return EXIT_OK
 

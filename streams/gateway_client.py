@@ -210,6 +210,7 @@ class GatewayRun:
         self.run_id = run_id
         self.agent_id = agent_id
         self.seq = 0
+        self.events: list[AgentEvent] = []  # what this run published, in order (audits, tests)
 
     def emit(self, kind: type, **fields: Any) -> AgentEvent:
         self.seq += 1
@@ -218,6 +219,7 @@ class GatewayRun:
         )
         event = kind(envelope=envelope, **fields)
         self.client.publish(event)
+        self.events.append(event)
         return event
 
     def before_tool(self, tool_name: str, args: Any, tool_call_id: str | None = None) -> Verdict:

@@ -36,9 +36,12 @@ class Topics:
     schemas: str = "loopguard.schemas"
 
     @classmethod
-    def from_env(cls) -> Topics:
-        prefix = _env("TOPIC_PREFIX", "loopguard")
+    def with_prefix(cls, prefix: str) -> Topics:
         return cls(*(f"{prefix}.{name}" for name in cls.__dataclass_fields__))
+
+    @classmethod
+    def from_env(cls) -> Topics:
+        return cls.with_prefix(_env("TOPIC_PREFIX", "loopguard"))
 
 
 @dataclass(frozen=True)

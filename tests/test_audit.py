@@ -31,8 +31,6 @@ from streams.audit import (
 )
 from streams.events import Action, Decision
 
-pytest_plugins = ["db_fixtures"]
-
 REPO = Path(__file__).resolve().parent.parent
 AUDIT_TABLES = {"decisions", "dead_letters", "processed_events"}
 DECISION_INDEXES = {

@@ -1,0 +1,150 @@
+"""Service fixtures for integration tests: a real tansu broker and real loopguard workers.
+
+One broker per test session (memory storage); every pipeline gets its own app id and topic
+prefix, so tests never see each other's events, groups or tables. Workers are child
+processes started exactly as an operator would (``loopguard worker``), with short broker
+session timeouts so a restarted worker takes over quickly. Readiness is a canary run whose
+decision must come back, never a fixed sleep.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from streams.audit import AuditStore
+from streams.embedded_broker import EmbeddedBroker
+from streams.gateway_client import GatewayClient
+from streams.settings import Settings, Topics
+from streams.topics import ensure_topics
+from streams.worker_process import WorkerProcess, wait_until_processing
+
+FAST_GROUP_ENV = {
+    "LOOPGUARD_SESSION_TIMEOUT": "6",
+    "LOOPGUARD_HEARTBEAT_INTERVAL": "1",
+    "LOOPGUARD_REBALANCE_TIMEOUT": "20",
+}
+ENABLED = {"tools": {"loopDetection": {"enabled": True}}}
+
+
+@pytest.fixture(scope="session")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]:
+    log = tmp_path_factory.mktemp("tansu") / "tansu.log"
+    with EmbeddedBroker(log_path=log) as running:
+        yield running
+
+
+@dataclass
+class Pipeline:
+    """Topics, workers and a gateway client of one isolated loopguard deployment."""
+
+    broker: EmbeddedBroker
+    db_url: str
+    workdir: Path
+    config: dict[str, Any] | None = None
+    partitions: int = 4
+    prefix: str = field(default_factory=lambda: f"lg{uuid.uuid4().hex[:10]}")
+    workers: list[WorkerProcess] = field(default_factory=list)
+    clients: list[GatewayClient] = field(default_factory=list)
+
+    @property
+    def settings(self) -> Settings:
+        return Settings(
+            app_id=self.prefix,
+            broker=self.broker.url,
+            db_url=self.db_url,
+            partitions=self.partitions,
+            topics=Topics.with_prefix(self.prefix),
+        )
+
+    def setup(self) -> Pipeline:
+        ensure_topics(self.settings)
+        return self
+
+    def start_worker(self, **env: str) -> WorkerProcess:
+        config_file = None
+        if self.config is not None:
+            config_file = self.workdir / f"{self.prefix}-config.json"
+            config_file.write_text(json.dumps(self.config))
+        worker = WorkerProcess(
+            self.broker.url,
+            self.db_url,
+            app_id=self.prefix,
+            log_path=self.workdir / f"worker-{len(self.workers)}.log",
+            config_file=str(config_file) if config_file else None,
+            partitions=self.partitions,
+            data_dir=str(self.workdir / "data"),
+            env={**FAST_GROUP_ENV, "LOOPGUARD_TOPIC_PREFIX": self.prefix, **env},
+        ).start()
+        self.workers.append(worker)
+        return worker
+
+    def client(self, gateway_id: str = "gw-test", **options: Any) -> GatewayClient:
+        client = GatewayClient(
+            self.broker.bootstrap, gateway_id, topics=self.settings.topics, **options
+        )
+        self.clients.append(client)
+        return client
+
+    def wait_ready(self, client: GatewayClient, timeout: float = 90.0) -> None:
+        wait_until_processing(client, timeout=timeout, workers=self.workers)
+
+    def store(self) -> AuditStore:
+        return AuditStore(self.db_url)
+
+    def worker_logs(self) -> str:
+        return "\n".join(
+            f"--- {w.log_path} ---\n{w.log_path.read_text(errors='replace')[-4000:]}"
+            for w in self.workers
+            if w.log_path and w.log_path.exists()
+        )
+
+    def close(self) -> None:
+        for client in self.clients:
+            client.close()
+        for worker in self.workers:
+            worker.stop()
+
+
+@pytest.fixture
+def pipeline_factory(broker: EmbeddedBroker, tmp_path: Path) -> Iterator[Callable[..., Pipeline]]:
+    """Build isolated pipelines: ``pipeline_factory(db_url, config=..., partitions=...)``."""
+    made: list[Pipeline] = []
+
+    def make(db_url: str, **options: Any) -> Pipeline:
+        pipeline = Pipeline(broker, db_url, tmp_path, **options).setup()
+        made.append(pipeline)
+        return pipeline
+
+    yield make
+    for pipeline in made:
+        pipeline.close()
+
+
+@pytest.fixture
+def running_pipeline(
+    pipeline_factory: Callable[..., Pipeline], migrated_db_url: str
+) -> Iterator[tuple[Pipeline, GatewayClient]]:
+    """One worker with loop detection enabled, ready, and a gateway client attached."""
+    pipeline = pipeline_factory(migrated_db_url, config=ENABLED)
+    pipeline.start_worker()
+    client = pipeline.client()
+    try:
+        pipeline.wait_ready(client)
+    except Exception:
+        print(pipeline.worker_logs())
+        raise
+    yield pipeline, client
+
+
+@pytest.fixture
+def migrated_db_url(db_url: str) -> str:
+    with AuditStore(db_url) as store:
+        store.migrate()
+    return db_url
