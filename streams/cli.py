@@ -50,7 +50,18 @@ def build_parser() -> argparse.ArgumentParser:
     _add_broker(worker)
     _add_db(worker)
     worker.add_argument("--config", help="tools.loopDetection config file (JSON5, JSON, YAML)")
-    worker.add_argument("--app-id", default=os.environ.get("LOOPGUARD_APP_ID", "loopguard"))
+    worker.add_argument(
+        "--app-id",
+        default=os.environ.get("LOOPGUARD_APP_ID", "loopguard"),
+        help="Faust app id = consumer group; workers with the same id share the work "
+        "(env LOOPGUARD_APP_ID; default loopguard)",
+    )
+    worker.add_argument(
+        "--topic-prefix",
+        default=os.environ.get("LOOPGUARD_TOPIC_PREFIX", "loopguard"),
+        help="topic name prefix: PREFIX.events, PREFIX.control, PREFIX.config, ... "
+        "(env LOOPGUARD_TOPIC_PREFIX; default loopguard)",
+    )
     worker.add_argument("--partitions", type=int, help="partitions of topics it creates")
     worker.add_argument("--web-port", type=int, help="serve the HTTP API on this port")
     worker.add_argument("--data-dir", help="worker data directory (default ./loopguard-data)")
@@ -67,23 +78,30 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--keep-running", action="store_true", help="leave services up at the end")
 
     history = sub.add_parser("history", help="loop history of one run from the audit trail")
-    history.add_argument("run_id")
+    history.add_argument("run_id", help="the run id (the events' message key)")
     _add_db(history)
     history.add_argument("--json", action="store_true", help="print JSON lines")
 
     runs = sub.add_parser("runs", help="runs with loop decisions, newest first")
     _add_db(runs)
-    runs.add_argument("--agent")
-    runs.add_argument("--gateway")
-    runs.add_argument("--detector")
-    runs.add_argument("--severity", choices=["warning", "critical"])
+    runs.add_argument("--agent", help="only decisions of this agent id")
+    runs.add_argument("--gateway", help="only decisions of this gateway id")
+    runs.add_argument("--detector", help="only decisions of this detector, e.g. ping_pong")
+    runs.add_argument("--severity", choices=["warning", "critical"], help="only this severity")
     runs.add_argument("--since", type=int, help="epoch ms, inclusive")
     runs.add_argument("--until", type=int, help="epoch ms, exclusive")
-    runs.add_argument("--limit", type=int, default=50)
+    runs.add_argument("--limit", type=int, default=50, help="at most this many runs (default 50)")
     runs.add_argument("--json", action="store_true", help="print JSON")
 
     migrate = sub.add_parser("migrate", help="create or upgrade the audit schema (Alembic)")
     _add_db(migrate)
+
+    from streams.config_admin import add_config_parser
+    from streams.replay import add_export_parser, add_replay_parser
+
+    _add_db(add_replay_parser(sub))
+    add_export_parser(sub)
+    add_config_parser(sub)
     return parser
 
 
@@ -92,6 +110,7 @@ def run_worker(args: argparse.Namespace) -> int:
         "LOOPGUARD_BROKER": args.broker,
         "LOOPGUARD_DB_URL": args.db,
         "LOOPGUARD_APP_ID": args.app_id,
+        "LOOPGUARD_TOPIC_PREFIX": args.topic_prefix,
     }
     if args.config:
         env["LOOPGUARD_CONFIG"] = args.config
@@ -187,7 +206,28 @@ def run_demo(args: argparse.Namespace) -> int:
     return demo(db_url=args.db, keep_running=args.keep_running)
 
 
+def run_replay(args: argparse.Namespace) -> int:
+    from streams.replay import run_replay as replay
+
+    return replay(args)
+
+
+def run_export(args: argparse.Namespace) -> int:
+    from streams.replay import run_export as export
+
+    return export(args)
+
+
+def run_config(args: argparse.Namespace) -> int:
+    from streams.config_admin import run_config as config
+
+    return config(args)
+
+
 COMMANDS = {
+    "replay": run_replay,
+    "export": run_export,
+    "config": run_config,
     "worker": run_worker,
     "demo": run_demo,
     "history": run_history,

@@ -93,6 +93,7 @@ class GatewayClient:
             bootstrap_servers=bootstrap_servers,
             group_id=None,
             enable_auto_commit=False,
+            fetch_max_wait_ms=20,  # decisions must not wait out a long poll (see faust_tuning)
             **kafka_options,
         )
         self._control: dict[str, _RunControl] = defaultdict(_RunControl)

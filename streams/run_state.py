@@ -8,6 +8,7 @@ Faust agents keep in their table, the replay tool re-runs and the tests drive di
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +32,9 @@ from streams.history import RunHistory
 # Out-of-order events wait for the gap to fill; past this many the gap is given up on so one
 # lost event cannot stall a run forever (deterministically: always the lowest waiting seq).
 REORDER_LIMIT = 64
+# Decisions of the last few deciding events, kept so a redelivered event can publish its
+# decisions again (same ids) when the first publication was lost in a crash.
+RECENT_DECISIONS = 16
 
 ACTIVE, ENDED, ABORTED = "active", "ended", "aborted"
 
@@ -57,9 +61,24 @@ class RunState:
     history: RunHistory = field(init=False)
     guard: PostCompactionGuard = field(default_factory=PostCompactionGuard)
     stats: RunStats = field(default_factory=RunStats)
+    recent: deque[tuple[int, list[Decision]]] = field(
+        default_factory=lambda: deque(maxlen=RECENT_DECISIONS)
+    )
 
     def __post_init__(self) -> None:
         self.history = RunHistory(self.history_size)
+
+    def is_duplicate(self, seq: int) -> bool:
+        """Already processed (or already waiting for its turn)."""
+        return seq <= self.last_seq or seq in self.waiting
+
+    def decisions_for(self, seq: int) -> list[Decision]:
+        """What processing event ``seq`` decided, while it is among the recent ones."""
+        self.stats.duplicates += 1
+        for decided_seq, decisions in self.recent:
+            if decided_seq == seq:
+                return list(decisions)
+        return []
 
     # -- ordering --------------------------------------------------------------------
 
@@ -80,7 +99,12 @@ class RunState:
                 self.stats.gaps += following - self.last_seq - 1
             ready = self.waiting.pop(following)
             self.last_seq = following
-            decisions.extend(self._process(ready, cfg))
+            decisions.extend(self._remember(following, self._process(ready, cfg)))
+        return decisions
+
+    def _remember(self, seq: int, decisions: list[Decision]) -> list[Decision]:
+        if decisions:
+            self.recent.append((seq, decisions))
         return decisions
 
     def flush(self, cfg: LoopDetectionConfig) -> list[Decision]:
@@ -90,7 +114,7 @@ class RunState:
             event = self.waiting.pop(seq)
             self.stats.gaps += seq - self.last_seq - 1
             self.last_seq = seq
-            decisions.extend(self._process(event, cfg))
+            decisions.extend(self._remember(seq, self._process(event, cfg)))
         return decisions
 
     # -- processing ------------------------------------------------------------------
@@ -261,6 +285,7 @@ class RunState:
             "history": self.history.to_list(),
             "guard": self.guard.to_dict(),
             "stats": [self.stats.events, self.stats.duplicates, self.stats.gaps, self.stats.late],
+            "recent": [[seq, [d.to_dict() for d in ds]] for seq, ds in self.recent],
         }
 
     @classmethod
@@ -283,4 +308,6 @@ class RunState:
         )
         state.guard = PostCompactionGuard.from_dict(data["guard"])
         state.stats = RunStats(*data["stats"])
+        for seq, decisions in data.get("recent", []):
+            state.recent.append((seq, [Decision.from_dict(d) for d in decisions]))
         return state

@@ -61,6 +61,11 @@ class Settings:
     max_message_bytes: int = 1_048_576
     run_idle_ttl: float = 3600.0
     audit_batch: int = 500
+    fetch_max_wait_ms: int = 20
+    batch_size: int = 500
+    batch_window: float = 0.005
+    commit_interval: float = 0.5
+    producer_max_batch: int = 1
     security_protocol: str = "PLAINTEXT"
     sasl_mechanism: str = ""
     sasl_username: str = ""
@@ -86,6 +91,11 @@ class Settings:
             max_message_bytes=_int("MAX_MESSAGE_BYTES", cls.max_message_bytes),
             run_idle_ttl=_float("RUN_IDLE_TTL", cls.run_idle_ttl),
             audit_batch=_int("AUDIT_BATCH", cls.audit_batch),
+            fetch_max_wait_ms=_int("FETCH_MAX_WAIT_MS", cls.fetch_max_wait_ms),
+            batch_size=_int("BATCH_SIZE", cls.batch_size),
+            batch_window=_float("BATCH_WINDOW_MS", cls.batch_window * 1000) / 1000,
+            commit_interval=_float("COMMIT_INTERVAL", cls.commit_interval),
+            producer_max_batch=_int("PRODUCER_MAX_BATCH", cls.producer_max_batch),
             security_protocol=_env("SECURITY_PROTOCOL", cls.security_protocol),
             sasl_mechanism=_env("SASL_MECHANISM", ""),
             sasl_username=_env("SASL_USERNAME", ""),

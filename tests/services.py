@@ -67,7 +67,7 @@ class Pipeline:
         ensure_topics(self.settings)
         return self
 
-    def start_worker(self, **env: str) -> WorkerProcess:
+    def start_worker(self, *, web_port: int | None = None, **env: str) -> WorkerProcess:
         config_file = None
         if self.config is not None:
             config_file = self.workdir / f"{self.prefix}-config.json"
@@ -80,6 +80,7 @@ class Pipeline:
             config_file=str(config_file) if config_file else None,
             partitions=self.partitions,
             data_dir=str(self.workdir / "data"),
+            web_port=web_port,
             env={**FAST_GROUP_ENV, "LOOPGUARD_TOPIC_PREFIX": self.prefix, **env},
         ).start()
         self.workers.append(worker)

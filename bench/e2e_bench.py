@@ -1,0 +1,211 @@
+"""End-to-end figures through one real worker on the embedded tansu broker.
+
+Prints: sustained events/s through one worker (produce → worker → control topic), decision
+latency p50/p99 at a fixed offered rate (event produced → decision received by the gateway
+client), and the ratio of end-to-end throughput to the bare detector core on the same
+events, so a regression anywhere in the pipeline shows up as a ratio.
+
+    python bench/e2e_bench.py [--events 40000] [--rate 1000] [--seconds 10] [--db URL] [--json]
+
+Everything runs on loopback and stops by itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from kafka import KafkaProducer  # noqa: E402
+from kafka.partitioner.default import murmur2  # noqa: E402
+
+from streams.avro_codec import encode_event  # noqa: E402
+from streams.config import fleet_from_document  # noqa: E402
+from streams.embedded_broker import EmbeddedBroker  # noqa: E402
+from streams.engine import LoopGuard  # noqa: E402
+from streams.events import CompactionRetry, Decision, Envelope, ToolCall, ToolResult  # noqa: E402
+from streams.gateway_client import GatewayClient  # noqa: E402
+from streams.settings import Settings  # noqa: E402
+from streams.topics import ensure_topics  # noqa: E402
+from streams.worker_process import WorkerProcess, wait_until_processing  # noqa: E402
+
+PARTITIONS = 4
+CONFIG = {"tools": {"loopDetection": {"enabled": True}}}
+
+
+def compaction_loop_run(run_id: str, t0: int = 0) -> list:
+    """7 events; the last one (3rd identical result after compaction) triggers an abort."""
+    events = [CompactionRetry(Envelope(run_id, "bench", "gw", 1, t0))]
+    seq = 1
+    for _ in range(3):
+        seq += 1
+        events.append(ToolCall(Envelope(run_id, "bench", "gw", seq, t0), "exec", '{"c":1}'))
+        seq += 1
+        events.append(
+            ToolResult(Envelope(run_id, "bench", "gw", seq, t0), "exec", '{"c":1}', '"same"')
+        )
+    return events
+
+
+def busy_run(run_id: str, length: int) -> list:
+    """Ordinary varied work: no decisions, exercises hashing and history."""
+    events = []
+    for i in range(length // 2):
+        args = json.dumps({"path": f"src/file_{i}.py", "line": i})
+        events.append(ToolCall(Envelope(run_id, "bench", "gw", 2 * i + 1, 0), "read_file", args))
+        events.append(
+            ToolResult(
+                Envelope(run_id, "bench", "gw", 2 * i + 2, 0),
+                "read_file",
+                args,
+                json.dumps({"content": [{"type": "text", "text": f"line {i}"}]}),
+            )
+        )
+    return events
+
+
+def sentinel_ids(prefix: str) -> list[str]:
+    """One run id per partition (same murmur2 as the producers), to mark 'all processed'."""
+    found: dict[int, str] = {}
+    i = 0
+    while len(found) < PARTITIONS:
+        run_id = f"{prefix}-sentinel-{i}"
+        found.setdefault((murmur2(run_id.encode()) & 0x7FFFFFFF) % PARTITIONS, run_id)
+        i += 1
+    return list(found.values())
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=40_000, help="events for throughput")
+    parser.add_argument("--rate", type=int, default=1000, help="offered events/s for latency")
+    parser.add_argument("--seconds", type=float, default=10.0, help="latency phase duration")
+    parser.add_argument("--db", help="audit DB URL (default: SQLite in a temp dir)")
+    parser.add_argument("--json", action="store_true", help="also print one JSON line")
+    args = parser.parse_args()
+
+    tmp = Path(tempfile.mkdtemp(prefix="loopguard-bench-"))
+    db_url = args.db or f"sqlite:///{tmp / 'audit.db'}"
+    config_file = tmp / "config.json"
+    config_file.write_text(json.dumps(CONFIG))
+    broker = EmbeddedBroker(log_path=tmp / "tansu.log").start()
+    worker = WorkerProcess(
+        broker.url,
+        db_url,
+        log_path=tmp / "worker.log",
+        config_file=str(config_file),
+        partitions=PARTITIONS,
+        data_dir=str(tmp / "data"),
+    )
+    arrivals: dict[str, float] = {}
+    arrived = threading.Condition()
+
+    def on_decision(decision: Decision) -> None:
+        with arrived:
+            arrivals.setdefault(decision.run_id, time.perf_counter())
+            arrived.notify_all()
+
+    try:
+        ensure_topics(Settings(broker=broker.url, partitions=PARTITIONS))
+        worker.start()
+        client = GatewayClient(broker.bootstrap, "bench-gw", on_decision=on_decision)
+        wait_until_processing(client, workers=[worker])
+        producer = KafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=5, acks=1)
+        topic = Settings().topics.events
+
+        # -- throughput: pre-encoded events as fast as the producer goes ------------------
+        events = []
+        run_no = 0
+        while len(events) < args.events:
+            run_no += 1
+            if run_no % 4 == 0:
+                events += compaction_loop_run(f"tp-{run_no}")
+            else:
+                events += busy_run(f"tp-{run_no}", 40)
+        sentinels = sentinel_ids("tp")
+        for run_id in sentinels:
+            events += compaction_loop_run(run_id)
+        encoded = [(e.envelope.run_id.encode(), encode_event(e)) for e in events]
+        start = time.perf_counter()
+        for key, value in encoded:
+            producer.send(topic, key=key, value=value)
+        producer.flush()
+        produced_in = time.perf_counter() - start
+        with arrived:
+            arrived.wait_for(lambda: all(s in arrivals for s in sentinels), timeout=600)
+        elapsed = max(arrivals[s] for s in sentinels) - start
+        e2e_rate = len(encoded) / elapsed
+
+        core = LoopGuard(fleet_from_document(CONFIG))
+        core_start = time.perf_counter()
+        for event in events:
+            core.process(event)
+        core_rate = len(events) / (time.perf_counter() - core_start)
+
+        # -- latency at a fixed offered rate: one decision per 7-event run -----------------
+        sent_at: dict[str, float] = {}
+        interval = 1.0 / args.rate
+        next_at = time.perf_counter()
+        deadline = next_at + args.seconds
+        i = 0
+        while time.perf_counter() < deadline:
+            run_id = f"lat-{i}"
+            run_events = compaction_loop_run(run_id)
+            for n, event in enumerate(run_events):
+                now = time.perf_counter()
+                if next_at > now:
+                    time.sleep(next_at - now)
+                next_at += interval
+                producer.send(topic, key=run_id.encode(), value=encode_event(event))
+                if n == len(run_events) - 1:
+                    producer.flush()
+                    sent_at[run_id] = time.perf_counter()
+            i += 1
+        with arrived:
+            arrived.wait_for(lambda: all(r in arrivals for r in sent_at), timeout=120)
+        latencies = sorted((arrivals[r] - sent_at[r]) * 1000 for r in sent_at if r in arrivals)
+        p50 = statistics.median(latencies)
+        p99 = latencies[int(len(latencies) * 0.99) - 1]
+        lost = len(sent_at) - len(latencies)
+        client.close()
+        producer.close()
+    finally:
+        worker.stop()
+        broker.stop()
+
+    print("loopguard end-to-end benchmark (1 worker, tansu memory broker, loopback)")
+    print(f"  throughput: {len(encoded)} events in {elapsed:.2f}s = {e2e_rate:,.0f} events/s")
+    print(f"              (producer alone took {produced_in:.2f}s)")
+    print(f"  bare core on the same events: {core_rate:,.0f} events/s")
+    print(f"  end-to-end / core ratio: {e2e_rate / core_rate:.3f}")
+    print(
+        f"  decision latency at {args.rate} events/s offered: p50 {p50:.1f} ms, "
+        f"p99 {p99:.1f} ms over {len(latencies)} decisions ({lost} missing)"
+    )
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "e2e_events_per_s": round(e2e_rate),
+                    "core_events_per_s": round(core_rate),
+                    "ratio": round(e2e_rate / core_rate, 4),
+                    "latency_p50_ms": round(p50, 2),
+                    "latency_p99_ms": round(p99, 2),
+                    "rate": args.rate,
+                    "decisions": len(latencies),
+                    "missing": lost,
+                }
+            )
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
