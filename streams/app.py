@@ -87,15 +87,28 @@ events_topic = app.topic(settings.topics.events, **raw)
 control_topic = app.topic(settings.topics.control, **raw)
 deadletter_topic = app.topic(settings.topics.deadletter, **raw)
 
+# The changelog carries RunState through our codec (Faust would pick JSON for a plain
+# class and hand dicts back on recovery), so declare its topic explicitly.
+runs_changelog = app.topic(
+    f"{settings.app_id}-runs-changelog",
+    key_type=bytes,
+    key_serializer="raw",
+    value_serializer=state_codec.CODEC_NAME,
+    partitions=settings.partitions,
+    compacting=True,
+    acks=False,
+    internal=True,
+    maxsize=131_072,
+    allow_empty=True,
+)
 runs = app.Table(
     "runs",
     default=None,
     key_type=bytes,  # the raw run id, exactly the events topic's message key
     use_partitioner=True,  # changelog partition = murmur2(run id), same as the events topic
+    changelog_topic=runs_changelog,
 )
-# Faust picks a table's serializer from its value type; RunState is a plain class, so name
-# the codec directly (before the changelog topic is first built).
-runs.value_serializer = state_codec.CODEC_NAME
+runs.value_serializer = state_codec.CODEC_NAME  # used when the table writes its changelog
 # Per-agent overrides published at run time (`loopguard config set`): every worker reads all.
 agent_overrides = ConfigWatcher(
     settings.bootstrap_servers, settings.topics.config, **settings.kafka_client_options()
@@ -180,6 +193,12 @@ async def _guard_one(message: Any, touched: dict[bytes, RunState]) -> list[Decis
         await dead_letter(message, str(exc))
         return []
     run_id = agent_event.envelope.run_id
+    if agent_event.envelope.seq < 1:
+        await dead_letter(
+            message,
+            f"seq must be 1 or more (run sequences start at 1), got {agent_event.envelope.seq}",
+        )
+        return []
     key = run_id.encode()
     if message.key != key:
         # Keyed by something else: re-key so the run's state lives on one partition.

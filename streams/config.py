@@ -198,24 +198,34 @@ class FleetConfig:
         }
 
 
+def _object_or_empty(value: Any, path: str) -> dict[str, Any]:
+    """An optional object: absent/null means empty, anything but an object is an error."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{path}: expected an object, got {type(value).__name__}")
+    return value
+
+
 def fleet_from_document(doc: Any) -> FleetConfig:
     """Read ``tools.loopDetection`` and ``agents.list[].tools.loopDetection`` from a document."""
     if doc is None:
         return FleetConfig()
     if not isinstance(doc, dict):
         raise ConfigError(f"config: expected an object at the top level, got {type(doc).__name__}")
-    tools = doc.get("tools") or {}
-    if not isinstance(tools, dict):
-        raise ConfigError("tools: expected an object")
+    tools = _object_or_empty(doc.get("tools"), "tools")
     global_block = _check_block(tools.get("loopDetection"), "tools.loopDetection")
     agents: dict[str, dict[str, Any]] = {}
-    agent_list = (doc.get("agents") or {}).get("list") or []
+    agent_list = _object_or_empty(doc.get("agents"), "agents").get("list")
+    if agent_list is None:
+        agent_list = []
     if not isinstance(agent_list, list):
-        raise ConfigError("agents.list: expected a list")
+        raise ConfigError(f"agents.list: expected a list, got {type(agent_list).__name__}")
     for index, entry in enumerate(agent_list):
         if not isinstance(entry, dict) or not isinstance(entry.get("id"), str):
             raise ConfigError(f"agents.list[{index}].id: expected a string agent id")
-        block = (entry.get("tools") or {}).get("loopDetection")
+        agent_tools = _object_or_empty(entry.get("tools"), f"agents.list[{index}].tools")
+        block = agent_tools.get("loopDetection")
         if block is not None:
             path = f"agents.list[{index}].tools.loopDetection"
             agents[entry["id"]] = _check_block(block, path)
@@ -232,6 +242,8 @@ def load_fleet_config(path: str | Path) -> FleetConfig:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read config file ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start})") from None
     try:
         if path.suffix in {".yaml", ".yml"}:
             import yaml

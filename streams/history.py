@@ -153,8 +153,7 @@ class RunHistory:
     def attach_result(self, record: CallRecord, outcome: Outcome) -> None:
         """Give a pending call its outcome; a loop veto repeats the last outcome."""
         self._unpend(record)
-        record.result_hash = self._effective_hash(record.sig, outcome)
-        record.unknown_tool = outcome.unknown_tool
+        record.result_hash, record.unknown_tool = self._effective(record, outcome)
         if record.result_hash is None:
             return
         self.sig_results[record.sig] = self.sig_results.get(record.sig, 0) + 1
@@ -177,8 +176,7 @@ class RunHistory:
     ) -> CallRecord:
         """A result whose call was never seen (or already trimmed) becomes its own record."""
         record = CallRecord(self.next_index, tool_name, sig, tool_call_id, known_poll, action)
-        record.result_hash = self._effective_hash(sig, outcome)
-        record.unknown_tool = outcome.unknown_tool
+        record.result_hash, record.unknown_tool = self._effective(record, outcome)
         self._append(record)
         if record.result_hash is not None:
             self.sig_results[sig] = self.sig_results.get(sig, 0) + 1
@@ -192,12 +190,29 @@ class RunHistory:
 
     # -- internals -------------------------------------------------------------------
 
-    def _effective_hash(self, sig: str, outcome: Outcome) -> str | None:
+    def _effective(self, record: CallRecord, outcome: Outcome) -> tuple[str | None, str | None]:
+        """(result hash, unknown tool) to store; a loop veto repeats the last outcome.
+
+        A block the gateway enforced is an outcome too, and no progress: it repeats the
+        signature's last outcome (including the missing tool it named) so every streak keeps
+        growing towards the breaker instead of resetting.
+        """
         if not outcome.loop_veto:
-            return outcome.result_hash
-        # A block the gateway enforced is an outcome too, and no progress: it repeats the
-        # signature's last outcome so the streak keeps growing towards the breaker.
-        return self.latest_result_hash(sig) or f"loop-veto:{sig}"
+            return outcome.result_hash, outcome.unknown_tool
+        latest = self.sig_latest_result.get(record.sig)
+        if latest is None:  # first call of these args: repeat what the same tool last did
+            latest = next(
+                (
+                    r
+                    for r in reversed(self.records)
+                    if r.tool_name == record.tool_name and r.result_hash is not None
+                ),
+                None,
+            )
+            if latest is None:
+                return f"loop-veto:{record.sig}", None
+            return f"loop-veto:{record.sig}", latest.unknown_tool
+        return latest.result_hash, latest.unknown_tool
 
     def _append(self, record: CallRecord) -> None:
         self.next_index += 1

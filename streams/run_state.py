@@ -1,9 +1,11 @@
 """Per-run state machine: orders a run's events, feeds the detectors and the post-compaction
 guard, and turns what they find into decisions for the gateway.
 
-Pure and deterministic: the same events in (in any delivery order, with duplicates) give the
-same decisions out and the same serialised state, byte for byte. This is the one object the
-Faust agents keep in their table, the replay tool re-runs and the tests drive directly.
+Pure and deterministic: the same events in give the same decisions out and the same
+serialised state, byte for byte; delivered in another order (within the reorder limit) or
+with duplicates, they still give the same decisions (only the delivery counters differ).
+This is the one object the Faust agents keep in their table, the replay tool re-runs and the
+tests drive directly.
 """
 
 from __future__ import annotations
@@ -146,11 +148,12 @@ class RunState:
 
     def _on_call(self, event: ToolCall, cfg: LoopDetectionConfig) -> list[Decision]:
         params = parse_json(event.args_json)
-        call = CurrentCall(
-            event.tool_name,
-            args_hash(event.tool_name, params),
-            is_known_poll_call(event.tool_name, params),
-        )
+        try:
+            sig = args_hash(event.tool_name, params)
+        except RecursionError:  # nested too deep to canonicalise: hash the text as sent
+            params = event.args_json
+            sig = args_hash(event.tool_name, params)
+        call = CurrentCall(event.tool_name, sig, is_known_poll_call(event.tool_name, params))
         hit = detect(self.history, call, cfg)
         action = params.get("action") if isinstance(params, dict) else None
         self.history.append_call(
@@ -164,13 +167,22 @@ class RunState:
 
     def _on_result(self, event: ToolResult, cfg: LoopDetectionConfig) -> list[Decision]:
         params = parse_json(event.args_json)
-        sig = None if event.args_json is None else args_hash(event.tool_name, params)
+        try:
+            sig = None if event.args_json is None else args_hash(event.tool_name, params)
+        except RecursionError:  # as in _on_call: the raw text stands for itself
+            params = event.args_json
+            sig = args_hash(event.tool_name, params)
         record = self.history.find_pending(event.tool_name, sig, event.tool_call_id)
         if event.args_json is None:
             # Results may omit args when they carry the call id: hash with what the call had.
             params = {"action": record.action} if record and record.action else {}
             sig = record.sig if record else args_hash(event.tool_name, params)
-        outcome = outcome_hash(event.tool_name, params, parse_json(event.result_json), event.error)
+        try:
+            outcome = outcome_hash(
+                event.tool_name, params, parse_json(event.result_json), event.error
+            )
+        except RecursionError:
+            outcome = outcome_hash(event.tool_name, params, event.result_json, event.error)
         if record is not None:
             self.history.attach_result(record, outcome)
         else:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import fastavro
 import fastavro.schema
 
+import schemas
 from streams.codec_errors import (
     InvalidSchemaError,
     SchemaMismatchError,
@@ -48,7 +49,7 @@ __all__ = [
     "schema_json_for",
 ]
 
-SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schemas"
+SCHEMA_DIR = Path(schemas.__file__).resolve().parent  # top-level schemas/, also installed
 SCHEMA_NAMES = ("AgentEvent", "Decision", "DeadLetter")
 
 

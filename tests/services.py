@@ -25,10 +25,12 @@ from streams.settings import Settings, Topics
 from streams.topics import ensure_topics
 from streams.worker_process import WorkerProcess, wait_until_processing
 
+# tansu answers JoinGroup after about max(1 s, session timeout / 2), and a worker that
+# replaces a killed one waits for the dead member's session to expire: keep both short.
 FAST_GROUP_ENV = {
-    "LOOPGUARD_SESSION_TIMEOUT": "6",
-    "LOOPGUARD_HEARTBEAT_INTERVAL": "1",
-    "LOOPGUARD_REBALANCE_TIMEOUT": "20",
+    "LOOPGUARD_SESSION_TIMEOUT": "2",
+    "LOOPGUARD_HEARTBEAT_INTERVAL": "0.5",
+    "LOOPGUARD_REBALANCE_TIMEOUT": "10",
 }
 ENABLED = {"tools": {"loopDetection": {"enabled": True}}}
 
@@ -99,9 +101,9 @@ class Pipeline:
     def store(self) -> AuditStore:
         return AuditStore(self.db_url)
 
-    def worker_logs(self) -> str:
+    def worker_logs(self, tail: int = 4000) -> str:
         return "\n".join(
-            f"--- {w.log_path} ---\n{w.log_path.read_text(errors='replace')[-4000:]}"
+            f"--- {w.log_path} ---\n{w.log_path.read_text(errors='replace')[-tail:]}"
             for w in self.workers
             if w.log_path and w.log_path.exists()
         )

@@ -352,42 +352,14 @@ def test_document_shape_errors(document, path):
         fleet_from_document(document)
 
 
-FALSY_BUG = (
-    "BUG: config.fleet_from_document reads `doc.get('tools') or {}` and "
-    "`(...).get('list') or []`, so an empty list/string where an object (or list) is "
-    "expected is silently replaced by the default instead of raising ConfigError"
-)
-CRASH_BUG = (
-    "BUG: config.fleet_from_document calls .get() on `agents` and on an agent entry's "
-    "`tools` without checking they are objects: a list/string there raises AttributeError "
-    "instead of a ConfigError naming the path"
-)
-
-
 @pytest.mark.parametrize(
     ("document", "path"),
     [
-        pytest.param(
-            {"tools": []}, "tools", marks=pytest.mark.xfail(strict=True, reason=FALSY_BUG)
-        ),
-        pytest.param(
-            {"agents": {"list": {}}},
-            "agents.list",
-            marks=pytest.mark.xfail(strict=True, reason=FALSY_BUG),
-        ),
-        pytest.param(
-            {"agents": [{"id": "a"}]},
-            "agents",
-            marks=pytest.mark.xfail(strict=True, reason=CRASH_BUG),
-        ),
-        pytest.param(
-            {"agents": "x"}, "agents", marks=pytest.mark.xfail(strict=True, reason=CRASH_BUG)
-        ),
-        pytest.param(
-            {"agents": {"list": [{"id": "a", "tools": ["x"]}]}},
-            "agents.list[0].tools",
-            marks=pytest.mark.xfail(strict=True, reason=CRASH_BUG),
-        ),
+        pytest.param({"tools": []}, "tools"),
+        pytest.param({"agents": {"list": {}}}, "agents.list"),
+        pytest.param({"agents": [{"id": "a"}]}, "agents"),
+        pytest.param({"agents": "x"}, "agents"),
+        pytest.param({"agents": {"list": [{"id": "a", "tools": ["x"]}]}}, "agents.list[0].tools"),
     ],
 )
 def test_document_shape_errors_wrong_container(document, path):
@@ -516,14 +488,6 @@ def test_bad_syntax_names_the_file(tmp_path: Path, name, text):
         load_fleet_config(path)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: config.load_fleet_config only catches OSError around Path.read_text; a file "
-        "that is not UTF-8 raises UnicodeDecodeError (a ValueError) instead of a ConfigError "
-        "naming the file"
-    ),
-)
 def test_non_utf8_file(tmp_path: Path):
     path = tmp_path / "latin1.json5"
     path.write_bytes(b'{ tools: { loopDetection: { enabled: "\xe9" } } }')

@@ -312,16 +312,6 @@ def test_unknown_tool_ordinary_errors_do_not_count():
     assert got == {}
 
 
-UNKNOWN_VETO_BUG = (
-    "BUG: history.attach_result stores outcome.unknown_tool (None for the loop veto) on the "
-    "vetoed call, so the gateway-enforced block of an unknown-tool retry resets the "
-    "unknown-tool streak to 0 instead of repeating the call's last outcome; the very next "
-    "retry of the missing tool is let through (no decision) and the run is only blocked "
-    "again after unknownToolThreshold more failures (abort after ~33 calls by default)"
-)
-
-
-@pytest.mark.xfail(strict=True, reason=UNKNOWN_VETO_BUG)
 @pytest.mark.parametrize("same_args", [False, True], ids=["changing-args", "same-args"])
 def test_unknown_tool_block_is_sticky_and_escalates(same_args):
     got = unknown(Run(on()), 13, same_args=same_args)

@@ -430,15 +430,6 @@ def test_odd_payloads_through_the_engine():
     assert all(not r.pending for r in state.history.records)
 
 
-DEPTH_BUG = (
-    "BUG: hashing.strip_volatile_send_ids recurses in Python (two frames per level: the "
-    "function and its dict comprehension), so a message-send result whose details nest a few "
-    "hundred levels deep -- valid JSON that parse_json accepts -- raises RecursionError out of "
-    "LoopGuard.process and the event can never be processed (poison pill)"
-)
-
-
-@pytest.mark.xfail(strict=True, reason=DEPTH_BUG)
 def test_deeply_nested_send_result_does_not_crash():
     lg = loop_guard(enabled=True)
     run = Run(lg)
@@ -450,15 +441,6 @@ def test_deeply_nested_send_result_does_not_crash():
     assert not lg.runs[run.run_id].history.records[-1].pending
 
 
-PARSE_DUMP_BUG = (
-    "BUG: hashing.parse_json accepts JSON nested just below the interpreter's recursion limit, "
-    "but digest()/canonical_json() then re-serialises it (plus a wrapper level, a few frames "
-    "deeper) and json.dumps raises RecursionError, which escapes LoopGuard.process; "
-    "parse_json should fall back to hashing the text (or digest should catch RecursionError)"
-)
-
-
-@pytest.mark.xfail(strict=True, reason=PARSE_DUMP_BUG)
 def test_any_parseable_nesting_depth_does_not_crash():
     crashed = []
     for depth in range(850, 1001):

@@ -1,0 +1,1 @@
+"""Avro schemas of loopguard's topics (shipped as package data)."""

@@ -1,0 +1,169 @@
+"""Faults on real parts: a worker killed mid-stream, the audit database going away.
+
+Expected decisions are always the pure core's over the events that were published, so a lost,
+doubled or mis-ordered decision anywhere in the pipeline shows up as a set difference.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+
+import pytest
+from db_fixtures import _fresh_pg_database
+from kafka import KafkaConsumer, TopicPartition
+from services import ENABLED
+from sqlalchemy.engine import make_url
+from tcp_proxy import TcpProxy
+
+from streams.audit import AuditStore
+from streams.avro_codec import decode_decision
+from streams.config import fleet_from_document
+from streams.engine import LoopGuard
+from streams.events import Decision, Envelope, ToolCall, ToolResult
+
+pytestmark = pytest.mark.integration
+
+
+def looping_run(run_id: str, cycles: int) -> list:
+    """Identical call + identical result, again and again: warn, block, abort."""
+    events = []
+    for i in range(cycles):
+        seq = 2 * i + 1
+        events.append(ToolCall(Envelope(run_id, "coder", "gw-test", seq, seq), "grep", '{"q":1}'))
+        events.append(
+            ToolResult(Envelope(run_id, "coder", "gw-test", seq + 1, seq), "grep", '{"q":1}', '"0"')
+        )
+    return events
+
+
+def expected(events) -> dict[str, Decision]:
+    core = LoopGuard(fleet_from_document(ENABLED))
+    return {d.decision_id: d for d in core.process_all(events)}
+
+
+def control_topic_counts(bootstrap: str, topic: str, run_ids: set[str]) -> Counter:
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, consumer_timeout_ms=2000)
+    parts = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic)]
+    consumer.assign(parts)
+    consumer.seek_to_beginning(*parts)
+    counts: Counter = Counter()
+    for record in consumer:
+        decision = decode_decision(record.value)
+        if decision.run_id in run_ids:
+            counts[decision.decision_id] += 1
+    consumer.close()
+    return counts
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_worker_killed_mid_stream_is_replaced_without_losing_state(running_pipeline) -> None:
+    pipeline, client = running_pipeline
+    run_ids = [f"crash-run-{i}" for i in range(6)]
+    per_run = {run_id: looping_run(run_id, 26) for run_id in run_ids}
+    interleaved = [e for events in zip(*per_run.values(), strict=True) for e in events]
+    want = expected(interleaved)
+    assert {d.action.value for d in want.values()} == {"warn", "block", "abort"}
+
+    published = threading.Event()
+
+    def publish() -> None:
+        for n, event in enumerate(interleaved):
+            client.publish(event)
+            if n % 20 == 0:
+                client.flush()
+                time.sleep(0.05)
+        client.flush()
+        published.set()
+
+    feeder = threading.Thread(target=publish)
+    feeder.start()
+    # Kill the worker once it has visibly processed part of the stream.
+    client.wait_for(run_ids[0], lambda ds: len(ds) >= 3, timeout=60)
+    pipeline.workers[0].kill()
+    killed_at = len([d for r in run_ids for d in client.decisions(r)])
+    pipeline.start_worker()
+    feeder.join()
+    assert published.is_set()
+    assert killed_at < len(want), "the kill came too late to be mid-stream"
+
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        got = {d.decision_id: d for r in run_ids for d in client.decisions(r)}
+        if len(got) >= len(want):
+            break
+        time.sleep(0.2)
+    assert got == want, pipeline.worker_logs()
+
+    with pipeline.store() as store:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            rows = [d for r in run_ids for d in store.history(r)]
+            if len(rows) >= len(want):
+                break
+            time.sleep(0.2)
+    assert {d.decision_id: d for d in rows} == want
+    assert len(rows) == len(want)  # no duplicate audit rows
+    counts = control_topic_counts(
+        pipeline.broker.bootstrap, pipeline.settings.topics.control, set(run_ids)
+    )
+    assert set(counts) == set(want)
+    print(f"physical re-publications after the crash: {sum(counts.values()) - len(counts)}")
+
+
+@pytest.fixture
+def proxied_pg() -> Iterator[tuple[str, str, TcpProxy]]:
+    """A fresh PostgreSQL database, plus a URL to it that goes through a cuttable proxy."""
+    for direct in _fresh_pg_database():
+        url = make_url(direct)
+        proxy = TcpProxy(url.host or "127.0.0.1", url.port or 5432)
+        proxied = url.set(host="127.0.0.1", port=proxy.port).render_as_string(
+            hide_password=False
+        )
+        with AuditStore(direct) as store:
+            store.migrate()
+        try:
+            yield direct, proxied, proxy
+        finally:
+            proxy.close()
+
+
+@pytest.mark.postgres
+def test_database_outage_delays_the_audit_trail_but_not_decisions(
+    pipeline_factory, proxied_pg
+) -> None:
+    direct, proxied, proxy = proxied_pg
+    pipeline = pipeline_factory(proxied, config=ENABLED)
+    pipeline.start_worker()
+    client = pipeline.client()
+    pipeline.wait_ready(client)
+
+    proxy.cut()
+    events = looping_run("outage-run", 24)
+    for event in events:
+        client.publish(event)
+    client.flush()
+    want = expected(events)
+    # Gateways still get every decision while the database is unreachable.
+    got = client.wait_for("outage-run", lambda ds: len(ds) >= len(want), timeout=60)
+    assert {d.decision_id: d for d in got} == want
+    deadline = time.monotonic() + 30
+    outage_seen = "unavailable while writing decisions"
+    while outage_seen not in pipeline.worker_logs(tail=10**9) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert outage_seen in pipeline.worker_logs(tail=10**9)  # the writer really hit the outage
+    with AuditStore(direct) as store:
+        assert store.history("outage-run") == []
+
+    proxy.restore()
+    deadline = time.monotonic() + 60
+    with AuditStore(direct) as store:
+        while time.monotonic() < deadline:
+            rows = store.history("outage-run")
+            if len(rows) >= len(want):
+                break
+            time.sleep(0.2)
+    assert {d.decision_id: d for d in rows} == want
+    assert len(rows) == len(want)
