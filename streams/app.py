@@ -32,11 +32,14 @@ from streams.avro_codec import (
     encode_dead_letter,
     encode_decision,
 )
+from streams.codec_errors import UnknownSchemaError
 from streams.config import FleetConfig, LoopDetectionConfig, fleet_from_document, load_fleet_config
 from streams.config_watcher import ConfigWatcher
-from streams.events import Decision
+from streams.events import AgentEvent, Decision
 from streams.faust_tuning import set_fetch_max_wait
 from streams.run_state import ACTIVE, RunState
+from streams.schema_registry import default_registry
+from streams.schema_topic import SchemaTopic
 from streams.settings import Settings
 from streams.web import register_views
 
@@ -143,6 +146,13 @@ configs = ConfigBook(
     load_fleet_config(settings.config_file) if settings.config_file else fleet_from_document({})
 )
 audit = AuditWriter(settings.db_url)
+registry = default_registry()
+schema_topic = SchemaTopic(
+    settings.bootstrap_servers,
+    settings.topics.schemas,
+    registry,
+    **settings.kafka_client_options(),
+)
 register_views(app, settings.db_url)  # HTTP API, served with `loopguard worker --web-port`
 last_touched: dict[bytes, float] = {}
 
@@ -186,9 +196,19 @@ async def guard_runs(stream: faust.StreamT) -> None:
             last_touched[key] = now
 
 
+async def _decode(value: bytes) -> AgentEvent:
+    """Decode an event; a writer schema we have not seen is looked up on the schemas topic."""
+    try:
+        return decode_event(value, registry, max_size=settings.max_message_bytes)
+    except UnknownSchemaError as exc:
+        if not await asyncio.to_thread(schema_topic.resolve, exc.fingerprint):
+            raise
+        return decode_event(value, registry, max_size=settings.max_message_bytes)
+
+
 async def _guard_one(message: Any, touched: dict[bytes, RunState]) -> list[Decision]:
     try:
-        agent_event = decode_event(message.value, max_size=settings.max_message_bytes)
+        agent_event = await _decode(message.value)
     except CodecError as exc:
         await dead_letter(message, str(exc))
         return []

@@ -31,7 +31,7 @@ from typing import Any
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from streams.avro_codec import CodecError, decode_decision, encode_event
+from streams.avro_codec import CodecError, decode_decision, encode_event, event_schema_json
 from streams.events import (
     Action,
     AgentEvent,
@@ -43,6 +43,8 @@ from streams.events import (
     ToolCall,
     ToolResult,
 )
+from streams.schema_registry import default_registry
+from streams.schema_topic import publish_schema
 from streams.settings import Topics
 
 log = logging.getLogger("loopguard.gateway")
@@ -75,6 +77,9 @@ class _RunControl:
 
 
 class GatewayClient:
+    # The Avro schema this client writes with; announced on the schemas topic at start.
+    writer_schema_json = event_schema_json()
+
     def __init__(
         self,
         bootstrap_servers: str | list[str],
@@ -101,6 +106,9 @@ class GatewayClient:
         self._lock = threading.Condition()
         self._stop = threading.Event()
         self._assign_control_partitions()
+        publish_schema(
+            self._producer, self.topics.schemas, default_registry(), self.writer_schema_json
+        )
         self._thread = threading.Thread(target=self._listen, name="loopguard-control", daemon=True)
         self._thread.start()
 

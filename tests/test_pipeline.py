@@ -18,8 +18,18 @@ from services import ENABLED, Pipeline
 from streams.avro_codec import decode_dead_letter, encode_event, event_schema_json
 from streams.config import fleet_from_document
 from streams.engine import LoopGuard
-from streams.events import Action, CompactionRetry, Decision, Envelope, ToolCall, ToolResult
+from streams.events import (
+    Action,
+    CompactionRetry,
+    Decision,
+    Envelope,
+    ToolCall,
+    ToolResult,
+    event_to_dict,
+)
 from streams.gateway_client import GatewayClient, GatewayRun, RunAborted
+from streams.schema_registry import SchemaRegistry
+from streams.schema_topic import publish_schema
 
 pytestmark = pytest.mark.integration
 
@@ -228,6 +238,53 @@ def test_events_keyed_by_something_else_are_rekeyed_by_run_id(running_pipeline) 
         events.append(ToolResult(Envelope(run_id, "a", "g", seq, seq), "exec", "{}", '"same"'))
     for i, event in enumerate(events):
         producer.send(topic, key=f"k{i}".encode(), value=encode_event(event))
+    producer.flush()
+    producer.close()
+    received = wait_for_count(client, run_id, 1)
+    assert by_key(received) == by_key(expected_decisions(events))
+
+
+def _evolved_schema_json() -> str:
+    """Our AgentEvent schema as a newer gateway might write it: ToolCall has a new field."""
+    schema = json.loads(event_schema_json())
+    for branch in schema["fields"][-1]["type"]:
+        if branch["name"].endswith("ToolCall"):
+            branch["fields"].append({"name": "model", "type": ["null", "string"], "default": None})
+    return json.dumps(schema)
+
+
+def test_newer_gateway_schema_is_resolved_from_the_schemas_topic(running_pipeline) -> None:
+    pipeline, client = running_pipeline
+    evolved = _evolved_schema_json()
+    registry = SchemaRegistry()
+    fingerprint = registry.register(evolved)
+    parsed = fastavro.parse_schema(json.loads(evolved))
+    producer = KafkaProducer(bootstrap_servers=pipeline.broker.bootstrap)
+    publish_schema(producer, pipeline.settings.topics.schemas, registry, evolved)
+
+    def encode_new(event) -> bytes:
+        data = event_to_dict(event)
+        kind = data.pop("kind")
+        envelope = {
+            k: data.pop(k) for k in ("run_id", "agent_id", "gateway_id", "seq", "event_time")
+        }
+        branch = {"tool_call": "ToolCall", "tool_result": "ToolResult"}.get(kind, "CompactionRetry")
+        if kind == "tool_call":
+            data["model"] = "gpt-next"
+        buf = io.BytesIO()
+        fastavro.schemaless_writer(buf, parsed, {**envelope, "body": (f"loopguard.{branch}", data)})
+        return b"\xc3\x01" + fingerprint + buf.getvalue()
+
+    run_id = "newer-gateway-run"
+    events = [CompactionRetry(Envelope(run_id, "a", "gw-new", 1, 1))]
+    for i in range(3):
+        seq = 2 + 2 * i
+        events.append(ToolCall(Envelope(run_id, "a", "gw-new", seq, seq), "exec", '{"c": 1}'))
+        events.append(
+            ToolResult(Envelope(run_id, "a", "gw-new", seq + 1, seq), "exec", '{"c": 1}', '"x"')
+        )
+    for event in events:
+        producer.send(pipeline.settings.topics.events, key=run_id.encode(), value=encode_new(event))
     producer.flush()
     producer.close()
     received = wait_for_count(client, run_id, 1)
