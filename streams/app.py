@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import time
 from pathlib import Path
 from typing import Any
@@ -52,12 +53,19 @@ Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
 
 
 def _broker_credentials() -> Any:
+    """SASL and/or TLS from settings; passwords go to the client, never to the log."""
+    ssl_context = None
+    if settings.security_protocol in ("SSL", "SASL_SSL"):
+        ssl_context = ssl.create_default_context(cafile=settings.ssl_cafile or None)
     if settings.sasl_mechanism:
         return faust.SASLCredentials(
             username=settings.sasl_username,
             password=settings.sasl_password,
             mechanism=settings.sasl_mechanism,
+            ssl_context=ssl_context,
         )
+    if ssl_context is not None:
+        return faust.SSLCredentials(ssl_context)
     return None
 
 

@@ -1,0 +1,45 @@
+"""Worker settings: environment parsing and secrets kept out of logs."""
+
+from __future__ import annotations
+
+import pytest
+
+from streams.settings import Settings, Topics, redact_url
+
+
+def test_environment_overrides_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LOOPGUARD_BROKER", "kafka://k1:9092;kafka://k2:9092")
+    monkeypatch.setenv("LOOPGUARD_PARTITIONS", "12")
+    monkeypatch.setenv("LOOPGUARD_TOPIC_PREFIX", "fleet7")
+    monkeypatch.setenv("LOOPGUARD_BATCH_WINDOW_MS", "10")
+    settings = Settings.from_env()
+    assert settings.bootstrap_servers == ["k1:9092", "k2:9092"]
+    assert settings.partitions == 12
+    assert settings.topics == Topics.with_prefix("fleet7")
+    assert settings.topics.control == "fleet7.control"
+    assert settings.batch_window == pytest.approx(0.010)
+
+
+def test_secrets_are_redacted_for_logging(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LOOPGUARD_SASL_MECHANISM", "SCRAM-SHA-512")
+    monkeypatch.setenv("LOOPGUARD_SASL_USERNAME", "svc")
+    monkeypatch.setenv("LOOPGUARD_SASL_PASSWORD", "s3cret-sasl")
+    monkeypatch.setenv("LOOPGUARD_DB_URL", "postgresql+psycopg://lg:s3cret-db@db:5432/audit")
+    settings = Settings.from_env()
+    shown = repr(settings.redacted())
+    assert "s3cret" not in shown
+    assert "svc" in shown and "db:5432/audit" in shown
+    options = settings.kafka_client_options()
+    assert options["sasl_plain_password"] == "s3cret-sasl"  # passed to the client itself
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("postgresql+psycopg://u:p%40ss@h/db", "postgresql+psycopg://u:***@h/db"),
+        ("postgresql+psycopg://u@h/db", "postgresql+psycopg://u@h/db"),
+        ("sqlite:///loopguard-data/audit.db", "sqlite:///loopguard-data/audit.db"),
+    ],
+)
+def test_redact_url(url: str, shown: str) -> None:
+    assert redact_url(url) == shown
