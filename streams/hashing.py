@@ -17,22 +17,39 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 _MISSING = object()
 
 
-def canonical_json(value: Any) -> str:
-    """Key-order independent, whitespace free JSON; non-JSON values fall back to ``str``."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+def canonical_json(value: Any) -> bytes:
+    """Key-order independent, whitespace free UTF-8 JSON.
+
+    orjson does the common case several times faster than the standard library; values it
+    refuses (lone surrogates, integers beyond 64 bits, non-string keys) take the standard
+    library's path, so every input still has exactly one canonical form.
+    """
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    except (TypeError, orjson.JSONEncodeError):
+        text = json.dumps(
+            value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str
+        )
+        return text.encode("utf-8", "surrogatepass")
 
 
 def digest(value: Any) -> str:
-    return hashlib.sha256(canonical_json(value).encode("utf-8", "surrogatepass")).hexdigest()
+    return hashlib.sha256(canonical_json(value)).hexdigest()
 
 
 def parse_json(text: str | None) -> Any:
     """Decode a JSON payload; text that is not JSON is hashed as the plain string it is."""
     if text is None:
         return _MISSING
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        pass  # may still be JSON orjson refuses (NaN, lone surrogates, huge ints)
     try:
         return json.loads(text)
     except (ValueError, RecursionError):

@@ -13,6 +13,7 @@ from streams.events import ToolCall, ToolResult
 from streams.hashing import (
     args_hash,
     canonical_json,
+    digest,
     is_known_poll_call,
     is_outbound_send,
     outcome_hash,
@@ -413,8 +414,22 @@ def test_non_json_args_text():
 
 def test_canonical_json_is_compact_and_sorted():
     assert canonical_json({"b": 1, "a": [1, {"d": None, "c": "é"}]}) == (
-        '{"a":[1,{"c":"é","d":null}],"b":1}'
+        '{"a":[1,{"c":"é","d":null}],"b":1}'.encode()
     )
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"big": 2**70, "z": 1},  # beyond 64-bit: orjson refuses, stdlib path takes it
+        {"lone": "\ud800", "a": 1},  # lone surrogate
+        {"nested": [[[["deep"]]]], "k": float("inf")},
+    ],
+)
+def test_canonical_json_fallback_is_still_canonical(value):
+    shuffled = dict(reversed(list(value.items())))
+    assert canonical_json(value) == canonical_json(shuffled)
+    assert digest(value) == digest(shuffled)
 
 
 def test_odd_payloads_through_the_engine():
