@@ -123,7 +123,7 @@ def run_demo(db_url: str, keep_running: bool = False) -> int:
         log_path=DATA / "worker.log",
         config_file=str(config_path),
         partitions=4,
-        env={"LOOPGUARD_SESSION_TIMEOUT": "6", "LOOPGUARD_HEARTBEAT_INTERVAL": "1"},
+        env={"LOOPGUARD_SESSION_TIMEOUT": "2", "LOOPGUARD_HEARTBEAT_INTERVAL": "0.5"},
     ).start()
     print(f"  worker   pid {worker.process.pid}, log {DATA / 'worker.log'}", flush=True)
     client = GatewayClient(broker.bootstrap, gateway_id="demo-gw", on_decision=_print_decision)

@@ -55,7 +55,7 @@ class Settings:
     data_dir: str = "loopguard-data"
     web_enabled: bool = False
     web_port: int = 6066
-    session_timeout: float = 30.0
+    session_timeout: float = 10.0
     heartbeat_interval: float = 3.0
     rebalance_timeout: float = 60.0
     max_message_bytes: int = 1_048_576
@@ -63,7 +63,7 @@ class Settings:
     audit_batch: int = 500
     fetch_max_wait_ms: int = 20
     batch_size: int = 500
-    batch_window: float = 0.005
+    batch_window: float = 0.02
     commit_interval: float = 0.5
     producer_max_batch: int = 1
     security_protocol: str = "PLAINTEXT"
