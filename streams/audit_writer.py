@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
@@ -29,13 +30,17 @@ class AuditWriter:
         self.url = url
         self.max_backoff = max_backoff
         self._store: AuditStore | None = None
+        self._init_lock = threading.Lock()
         self.retries = 0
 
     def _ready_store(self) -> AuditStore:
-        if self._store is None:
-            store = AuditStore(self.url)
-            store.migrate()
-            self._store = store
+        # Both audit agents get here first from their own threads; Alembic's migration
+        # context is process-global, so exactly one of them may run it.
+        with self._init_lock:
+            if self._store is None:
+                store = AuditStore(self.url)
+                store.migrate()
+                self._store = store
         return self._store
 
     async def _with_retry(self, what: str, work: Callable[[AuditStore], T]) -> T:
@@ -43,13 +48,16 @@ class AuditWriter:
         while True:
             try:
                 return await asyncio.to_thread(lambda: work(self._ready_store()))
-            except SQLAlchemyError as exc:
+            except Exception as exc:  # noqa: BLE001 - never drop an audit record; retry
                 self.retries += 1
+                reason = "unavailable" if isinstance(exc, SQLAlchemyError) else "failed"
                 log.warning(
-                    "audit database %s unavailable while writing %s (%s); retrying in %.1fs",
+                    "audit database %s %s while writing %s (%s: %s); retrying in %.1fs",
                     redact_url(self.url),
+                    reason,
                     what,
                     type(exc).__name__,
+                    str(exc).splitlines()[0][:200] if str(exc) else "",
                     delay,
                 )
                 await asyncio.sleep(delay)
