@@ -165,8 +165,23 @@ register_views(app, settings.db_url)  # HTTP API, served with `loopguard worker 
 last_touched: dict[bytes, float] = {}
 
 
+DEAD_LETTER_PAYLOAD_LIMIT = 65_536
+
+
 async def dead_letter(message: Any, error: str) -> None:
-    """Park undecodable input with its original bytes; never stop the worker for it."""
+    """Park undecodable input with its original bytes; never stop the worker for it.
+
+    A payload larger than the message limit keeps only its first 64 KiB (the record names the
+    source topic, partition and offset, where the whole message still is): copying it whole
+    could exceed the broker's request size and take the worker down with it.
+    """
+    payload = message.value or b""
+    if len(payload) > settings.max_message_bytes:
+        error = (
+            f"{error} (payload truncated to its first {DEAD_LETTER_PAYLOAD_LIMIT} of "
+            f"{len(payload)} bytes; the whole message is at the source offset)"
+        )
+        payload = payload[:DEAD_LETTER_PAYLOAD_LIMIT]
     log.warning(
         "dead-lettered %s[%s]@%s: %s", message.topic, message.partition, message.offset, error
     )
@@ -176,7 +191,7 @@ async def dead_letter(message: Any, error: str) -> None:
         offset=message.offset,
         error=error,
         key=message.key,
-        payload=message.value or b"",
+        payload=payload,
         event_time=int(time.time() * 1000),
     )
     await deadletter_topic.send(key=message.key, value=encode_dead_letter(record))

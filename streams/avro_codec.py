@@ -371,7 +371,24 @@ def decode_event(
         event_time=datum["event_time"],
     )
     values = body[1]
-    return cls(envelope, **{name: values[name] for name in _BODY_FIELDS[cls]})
+    fields = {name: values[name] for name in _BODY_FIELDS[cls]}
+    _require_unicode(cls.__name__, datum, ("run_id", "agent_id", "gateway_id"))
+    _require_unicode(cls.__name__, fields, fields)
+    return cls(envelope, **fields)
+
+
+def _require_unicode(record: str, values: Mapping[str, Any], names: Iterable[str]) -> None:
+    """Strings must be real Unicode: lone surrogates (from invalid UTF-8) could not be
+    written back out to the changelog, the control topic or SQL, so refuse them here."""
+    for name in names:
+        value = values[name]
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                raise InvalidDatumError(
+                    f"{record}.{name} is not valid UTF-8 text (lone surrogate)"
+                ) from None
 
 
 # ------------------------------------------------------------------------------ decisions

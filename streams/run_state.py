@@ -34,11 +34,24 @@ from streams.history import RunHistory
 # Out-of-order events wait for the gap to fill; past this many the gap is given up on so one
 # lost event cannot stall a run forever (deterministically: always the lowest waiting seq).
 REORDER_LIMIT = 64
+# ... and past this many payload characters waiting, so the state (written to the changelog as
+# one message) stays well under the broker's request size whatever the events carry.
+REORDER_MAX_CHARS = 262_144
 # Decisions of the last few deciding events, kept so a redelivered event can publish its
 # decisions again (same ids) when the first publication was lost in a crash.
 RECENT_DECISIONS = 16
 
 ACTIVE, ENDED, ABORTED = "active", "ended", "aborted"
+
+
+def _payload_chars(event: AgentEvent) -> int:
+    """Rough size of what an event would add to the serialised state."""
+    size = 0
+    for name in ("args_json", "result_json", "error"):
+        value = getattr(event, name, None)
+        if value:
+            size += len(value)
+    return size
 
 
 @dataclass(slots=True)
@@ -95,7 +108,10 @@ class RunState:
         while self.waiting:
             following = self.last_seq + 1
             if following not in self.waiting:
-                if len(self.waiting) <= REORDER_LIMIT:
+                if (
+                    len(self.waiting) <= REORDER_LIMIT
+                    and self._waiting_chars() <= REORDER_MAX_CHARS
+                ):
                     break
                 following = min(self.waiting)
                 self.stats.gaps += following - self.last_seq - 1
@@ -108,6 +124,9 @@ class RunState:
         if decisions:
             self.recent.append((seq, decisions))
         return decisions
+
+    def _waiting_chars(self) -> int:
+        return sum(_payload_chars(event) for event in self.waiting.values())
 
     def flush(self, cfg: LoopDetectionConfig) -> list[Decision]:
         """Give up on every gap (run ended or idle): process what waits, in seq order."""

@@ -19,7 +19,8 @@ CODEC_NAME = "loopguard_runstate"
 
 class RunStateCodec(codecs.Codec):
     def _dumps(self, obj: Any) -> bytes:
-        return json.dumps(obj.to_dict(), separators=(",", ":"), ensure_ascii=False).encode()
+        text = json.dumps(obj.to_dict(), separators=(",", ":"), ensure_ascii=False)
+        return text.encode("utf-8", "surrogatepass")
 
     def _loads(self, s: bytes) -> Any:
         return RunState.from_dict(json.loads(s))
