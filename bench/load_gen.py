@@ -293,7 +293,9 @@ def percentile(sorted_values: list[float], q: float) -> float:
     return sorted_values[index]
 
 
-def table_sizes(bootstrap: str, topic: str, marks: dict[str, float]) -> dict[str, int]:
+def table_sizes(
+    bootstrap: str, topic: str, marks: dict[str, float], idle_ttl: float
+) -> dict[str, int]:
     """Live keys of the ``runs`` table at wall-clock ``marks`` (epoch s), plus the peak.
 
     Rebuilt from the changelog: a key is live from a record with a value until a tombstone.
@@ -325,6 +327,8 @@ def table_sizes(bootstrap: str, topic: str, marks: dict[str, float]) -> dict[str
     live: set[bytes] = set()
     dropped: set[bytes] = set()
     recreated: set[bytes] = set()
+    last_write: dict[bytes, int] = {}
+    long_gaps: set[bytes] = set()  # runs whose state went > idle_ttl without a write
     sizes: dict[str, int] = {}
     pending = sorted(marks.items(), key=lambda kv: kv[1])
     peak = 0
@@ -338,6 +342,9 @@ def table_sizes(bootstrap: str, topic: str, marks: dict[str, float]) -> dict[str
             live.add(key)
             if key in dropped:
                 recreated.add(key)
+            if timestamp - last_write.get(key, timestamp) > idle_ttl * 1000:
+                long_gaps.add(key)
+            last_write[key] = timestamp
         peak = max(peak, len(live))
     for name, _ in pending:
         sizes[name] = len(live)
@@ -345,6 +352,7 @@ def table_sizes(bootstrap: str, topic: str, marks: dict[str, float]) -> dict[str
     sizes["records"] = len(records)
     sizes["tombstones"] = sum(1 for r in records if r[2])
     sizes["recreated"] = len(recreated)  # state written again after its run was expired
+    sizes["long_gaps"] = len(long_gaps)
     sizes["bytes"] = volume
     return sizes
 
@@ -686,7 +694,7 @@ def main() -> int:
             for wave in waves:
                 marks[f"wave {wave.number} ended"] = wave.ended_wall
                 marks[f"wave {wave.number} expired"] = wave.expired_wall
-            sizes = table_sizes(broker.bootstrap, f"{APP_ID}-runs-changelog", marks)
+            sizes = table_sizes(broker.bootstrap, f"{APP_ID}-runs-changelog", marks, args.idle_ttl)
     finally:
         if sampler:
             sampler.stop()
@@ -721,7 +729,8 @@ def main() -> int:
         print(
             f"  runs table, rebuilt from its changelog ({sizes['records']:,} records, "
             f"{sizes['bytes'] / 1_048_576:,.0f} MB, {sizes['tombstones']:,} tombstones; "
-            f"{sizes['recreated']:,} runs written again after being expired): "
+            f"{sizes['recreated']:,} runs written again after being expired, "
+            f"{sizes['long_gaps']:,} runs with > {args.idle_ttl:g}s between two writes): "
             f"peak {sizes['peak']:,} runs; "
             + ", ".join(f"{name}: {sizes[name]:,}" for name in sizes if name.startswith("wave "))
         )
