@@ -18,6 +18,7 @@ import asyncio
 import logging
 import ssl
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,7 @@ from streams.codec_errors import UnknownSchemaError
 from streams.config import FleetConfig, LoopDetectionConfig, fleet_from_document, load_fleet_config
 from streams.config_watcher import ConfigWatcher
 from streams.events import AgentEvent, Decision
+from streams.expiry import RunExpiry
 from streams.faust_tuning import set_fetch_max_wait
 from streams.run_state import ACTIVE, RunState
 from streams.schema_registry import default_registry
@@ -162,7 +164,7 @@ schema_topic = SchemaTopic(
     **settings.kafka_client_options(),
 )
 register_views(app, settings.db_url)  # HTTP API, served with `loopguard worker --web-port`
-last_touched: dict[bytes, float] = {}
+expiry = RunExpiry(settings.run_idle_ttl)
 
 
 DEAD_LETTER_PAYLOAD_LIMIT = 65_536
@@ -213,10 +215,10 @@ async def guard_runs(stream: faust.StreamT) -> None:
                 await control_topic.send(
                     key=decision.run_id.encode(), value=encode_decision(decision)
                 )
-        now = time.monotonic()
+        now = time.time()
         for key, state in touched.items():
             runs[key] = state
-            last_touched[key] = now
+            expiry.touch(key, now)
 
 
 async def _decode(value: bytes) -> AgentEvent:
@@ -247,6 +249,7 @@ async def _guard_one(message: Any, touched: dict[bytes, RunState]) -> list[Decis
         # Keyed by something else: re-key so the run's state lives on one partition.
         await events_topic.send(key=key, value=message.value)
         return []
+    expiry.observe(agent_event.envelope.event_time, time.time())
     cfg = configs.for_agent(agent_event.envelope.agent_id)
     state = touched.get(key) or runs.get(key) or RunState(run_id, cfg.history_size)
     touched[key] = state
@@ -279,15 +282,23 @@ async def audit_dead_letters(stream: faust.StreamT) -> None:
 
 @app.timer(interval=10.0)
 async def expire_runs() -> None:
-    """Drop state of runs that ended or went idle, so memory tracks active runs only."""
-    now = time.monotonic()
-    ended_ttl = min(settings.run_idle_ttl, 300.0)
+    """Drop state of runs that ended or went idle (see streams.expiry), and say so."""
+    now = time.time()
+    dropped: Counter[str] = Counter()
     for run_id, state in list(runs.items()):
-        touched = last_touched.setdefault(run_id, now)
-        idle = now - touched
-        if (state.status != ACTIVE and idle > ended_ttl) or idle > settings.run_idle_ttl:
+        reason = expiry.reason(run_id, state.status == ACTIVE, state.last_event_time, now)
+        if reason:
             del runs[run_id]
-            last_touched.pop(run_id, None)
+            expiry.forget(run_id)
+            dropped[reason] += 1
+    expiry.retain(set(runs.keys()))
+    if dropped:
+        log.info(
+            "expired %d runs (%s); %d runs in this worker's table",
+            dropped.total(),
+            ", ".join(f"{n} {why}" for why, n in sorted(dropped.items())),
+            len(runs),
+        )
 
 
 @app.task

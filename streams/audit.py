@@ -334,7 +334,7 @@ class AuditStore:
                 source_topic=source_topic,
                 partition=partition,
                 offset=offset,
-                error=error,
+                error=error.replace("\x00", "\\x00"),  # PostgreSQL text cannot hold NUL
                 payload=payload,
                 key=key,
             )

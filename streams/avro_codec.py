@@ -326,8 +326,15 @@ _BODY_NAME: dict[type, str] = {cls: f"{NAMESPACE}.{cls.__name__}" for cls in EVE
 _CLASS_BY_BODY_NAME: dict[str, type] = {name: cls for cls, name in _BODY_NAME.items()}
 
 
-def encode_event(event: AgentEvent, *, max_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> bytes:
-    """Single-object Avro bytes for an event; raises :class:`CodecError` subclasses."""
+def encode_event(
+    event: AgentEvent, *, max_size: int = DEFAULT_MAX_MESSAGE_SIZE, check_names: bool = True
+) -> bytes:
+    """Single-object Avro bytes for an event; raises :class:`CodecError` subclasses.
+
+    Names the worker would refuse (NUL, over ``NAME_MAX_BYTES``) fail here already, so a
+    gateway hears of it at once; ``check_names=False`` writes them anyway (for tests that
+    feed the worker hostile input).
+    """
     cls = type(event)
     body_name = _BODY_NAME.get(cls)
     if body_name is None:
@@ -338,6 +345,16 @@ def encode_event(event: AgentEvent, *, max_size: int = DEFAULT_MAX_MESSAGE_SIZE)
     if not envelope.run_id:
         raise MissingRunIdError(cls.__name__)
     body = {name: getattr(event, name) for name in _BODY_FIELDS[cls]}
+    ids = {
+        "run_id": envelope.run_id,
+        "agent_id": envelope.agent_id,
+        "gateway_id": envelope.gateway_id,
+    }
+    if check_names:
+        try:
+            _require_storable_names(cls.__name__, ids, body)
+        except InvalidDatumError as exc:
+            raise EncodeError(str(exc)) from None
     datum = {
         "run_id": envelope.run_id,
         "agent_id": envelope.agent_id,
@@ -374,7 +391,29 @@ def decode_event(
     fields = {name: values[name] for name in _BODY_FIELDS[cls]}
     _require_unicode(cls.__name__, datum, ("run_id", "agent_id", "gateway_id"))
     _require_unicode(cls.__name__, fields, fields)
+    _require_storable_names(cls.__name__, datum, fields)
     return cls(envelope, **fields)
+
+
+# Names that become keys, indexed SQL columns and decision text: PostgreSQL refuses NUL in
+# text and cannot index a value over ~2.7 KB, so a hostile id could stall the audit trail.
+NAME_MAX_BYTES = 1024
+_NAME_FIELDS = ("run_id", "agent_id", "gateway_id", "tool_name")
+
+
+def _require_storable_names(record: str, *sources: Mapping[str, Any]) -> None:
+    for values in sources:
+        for name in _NAME_FIELDS:
+            value = values.get(name)
+            if not isinstance(value, str):
+                continue
+            if "\x00" in value:
+                raise InvalidDatumError(f"{record}.{name} contains a NUL character")
+            size = len(value.encode("utf-8", "surrogatepass"))
+            if size > NAME_MAX_BYTES:
+                raise InvalidDatumError(
+                    f"{record}.{name} is {size} bytes long, over the {NAME_MAX_BYTES}-byte limit"
+                )
 
 
 def _require_unicode(record: str, values: Mapping[str, Any], names: Iterable[str]) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,18 +23,83 @@ import orjson
 _MISSING = object()
 
 
+# The standard library's JSON recurses and gives up at Python's recursion limit, which
+# counts the caller's frames too: whether a deeply nested value parsed or hashed would
+# depend on where it was called from (worker vs. replay). So the fallback paths refuse past
+# this fixed depth, and below it run with enough recursion headroom whatever the caller.
+MAX_FALLBACK_DEPTH = 400
+_HEADROOM = 2 * MAX_FALLBACK_DEPTH + 100
+
+
+def _with_headroom(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """Call a standard-library JSON function with room for MAX_FALLBACK_DEPTH levels."""
+    frames, frame = 0, sys._getframe()
+    while frame is not None:
+        frames, frame = frames + 1, frame.f_back
+    limit = sys.getrecursionlimit()
+    if frames + _HEADROOM <= limit:
+        return fn(*args, **kwargs)
+    sys.setrecursionlimit(frames + _HEADROOM)
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        sys.setrecursionlimit(limit)
+
+
+class NestedTooDeepError(RecursionError):
+    """JSON nested deeper than MAX_FALLBACK_DEPTH on the standard library path."""
+
+
+_JSON_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+
+
+def _text_depth(text: str) -> int:
+    """Deepest bracket nesting of JSON text (brackets inside strings do not count)."""
+    depth = deepest = 0
+    for match in _JSON_TOKENS.finditer(text):
+        token = match.group()
+        if token in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif token in "]}":
+            depth -= 1
+    return deepest
+
+
+def _value_depth(value: Any) -> int:
+    """Deepest list/dict nesting of a decoded value, without recursion."""
+    deepest = 0
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            item = list(item.values())
+        if isinstance(item, list | tuple):
+            deepest = max(deepest, depth)
+            stack.extend((child, depth + 1) for child in item)
+    return deepest
+
+
 def canonical_json(value: Any) -> bytes:
     """Key-order independent, whitespace free UTF-8 JSON.
 
     orjson does the common case several times faster than the standard library; values it
-    refuses (lone surrogates, integers beyond 64 bits, non-string keys) take the standard
-    library's path, so every input still has exactly one canonical form.
+    refuses (lone surrogates, integers beyond 64 bits, non-string keys, nesting past 254)
+    take the standard library's path, so every input still has exactly one canonical form;
+    past ``MAX_FALLBACK_DEPTH`` that path raises :class:`NestedTooDeepError`.
     """
     try:
         return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
     except (TypeError, orjson.JSONEncodeError):
-        text = json.dumps(
-            value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str
+        if _value_depth(value) > MAX_FALLBACK_DEPTH:
+            raise NestedTooDeepError(f"JSON nested deeper than {MAX_FALLBACK_DEPTH}") from None
+        text = _with_headroom(
+            json.dumps,
+            value,
+            sort_keys=True,
+            separators=(",", ":"),
+            ensure_ascii=False,
+            default=str,
         )
         return text.encode("utf-8", "surrogatepass")
 
@@ -50,8 +116,10 @@ def parse_json(text: str | None) -> Any:
         return orjson.loads(text)
     except orjson.JSONDecodeError:
         pass  # may still be JSON orjson refuses (NaN, lone surrogates, huge ints)
+    if _text_depth(text) > MAX_FALLBACK_DEPTH:
+        return text
     try:
-        return json.loads(text)
+        return _with_headroom(json.loads, text)
     except (ValueError, RecursionError):
         return text
 

@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from streams import avro_codec
 from streams.avro_codec import (
     MARKER,
+    NAME_MAX_BYTES,
     AgentEventCodec,
     BadMarkerError,
     CodecError,
@@ -593,15 +594,43 @@ def test_encode_errors_name_the_field(event: Any, match: str) -> None:
         encode_event(event)
 
 
+@pytest.mark.parametrize(
+    "event",
+    [
+        RunStarted(replace(ENV, run_id="nul\x00byte")),
+        RunStarted(replace(ENV, agent_id="a" * (NAME_MAX_BYTES + 1))),
+        RunStarted(replace(ENV, gateway_id="\x00")),
+        RunStarted(replace(ENV, run_id="🌀" * (NAME_MAX_BYTES // 4 + 1))),
+        ToolCall(ENV, "exec\x00", "{}"),
+        ToolResult(ENV, "t" * (NAME_MAX_BYTES + 1)),
+    ],
+    ids=["nul-run", "long-agent", "nul-gateway", "long-utf8-run", "nul-tool", "long-tool"],
+)
+def test_names_sql_cannot_store_are_refused_on_both_sides(event: AgentEvent) -> None:
+    """PostgreSQL refuses NUL in text and cannot index long values: such a name would stall
+    the audit trail, so the gateway's encoder refuses it and the worker dead-letters it."""
+    with pytest.raises(EncodeError, match="NUL|byte limit"):
+        encode_event(event)
+    with pytest.raises(InvalidDatumError, match="NUL|byte limit"):
+        decode_event(encode_event(event, check_names=False))
+
+
+def test_names_at_the_limit_and_odd_characters_are_fine() -> None:
+    event = ToolCall(replace(ENV, run_id="é" * (NAME_MAX_BYTES // 2)), "a\nb'; drop", "{}")
+    assert decode_event(encode_event(event)) == event
+
+
 # -------------------------------------------------------------------- property tests
 
 longs = st.integers(min_value=LONG_MIN, max_value=LONG_MAX)
 texts = st.text()
 opt_texts = st.none() | st.text()
-envelopes = st.builds(Envelope, st.text(min_size=1), texts, texts, longs, longs)
+# Run/agent/gateway/tool names: anything but NUL, within the name limit (tested apart).
+names = st.text(st.characters(exclude_characters="\x00"), max_size=200)
+envelopes = st.builds(Envelope, names.filter(bool), names, names, longs, longs)
 events = st.one_of(
-    st.builds(ToolCall, envelopes, texts, texts, opt_texts),
-    st.builds(ToolResult, envelopes, texts, opt_texts, opt_texts, opt_texts, opt_texts),
+    st.builds(ToolCall, envelopes, names, texts, opt_texts),
+    st.builds(ToolResult, envelopes, names, opt_texts, opt_texts, opt_texts, opt_texts),
     st.builds(CompactionRetry, envelopes, texts),
     st.builds(RunStarted, envelopes),
     st.builds(RunEnded, envelopes, texts),

@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 
 from streams.events import ToolCall, ToolResult
 from streams.hashing import (
+    MAX_FALLBACK_DEPTH,
+    NestedTooDeepError,
     args_hash,
     canonical_json,
     digest,
@@ -468,3 +470,43 @@ def test_any_parseable_nesting_depth_does_not_crash():
         except RecursionError:
             crashed.append(depth)
     assert crashed == []
+
+
+def _at_stack_depth(frames: int, fn):
+    """Call ``fn`` with ``frames`` extra Python frames below it."""
+    if frames == 0:
+        return fn()
+    return _at_stack_depth(frames - 1, fn)
+
+
+@pytest.mark.parametrize("depth", [300, MAX_FALLBACK_DEPTH, MAX_FALLBACK_DEPTH + 1, 990, 1024])
+def test_nested_hash_does_not_depend_on_the_callers_stack(depth):
+    """Worker and replay call the hasher from different stack depths; the answer for JSON
+    nested near Python's recursion limit must not change with it (NaN forces the standard
+    library path, which recurses)."""
+    text = "[" * depth + "NaN" + "]" * depth
+
+    def hashes():
+        lg = loop_guard(enabled=True)
+        run = Run(lg)
+        lg.process(ToolCall(run.envelope(), "read", text))
+        lg.process(ToolResult(run.envelope(), "read", text, text))
+        record = lg.runs[run.run_id].history.records[-1]
+        return record.sig, record.result_hash
+
+    assert _at_stack_depth(0, hashes) == _at_stack_depth(700, hashes)
+
+
+def test_fallback_depth_cap_treats_deeper_json_as_text():
+    shallow = "[" * MAX_FALLBACK_DEPTH + "NaN" + "]" * MAX_FALLBACK_DEPTH
+    deep = "[" + shallow + "]"
+    assert isinstance(parse_json(shallow), list)
+    assert parse_json(deep) == deep
+    nested: list = []
+    for _ in range(300):  # over orjson's 254-level output limit: the fallback path
+        nested = [nested, 2**70]
+    assert canonical_json(nested) == canonical_json(nested)
+    for _ in range(MAX_FALLBACK_DEPTH):
+        nested = [nested]
+    with pytest.raises(NestedTooDeepError):
+        canonical_json(nested)

@@ -1,0 +1,62 @@
+"""When a run's state may leave the worker's table, so memory tracks live runs only.
+
+A run is idle on two clocks, and an active run must be idle on both before it goes:
+
+- processing time: how long since this worker last applied one of the run's events;
+- event time: how far the run's last event lies behind the newest event this worker has
+  seen (the watermark, never ahead of the worker's own clock, so one gateway with a fast
+  clock cannot age everyone else's runs).
+
+Processing time alone would drop the runs of a worker working through a backlog (their
+next events are queued, just not read yet), and their later events would then wait for a
+seq 1 that never comes again; event time alone would drop the live runs of a gateway whose
+clock runs late. A run that ended or was aborted only waits out a short grace period for
+stragglers and redeliveries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+
+ENDED_GRACE_SECONDS = 300.0
+
+
+@dataclass
+class RunExpiry:
+    idle_ttl: float  # seconds
+    ended_grace: float = ENDED_GRACE_SECONDS
+    watermark_ms: int = 0
+    last_touched: dict[Hashable, float] = field(default_factory=dict)
+
+    def observe(self, event_time_ms: int, now: float) -> None:
+        """Advance the watermark with an event's time, capped at ``now``.
+
+        ``now`` is wall-clock seconds (``time.time()``) here and in the other methods.
+        """
+        self.watermark_ms = max(self.watermark_ms, min(event_time_ms, int(now * 1000)))
+
+    def touch(self, run_id: Hashable, now: float) -> None:
+        self.last_touched[run_id] = now
+
+    def reason(
+        self, run_id: Hashable, active: bool, last_event_time_ms: int, now: float
+    ) -> str | None:
+        """Why the run may be dropped now (``"ended"`` / ``"idle"``), or None to keep it.
+
+        A run this worker has not touched yet (e.g. recovered from the changelog after a
+        rebalance) starts its processing-time clock now.
+        """
+        idle = now - self.last_touched.setdefault(run_id, now)
+        if not active:
+            return "ended" if idle > min(self.ended_grace, self.idle_ttl) else None
+        behind = (self.watermark_ms - last_event_time_ms) / 1000
+        return "idle" if idle > self.idle_ttl and behind > self.idle_ttl else None
+
+    def forget(self, run_id: Hashable) -> None:
+        self.last_touched.pop(run_id, None)
+
+    def retain(self, run_ids: set[Hashable]) -> None:
+        """Forget runs no longer in the table (e.g. their partition moved to another worker)."""
+        for run_id in self.last_touched.keys() - run_ids:
+            del self.last_touched[run_id]
