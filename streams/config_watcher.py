@@ -14,9 +14,10 @@ import threading
 import time
 from typing import Any
 
-from kafka import KafkaConsumer, TopicPartition
+from kafka import KafkaConsumer
 
 from streams.config import ConfigError, _check_block
+from streams.topics import all_partitions
 
 log = logging.getLogger("loopguard.config")
 
@@ -71,13 +72,12 @@ class ConfigWatcher:
                     consumer = KafkaConsumer(
                         group_id=None, enable_auto_commit=False, **self._options
                     )
-                    partitions = consumer.partitions_for_topic(self.topic)
-                    if not partitions:
+                    assigned = all_partitions(consumer, self.topic)
+                    if not assigned:
                         consumer.close()
                         consumer = None
                         time.sleep(1.0)
                         continue
-                    assigned = [TopicPartition(self.topic, p) for p in sorted(partitions)]
                     consumer.assign(assigned)
                     consumer.seek_to_beginning(*assigned)
                 for records in consumer.poll(timeout_ms=200).values():

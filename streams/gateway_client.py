@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import KafkaConsumer, KafkaProducer
 
 from streams.avro_codec import CodecError, decode_decision, encode_event, event_schema_json
 from streams.events import (
@@ -46,6 +46,7 @@ from streams.events import (
 from streams.schema_registry import default_registry
 from streams.schema_topic import publish_schema
 from streams.settings import Topics
+from streams.topics import all_partitions
 
 log = logging.getLogger("loopguard.gateway")
 
@@ -114,15 +115,9 @@ class GatewayClient:
 
     def _assign_control_partitions(self) -> None:
         topic = self.topics.control
-        deadline = time.monotonic() + 30
-        partitions = self._consumer.partitions_for_topic(topic)
-        while not partitions and time.monotonic() < deadline:
-            time.sleep(0.2)
-            self._consumer.topics()  # refresh metadata until the workers created the topic
-            partitions = self._consumer.partitions_for_topic(topic)
-        if not partitions:
+        assigned = all_partitions(self._consumer, topic, wait=30)  # until workers created it
+        if not assigned:
             raise RuntimeError(f"control topic {topic!r} not found; is a worker running?")
-        assigned = [TopicPartition(topic, p) for p in sorted(partitions)]
         self._consumer.assign(assigned)
         self._consumer.seek_to_end(*assigned)
         for tp in assigned:  # resolve the end offsets now, before any event is produced

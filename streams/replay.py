@@ -662,18 +662,30 @@ def quiet_kafka() -> None:
     logging.getLogger("kafka").setLevel(logging.CRITICAL)
 
 
-def run_replay(args: argparse.Namespace) -> int:
+def _run_reporting_errors(
+    command: str, work: Callable[[argparse.Namespace], int], args: argparse.Namespace
+) -> int:
+    """Run a subcommand; bad input and broker trouble end it with one line, not a trace."""
     from kafka.errors import KafkaError
+
+    from streams.topic_reader import ReaderError
 
     quiet_kafka()
     try:
-        return _replay(args)
+        return work(args)
     except InputError as exc:
-        print(f"loopguard replay: {exc}", file=sys.stderr)
+        print(f"loopguard {command}: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except KafkaError as exc:
-        print(f"loopguard replay: broker {args.broker}: {exc}", file=sys.stderr)
+    except ReaderError as exc:
+        print(f"loopguard {command}: {exc}", file=sys.stderr)
         return EXIT_ERROR
+    except KafkaError as exc:
+        print(f"loopguard {command}: broker {args.broker}: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+
+
+def run_replay(args: argparse.Namespace) -> int:
+    return _run_reporting_errors("replay", _replay, args)
 
 
 def _replay(args: argparse.Namespace) -> int:
@@ -681,7 +693,6 @@ def _replay(args: argparse.Namespace) -> int:
     from streams.config import ConfigError, FleetConfig, load_fleet_config
     from streams.engine import LoopGuard
     from streams.settings import redact_url
-    from streams.topic_reader import ReaderError
 
     _check_range(args)
     if args.from_file and args.from_offset:
@@ -696,11 +707,7 @@ def _replay(args: argparse.Namespace) -> int:
     if args.from_file:
         source: Any = FileSource(args.from_file)
     else:
-        try:
-            reader = _open_topic(args, settings)
-        except ReaderError as exc:
-            print(f"loopguard replay: {exc}", file=sys.stderr)
-            return EXIT_ERROR
+        reader = _open_topic(args, settings)
         source = TopicSource(reader, settings.max_message_bytes)
     store = AuditStore(args.db)
     try:
@@ -865,30 +872,13 @@ def _print_report(
 
 
 def run_export(args: argparse.Namespace) -> int:
-    from kafka.errors import KafkaError
-
-    quiet_kafka()
-    try:
-        return _export(args)
-    except KafkaError as exc:
-        print(f"loopguard export: broker {args.broker}: {exc}", file=sys.stderr)
-        return EXIT_ERROR
+    return _run_reporting_errors("export", _export, args)
 
 
 def _export(args: argparse.Namespace) -> int:
-    from streams.topic_reader import ReaderError
-
-    try:
-        _check_range(args)
-    except InputError as exc:
-        print(f"loopguard export: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    _check_range(args)
     settings = _settings(args)
-    try:
-        reader = _open_topic(args, settings)
-    except ReaderError as exc:
-        print(f"loopguard export: {exc}", file=sys.stderr)
-        return EXIT_ERROR
+    reader = _open_topic(args, settings)
     selection = _selection(args)
     stats = ReadStats(progress_every=args.progress)
     stats.progress_line = lambda: _progress_line("export", stats, reader)

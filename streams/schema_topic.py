@@ -13,10 +13,11 @@ import logging
 import time
 from typing import Any
 
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import KafkaConsumer, KafkaProducer
 
 from streams.codec_errors import CodecError
 from streams.schema_registry import SchemaRegistry
+from streams.topics import all_partitions
 
 log = logging.getLogger("loopguard.schemas")
 
@@ -64,8 +65,7 @@ class SchemaTopic:
         consumer = KafkaConsumer(group_id=None, enable_auto_commit=False, **self._options)
         added = 0
         try:
-            partitions = consumer.partitions_for_topic(self.topic) or set()
-            assigned = [TopicPartition(self.topic, p) for p in sorted(partitions)]
+            assigned = all_partitions(consumer, self.topic)
             if not assigned:
                 return 0
             consumer.assign(assigned)

@@ -23,6 +23,8 @@ from typing import Any
 from kafka import KafkaConsumer, TopicPartition
 from kafka.errors import KafkaError
 
+from streams.topics import all_partitions
+
 log = logging.getLogger("loopguard.reader")
 
 # ``offsets_for_times`` looks at broker/producer record timestamps while selections filter on
@@ -72,10 +74,8 @@ class TopicReader:
                 f"cannot connect to broker {','.join(self.bootstrap_servers)}: {exc}"
             ) from None
         self._consumer = consumer
-        partitions = consumer.partitions_for_topic(self.topic)
-        if not partitions:
-            consumer.topics()  # refresh metadata once: the topic may be new
-            partitions = consumer.partitions_for_topic(self.topic)
+        tps = all_partitions(consumer, self.topic)
+        partitions = {tp.partition for tp in tps}
         if not partitions:
             self.close()
             raise ReaderError(f"topic {self.topic!r} not found (is --topic-prefix right?)")
@@ -86,7 +86,6 @@ class TopicReader:
                 f"--from-offset names partition {unknown[0]}, but {self.topic!r} has "
                 f"partitions 0..{max(partitions)}"
             )
-        tps = [TopicPartition(self.topic, p) for p in sorted(partitions)]
         consumer.assign(tps)
         self.snapshot_ms = int(time.time() * 1000)
         begin = consumer.beginning_offsets(tps)

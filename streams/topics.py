@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import time
 
+from kafka import KafkaConsumer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.errors import KafkaError, TopicAlreadyExistsError
 
@@ -63,3 +64,20 @@ def ensure_topics(settings: Settings, timeout: float = 30.0) -> list[str]:
         return created
     finally:
         admin.close()
+
+
+def all_partitions(consumer: KafkaConsumer, topic: str, wait: float = 0.0) -> list[TopicPartition]:
+    """Every partition of ``topic``, sorted, for a group-less consumer to ``assign``.
+
+    Metadata is refreshed at least once (the topic may be new to this client) and then
+    every 0.2 s for up to ``wait`` seconds; an empty list means the topic is not there.
+    """
+    deadline = time.monotonic() + wait
+    partitions = consumer.partitions_for_topic(topic)
+    while not partitions:
+        consumer.topics()  # refresh metadata
+        partitions = consumer.partitions_for_topic(topic)
+        if partitions or time.monotonic() >= deadline:
+            break
+        time.sleep(0.2)
+    return [TopicPartition(topic, p) for p in sorted(partitions or ())]
