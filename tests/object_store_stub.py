@@ -74,6 +74,7 @@ class ObjectStoreStub:
 
 class _S3Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, as object_store's HTTP client expects
+    disable_nagle_algorithm = True  # headers and body go out as separate small writes
     store: ObjectStoreStub
 
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002
