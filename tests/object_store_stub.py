@@ -12,6 +12,7 @@ one bucket from a dict, with just what tansu's ``object_store`` client uses: PUT
 from __future__ import annotations
 
 import hashlib
+import sys
 import threading
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -40,7 +41,7 @@ class ObjectStoreStub:
         class Handler(_S3Handler):
             store = stub
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = _Server(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
@@ -70,6 +71,13 @@ class ObjectStoreStub:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: object, client_address: object) -> None:
+        """A killed broker resets its keep-alive connections: expected, not worth a trace."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)  # type: ignore[arg-type]
 
 
 class _S3Handler(BaseHTTPRequestHandler):
