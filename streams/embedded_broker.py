@@ -62,7 +62,8 @@ class EmbeddedBroker:
 
     Memory storage dies with the process. For a broker that keeps its topics across a
     restart, pass a durable ``storage`` (this tansu build has ``s3://bucket/``) and the
-    engine's settings in ``env`` (e.g. ``AWS_ENDPOINT``), then :meth:`restart` it.
+    engine's settings in ``env`` (e.g. ``AWS_ENDPOINT``); :meth:`start` after :meth:`stop`
+    or :meth:`kill` reuses the port.
     """
 
     port: int = 0
@@ -122,14 +123,6 @@ class EmbeddedBroker:
             self.process.send_signal(signal.SIGKILL)
             self.process.wait()
         self.process = None
-
-    def restart(self, *, crash: bool = False, timeout: float = 30.0) -> EmbeddedBroker:
-        """Stop (SIGTERM, or SIGKILL with ``crash``) and start again on the same port."""
-        if crash:
-            self.kill()
-        else:
-            self.stop()
-        return self.start(timeout)
 
     def __enter__(self) -> EmbeddedBroker:
         return self.start()
