@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 
@@ -57,11 +58,18 @@ def wait_for_port(host: str, port: int, timeout: float) -> None:
 
 @dataclass
 class EmbeddedBroker:
-    """A tansu process on loopback; memory storage unless ``storage`` names another engine."""
+    """A tansu process on loopback; memory storage unless ``storage`` names another engine.
+
+    Memory storage dies with the process. For a broker that keeps its topics across a
+    restart, pass a durable ``storage`` (this tansu build has ``s3://bucket/``) and the
+    engine's settings in ``env`` (e.g. ``AWS_ENDPOINT``); :meth:`start` after :meth:`stop`
+    or :meth:`kill` reuses the port.
+    """
 
     port: int = 0
     storage: str = "memory://tansu/"
     log_path: Path | None = None
+    env: dict[str, str] = field(default_factory=dict)
     process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -89,6 +97,7 @@ class EmbeddedBroker:
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
+            env={**os.environ, **self.env},
             start_new_session=True,
         )
         try:
@@ -106,6 +115,13 @@ class EmbeddedBroker:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+        self.process = None
+
+    def kill(self) -> None:
+        """Crash it: SIGKILL, nothing flushed, no connection closed cleanly."""
+        if self.process and self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait()
         self.process = None
 
     def __enter__(self) -> EmbeddedBroker:
