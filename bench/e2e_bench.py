@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -82,6 +83,12 @@ def sentinel_ids(prefix: str) -> list[str]:
     return list(found.values())
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (all its threads) so far, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=40_000, help="events for throughput")
@@ -133,6 +140,8 @@ def main() -> int:
         for run_id in sentinels:
             events += compaction_loop_run(run_id)
         encoded = [(e.envelope.run_id.encode(), encode_event(e)) for e in events]
+        assert worker.process is not None
+        cpu_before = cpu_seconds(worker.process.pid)
         start = time.perf_counter()
         for key, value in encoded:
             producer.send(topic, key=key, value=value)
@@ -141,6 +150,7 @@ def main() -> int:
         with arrived:
             arrived.wait_for(lambda: all(s in arrivals for s in sentinels), timeout=600)
         elapsed = max(arrivals[s] for s in sentinels) - start
+        worker_cpu_us = (cpu_seconds(worker.process.pid) - cpu_before) / len(encoded) * 1e6
         e2e_rate = len(encoded) / elapsed
 
         core = LoopGuard(fleet_from_document(CONFIG))
@@ -183,6 +193,10 @@ def main() -> int:
     print("loopguard end-to-end benchmark (1 worker, tansu memory broker, loopback)")
     print(f"  throughput: {len(encoded)} events in {elapsed:.2f}s = {e2e_rate:,.0f} events/s")
     print(f"              (producer alone took {produced_in:.2f}s)")
+    print(
+        f"  worker CPU per event: {worker_cpu_us:.0f} µs "
+        f"(= {1e6 / worker_cpu_us:,.0f} events/s if the worker had a core to itself)"
+    )
     print(f"  bare core on the same events: {core_rate:,.0f} events/s")
     print(f"  end-to-end / core ratio: {e2e_rate / core_rate:.3f}")
     print(
@@ -196,6 +210,7 @@ def main() -> int:
                     "e2e_events_per_s": round(e2e_rate),
                     "core_events_per_s": round(core_rate),
                     "ratio": round(e2e_rate / core_rate, 4),
+                    "worker_cpu_us_per_event": round(worker_cpu_us, 1),
                     "latency_p50_ms": round(p50, 2),
                     "latency_p99_ms": round(p99, 2),
                     "rate": args.rate,

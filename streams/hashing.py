@@ -50,18 +50,35 @@ class NestedTooDeepError(RecursionError):
     """JSON nested deeper than MAX_FALLBACK_DEPTH on the standard library path."""
 
 
-_JSON_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+_JSON_SPECIALS = re.compile(r'[\[\]{}"\\]')
 
 
 def _text_depth(text: str) -> int:
-    """Deepest bracket nesting of JSON text (brackets inside strings do not count)."""
+    """Deepest bracket nesting of JSON text (brackets inside strings do not count), or 0
+    when the text has too few brackets to pass MAX_FALLBACK_DEPTH at all.
+
+    Linear in the text: each bracket, quote and backslash is looked at once.
+    """
+    if text.count("[") + text.count("{") <= MAX_FALLBACK_DEPTH:
+        return 0
     depth = deepest = 0
-    for match in _JSON_TOKENS.finditer(text):
-        token = match.group()
-        if token in "[{":
+    in_string = False
+    escaped_at = -1
+    for match in _JSON_SPECIALS.finditer(text):
+        char, at = match.group(), match.start()
+        if at == escaped_at:
+            continue
+        if in_string:
+            if char == "\\":
+                escaped_at = at + 1
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
             depth += 1
             deepest = max(deepest, depth)
-        elif token in "]}":
+        elif char in "]}":
             depth -= 1
     return deepest
 

@@ -1,7 +1,7 @@
 """Fault: the broker restarts under a running worker, which must reconnect by itself.
 
-The broker keeps its data in durable storage (an S3 bucket served by
-:class:`ObjectStoreStub`; this tansu build has no PostgreSQL engine), so a restart keeps
+The broker keeps its data in durable storage (an S3 bucket served by moto, see
+:class:`ObjectStore`; this tansu build has no PostgreSQL engine), so a restart keeps
 topics, changelog and committed offsets, exactly what a real Kafka restart does. The worker
 and the gateway client are never restarted. The runs' events are split in three phases
 around a graceful restart (SIGTERM) and a crash (SIGKILL) of the broker; each phase makes
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from kafka import KafkaConsumer, TopicPartition
-from object_store_stub import ObjectStoreStub
+from object_store import ObjectStore
 from services import ENABLED, Pipeline
 from test_reliability import expected, looping_run
 
@@ -44,7 +44,7 @@ CUTS = (30, 42)
 def durable_broker(tmp_path: Path) -> Iterator[EmbeddedBroker]:
     """A tansu of its own (it gets restarted) on a bucket that outlives its process."""
     with (
-        ObjectStoreStub() as bucket,
+        ObjectStore() as bucket,
         EmbeddedBroker(
             storage=bucket.storage_url, env=bucket.broker_env(), log_path=tmp_path / "tansu.log"
         ) as broker,
