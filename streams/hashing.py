@@ -15,7 +15,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -92,6 +92,46 @@ def is_known_poll_call(tool_name: str, params: Any) -> bool:
         and isinstance(params, dict)
         and params.get("action") in ("poll", "log")
     )
+
+
+class CallInfo(NamedTuple):
+    """What the detectors need from a call's args text, computed once per distinct text."""
+
+    sig: str  # args hash
+    known_poll: bool
+    action: Any  # params["action"] when params is an object, else None
+
+
+# Looping agents resend byte-identical args, and a result usually echoes its call's args:
+# memoise args text -> CallInfo. Exact-text keys make a hit always right; the cache is
+# emptied when it holds too many entries, and long texts are never kept, so it stays small.
+_CALL_CACHE: dict[tuple[str, str], CallInfo] = {}
+CALL_CACHE_ENTRIES = 2048
+CALL_CACHE_MAX_CHARS = 2048
+
+
+def _call_info(tool_name: str, args_json: str) -> CallInfo:
+    params = parse_json(args_json)
+    try:
+        sig = args_hash(tool_name, params)
+    except RecursionError:  # nested too deep to canonicalise: hash the text as sent
+        params = args_json
+        sig = args_hash(tool_name, params)
+    action = params.get("action") if isinstance(params, dict) else None
+    return CallInfo(sig, is_known_poll_call(tool_name, params), action)
+
+
+def call_info(tool_name: str, args_json: str) -> CallInfo:
+    """Signature, poll flag and action of a call given its raw args JSON (memoised)."""
+    key = (tool_name, args_json)
+    info = _CALL_CACHE.get(key)
+    if info is None:
+        info = _call_info(tool_name, args_json)
+        if isinstance(args_json, str) and len(args_json) <= CALL_CACHE_MAX_CHARS:
+            if len(_CALL_CACHE) >= CALL_CACHE_ENTRIES:
+                _CALL_CACHE.clear()
+            _CALL_CACHE[key] = info
+    return info
 
 
 _UNKNOWN_TOOL_PATTERNS = (
@@ -232,9 +272,12 @@ VOLATILE_SEND_KEYS = frozenset(
 
 def is_outbound_send(tool_name: str, params: Any) -> bool:
     """Tools whose results carry fresh ids per call: sessions_send, message sends, *_send."""
+    return _is_send_action(tool_name, params.get("action") if isinstance(params, dict) else None)
+
+
+def _is_send_action(tool_name: str, action: Any) -> bool:
     if tool_name == "sessions_send":
         return True
-    action = params.get("action") if isinstance(params, dict) else None
     if tool_name == "message":
         return action in SEND_LIKE_MESSAGE_ACTIONS
     return tool_name.endswith("_send") or (
@@ -280,6 +323,23 @@ class Outcome:
 
 def outcome_hash(tool_name: str, params: Any, result: Any, error: str | None) -> Outcome:
     """Hash what a tool returned, per the rules of its tool kind."""
+    return _outcome(
+        tool_name, params.get("action") if isinstance(params, dict) else None, result, error
+    )
+
+
+def result_outcome(
+    tool_name: str, action: Any, result_json: str | None, error: str | None
+) -> Outcome:
+    """:func:`outcome_hash` from the raw result text, given the call's ``action`` only."""
+    try:
+        return _outcome(tool_name, action, parse_json(result_json), error)
+    except RecursionError:  # nested too deep to canonicalise: the raw text stands for itself
+        return _outcome(tool_name, action, result_json, error)
+
+
+def _outcome(tool_name: str, action: Any, result: Any, error: str | None) -> Outcome:
+    """The outcome rules; of the call's params only ``action`` ever matters."""
     if error is not None:
         return Outcome(f"error:{digest(error)}", unknown_tool_name(error))
     if result is _MISSING or result is None:
@@ -294,8 +354,7 @@ def outcome_hash(tool_name: str, params: Any, result: Any, error: str | None) ->
         exec_hash = _exec_outcome(details, text)
         if exec_hash:
             return Outcome(exec_hash)
-    if tool_name == "process" and is_known_poll_call(tool_name, params):
-        action = params["action"]
+    if tool_name == "process" and action in ("poll", "log"):
         keys = (
             ("status", "exitCode", "exitSignal", "aggregated")
             if action == "poll"
@@ -303,7 +362,7 @@ def outcome_hash(tool_name: str, params: Any, result: Any, error: str | None) ->
         )
         fields = {key: details.get(key) for key in keys}
         return Outcome(digest({"action": action, **fields, "text": text}))
-    if is_outbound_send(tool_name, params):
+    if _is_send_action(tool_name, action):
         return Outcome(digest(strip_volatile_send_ids(details)))
     if tool_name == "update_plan":
         return Outcome(digest({"details": _normalize_update_plan(details), "text": ""}))
