@@ -100,6 +100,14 @@ class RunState:
     def apply(self, event: AgentEvent, cfg: LoopDetectionConfig) -> list[Decision]:
         """Take one delivered event; process it and anything it unblocks, in seq order."""
         seq = event.envelope.seq
+        if seq == self.last_seq + 1 and not self.waiting:
+            # The common case, in order with nothing waiting: what the loop below would do.
+            self.last_seq = seq
+            decided = self._process(event, cfg)
+            if not decided:
+                return decided
+            self.recent.append((seq, decided))
+            return list(decided)
         if seq <= self.last_seq or seq in self.waiting:
             self.stats.duplicates += 1
             return []
@@ -143,9 +151,12 @@ class RunState:
     def _process(self, event: AgentEvent, cfg: LoopDetectionConfig) -> list[Decision]:
         env = event.envelope
         self.stats.events += 1
-        self.agent_id = env.agent_id or self.agent_id
-        self.gateway_id = env.gateway_id or self.gateway_id
-        self.last_event_time = max(self.last_event_time, env.event_time)
+        if env.agent_id:
+            self.agent_id = env.agent_id
+        if env.gateway_id:
+            self.gateway_id = env.gateway_id
+        if env.event_time > self.last_event_time:
+            self.last_event_time = env.event_time
         if self.history.max_size != cfg.history_size:
             self.history.resize(cfg.history_size)
         if self.status != ACTIVE:
