@@ -102,12 +102,20 @@ class CallInfo(NamedTuple):
     action: Any  # params["action"] when params is an object, else None
 
 
-# Looping agents resend byte-identical args, and a result usually echoes its call's args:
-# memoise args text -> CallInfo. Exact-text keys make a hit always right; the cache is
-# emptied when it holds too many entries, and long texts are never kept, so it stays small.
+# Looping agents resend byte-identical args (a result usually echoes its call's args too)
+# and a stuck tool returns byte-identical results: both hashes are memoised on the exact
+# input texts, so a hit is always what the slow path would compute. Each cache is emptied
+# when it reaches MEMO_ENTRIES and texts over MEMO_MAX_CHARS are never kept: a few MB at most.
+MEMO_ENTRIES = 2048
+MEMO_MAX_CHARS = 2048
 _CALL_CACHE: dict[tuple[str, str], CallInfo] = {}
-CALL_CACHE_ENTRIES = 2048
-CALL_CACHE_MAX_CHARS = 2048
+_OUTCOME_CACHE: dict[tuple[str, str | None, str | None, str | None], Outcome] = {}
+
+
+def _memo_put(cache: dict[Any, Any], key: Any, value: Any) -> None:
+    if len(cache) >= MEMO_ENTRIES:
+        cache.clear()
+    cache[key] = value
 
 
 def _call_info(tool_name: str, args_json: str) -> CallInfo:
@@ -127,10 +135,8 @@ def call_info(tool_name: str, args_json: str) -> CallInfo:
     info = _CALL_CACHE.get(key)
     if info is None:
         info = _call_info(tool_name, args_json)
-        if isinstance(args_json, str) and len(args_json) <= CALL_CACHE_MAX_CHARS:
-            if len(_CALL_CACHE) >= CALL_CACHE_ENTRIES:
-                _CALL_CACHE.clear()
-            _CALL_CACHE[key] = info
+        if isinstance(args_json, str) and len(args_json) <= MEMO_MAX_CHARS:
+            _memo_put(_CALL_CACHE, key, info)
     return info
 
 
@@ -331,7 +337,25 @@ def outcome_hash(tool_name: str, params: Any, result: Any, error: str | None) ->
 def result_outcome(
     tool_name: str, action: Any, result_json: str | None, error: str | None
 ) -> Outcome:
-    """:func:`outcome_hash` from the raw result text, given the call's ``action`` only."""
+    """:func:`outcome_hash` from the raw result text, given the call's ``action`` only.
+
+    Memoised like :func:`call_info` when ``action`` is a string or absent (other JSON
+    values may be unhashable, or equal across types: ``1 == True``).
+    """
+    if action is not None and type(action) is not str:
+        return _result_outcome(tool_name, action, result_json, error)
+    key = (tool_name, action, result_json, error)
+    outcome = _OUTCOME_CACHE.get(key)
+    if outcome is None:
+        outcome = _result_outcome(tool_name, action, result_json, error)
+        if len(result_json or "") + len(error or "") <= MEMO_MAX_CHARS:
+            _memo_put(_OUTCOME_CACHE, key, outcome)
+    return outcome
+
+
+def _result_outcome(
+    tool_name: str, action: Any, result_json: str | None, error: str | None
+) -> Outcome:
     try:
         return _outcome(tool_name, action, parse_json(result_json), error)
     except RecursionError:  # nested too deep to canonicalise: the raw text stands for itself
