@@ -9,6 +9,7 @@ fact and hands each detector the facts it needs.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from streams.config import LoopDetectionConfig
 from streams.history import PingPong, RunHistory
@@ -27,8 +28,7 @@ class Detection:
     paired_tool_name: str = ""
 
 
-@dataclass(frozen=True, slots=True)
-class CurrentCall:
+class CurrentCall(NamedTuple):  # one per call: cheaper to build than a frozen dataclass
     tool_name: str
     sig: str
     known_poll: bool

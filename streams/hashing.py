@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import orjson
@@ -318,9 +317,12 @@ def strip_volatile_send_ids(value: Any) -> Any:
     }
 
 
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    """A hashed tool outcome. ``result_hash`` is None when there is nothing to compare."""
+class Outcome(NamedTuple):
+    """A hashed tool outcome. ``result_hash`` is None when there is nothing to compare.
+
+    A NamedTuple, like the other small per-event values: immutable, and built in half
+    the time of a frozen dataclass (whose __init__ goes through object.__setattr__).
+    """
 
     result_hash: str | None
     unknown_tool: str | None = None

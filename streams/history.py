@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from streams.hashing import Outcome
 
@@ -50,8 +50,7 @@ class CallRecord:
         ]
 
 
-@dataclass(frozen=True, slots=True)
-class PingPong:
+class PingPong(NamedTuple):  # cheaper to build than a frozen dataclass
     count: int = 0
     paired_tool_name: str = ""
     paired_sig: str = ""
