@@ -372,8 +372,10 @@ def _outcome(tool_name: str, action: Any, result: Any, error: str | None) -> Out
         return Outcome(None)
     if not isinstance(result, dict):
         return Outcome(digest(result))
-    details = result.get("details") if isinstance(result.get("details"), dict) else {}
-    if details.get("status") == "blocked" and details.get("deniedReason") == "tool-loop":
+    details = result.get("details")
+    if not isinstance(details, dict):
+        details = {}
+    elif details.get("status") == "blocked" and details.get("deniedReason") == "tool-loop":
         return Outcome(None, loop_veto=True)
     text = _text_content(result)
     if tool_name == "exec":

@@ -152,13 +152,17 @@ class RunHistory:
     def attach_result(self, record: CallRecord, outcome: Outcome) -> None:
         """Give a pending call its outcome; a loop veto repeats the last outcome."""
         self._unpend(record)
-        record.result_hash, record.unknown_tool = self._effective(record, outcome)
+        if outcome.loop_veto:
+            record.result_hash, record.unknown_tool = self._effective(record, outcome)
+        else:
+            record.result_hash, record.unknown_tool = outcome.result_hash, outcome.unknown_tool
         if record.result_hash is None:
             return
-        self.sig_results[record.sig] = self.sig_results.get(record.sig, 0) + 1
-        latest = self.sig_latest_result.get(record.sig)
+        sig = record.sig
+        self.sig_results[sig] = self.sig_results.get(sig, 0) + 1
+        latest = self.sig_latest_result.get(sig)
         if latest is None or latest.index < record.index:
-            self.sig_latest_result[record.sig] = record
+            self.sig_latest_result[sig] = record
         records = self.records
         if record is records[-1]:
             size = len(records)
@@ -247,14 +251,16 @@ class RunHistory:
             return
         record.pending = False
         stack = self.pending_by_sig[record.sig]
-        if stack[-1] is record:
-            stack.pop()
-        else:
-            stack.remove(record)
-        if not stack:
+        if len(stack) == 1:  # the usual case: this call was the only one pending
             del self.pending_by_sig[record.sig]
-        if record.tool_call_id and self.pending_by_id.get(record.tool_call_id) is record:
-            del self.pending_by_id[record.tool_call_id]
+        else:
+            if stack[-1] is record:
+                stack.pop()
+            else:
+                stack.remove(record)
+        call_id = record.tool_call_id
+        if call_id and self.pending_by_id.get(call_id) is record:
+            del self.pending_by_id[call_id]
 
     def _trim(self) -> None:
         while len(self.records) > self.max_size:
