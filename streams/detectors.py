@@ -153,7 +153,9 @@ def generic_repeat(
     return None
 
 
-def detect(history: RunHistory, call: CurrentCall, cfg: LoopDetectionConfig) -> Detection | None:
+def detect(
+    history: RunHistory, tool_name: str, sig: str, known_poll: bool, cfg: LoopDetectionConfig
+) -> Detection | None:
     """Run the detectors in the reference order; ``None`` when they are off or all pass.
 
     The history is asked each question once, and the questions only some detectors need
@@ -161,17 +163,18 @@ def detect(history: RunHistory, call: CurrentCall, cfg: LoopDetectionConfig) -> 
     """
     if cfg.enabled is not True:  # the rolling detectors need an explicit ``enabled: true``
         return None
-    count, missing = history.unknown_tool_streak(call.tool_name)
+    count, missing = history.unknown_tool_streak(tool_name)
     if count >= cfg.unknown_tool_threshold:
-        return unknown_tool_repeat(count, missing, call)
-    recent = history.count(call.sig)
+        return unknown_tool_repeat(count, missing, CurrentCall(tool_name, sig, known_poll))
+    recent = history.count(sig)
     if not recent:
         # No earlier call with these args in the window: no streak, no repeat, and no
         # ping-pong (its expected next call is the one before the newest, so it is there);
         # with every threshold >= 1 (config validation) nothing below could fire.
         return None
-    streak, latest = history.no_progress_streak(call.sig)
-    pong = history.ping_pong(call.sig)
+    call = CurrentCall(tool_name, sig, known_poll)
+    streak, latest = history.no_progress_streak(sig)
+    pong = history.ping_pong(sig)
     switches = cfg.detectors
     return (
         global_circuit_breaker(streak, latest, pong, call, cfg)

@@ -178,16 +178,17 @@ class RunState:
 
     def _on_call(self, event: ToolCall, cfg: LoopDetectionConfig) -> list[Decision]:
         sig, known_poll, action = call_info(event.tool_name, event.args_json)
-        call = CurrentCall(event.tool_name, sig, known_poll)
-        hit = detect(self.history, call, cfg)
+        hit = detect(self.history, event.tool_name, sig, known_poll, cfg)
         self.history.append_call(
-            call.tool_name,
+            event.tool_name,
             sig,
             event.tool_call_id,
             known_poll,
             action if isinstance(action, str) else None,
         )
-        return [self._decide(event, call, hit, cfg)] if hit else []
+        if hit is None:
+            return []
+        return [self._decide(event, CurrentCall(event.tool_name, sig, known_poll), hit, cfg)]
 
     def _on_result(self, event: ToolResult, cfg: LoopDetectionConfig) -> list[Decision]:
         tool_name = event.tool_name
