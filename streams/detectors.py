@@ -2,15 +2,17 @@
 
 Each detector looks at the run's history *before* the current call is recorded and at the
 call about to happen, exactly like the reference runtime, so counts and thresholds mean the
-same here as in the gateway's own documentation.
+same here as in the gateway's own documentation. :func:`detect` queries the history once per
+fact and hands each detector the facts it needs.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from streams.config import LoopDetectionConfig
-from streams.history import RunHistory
+from streams.history import PingPong, RunHistory
 
 WARNING = "warning"
 CRITICAL = "critical"
@@ -26,20 +28,14 @@ class Detection:
     paired_tool_name: str = ""
 
 
-@dataclass(frozen=True, slots=True)
-class CurrentCall:
+class CurrentCall(NamedTuple):  # one per call: cheaper to build than a frozen dataclass
     tool_name: str
     sig: str
     known_poll: bool
 
 
-def unknown_tool_repeat(
-    history: RunHistory, call: CurrentCall, cfg: LoopDetectionConfig
-) -> Detection | None:
+def unknown_tool_repeat(count: int, missing: str | None, call: CurrentCall) -> Detection:
     """Retries of a tool the gateway says does not exist; not governed by ``detectors``."""
-    count, missing = history.unknown_tool_streak(call.tool_name)
-    if count < cfg.unknown_tool_threshold:
-        return None
     name = missing or call.tool_name
     return Detection(
         CRITICAL,
@@ -51,15 +47,13 @@ def unknown_tool_repeat(
 
 
 def global_circuit_breaker(
-    history: RunHistory, call: CurrentCall, cfg: LoopDetectionConfig
+    streak: int, latest: str | None, pong: PingPong, call: CurrentCall, cfg: LoopDetectionConfig
 ) -> Detection | None:
     """No-progress breaker across detectors: identical-call streaks and stable ping-pong.
 
     The reference counted only the current tool's streak, so a ping-pong loop never tripped
     it; here the larger of the two no-progress counts is compared with the threshold.
     """
-    streak, latest = history.no_progress_streak(call.sig)
-    pong = history.ping_pong(call.sig)
     pong_count = pong.count if pong.no_progress else 0
     count = max(streak, pong_count)
     if count < cfg.global_circuit_breaker_threshold:
@@ -80,11 +74,8 @@ def global_circuit_breaker(
 
 
 def known_poll_no_progress(
-    history: RunHistory, call: CurrentCall, cfg: LoopDetectionConfig
+    streak: int, latest: str | None, call: CurrentCall, cfg: LoopDetectionConfig
 ) -> Detection | None:
-    if not (call.known_poll and cfg.detectors.known_poll_no_progress):
-        return None
-    streak, latest = history.no_progress_streak(call.sig)
     if streak >= cfg.critical_threshold:
         return Detection(
             CRITICAL,
@@ -108,11 +99,10 @@ def known_poll_no_progress(
     return None
 
 
-def ping_pong(history: RunHistory, call: CurrentCall, cfg: LoopDetectionConfig) -> Detection | None:
+def ping_pong(
+    pong: PingPong, history: RunHistory, call: CurrentCall, cfg: LoopDetectionConfig
+) -> Detection | None:
     """A,B,A,B… : warn even if outputs change, block only when both sides are stable."""
-    if not cfg.detectors.ping_pong:
-        return None
-    pong = history.ping_pong(call.sig)
     if pong.count >= cfg.critical_threshold and pong.no_progress:
         return Detection(
             CRITICAL,
@@ -139,12 +129,9 @@ def ping_pong(history: RunHistory, call: CurrentCall, cfg: LoopDetectionConfig) 
 
 
 def generic_repeat(
-    history: RunHistory, call: CurrentCall, cfg: LoopDetectionConfig
+    streak: int, latest: str | None, recent: int, call: CurrentCall, cfg: LoopDetectionConfig
 ) -> Detection | None:
     """Same tool + args: warn on repeats in the window, block when outcomes are identical."""
-    if call.known_poll or not cfg.detectors.generic_repeat:
-        return None
-    streak, latest = history.no_progress_streak(call.sig)
     if streak >= cfg.critical_threshold:
         return Detection(
             CRITICAL,
@@ -154,7 +141,6 @@ def generic_repeat(
             f"outcomes {streak} times. Session execution blocked to prevent runaway loops.",
             latest or "",
         )
-    recent = history.count(call.sig)
     if recent >= cfg.warning_threshold:
         return Detection(
             WARNING,
@@ -167,21 +153,40 @@ def generic_repeat(
     return None
 
 
-DETECTORS = (
-    unknown_tool_repeat,
-    global_circuit_breaker,
-    known_poll_no_progress,
-    ping_pong,
-    generic_repeat,
-)
+def detect(
+    history: RunHistory, tool_name: str, sig: str, known_poll: bool, cfg: LoopDetectionConfig
+) -> Detection | None:
+    """Run the detectors in the reference order; ``None`` when they are off or all pass.
 
-
-def detect(history: RunHistory, call: CurrentCall, cfg: LoopDetectionConfig) -> Detection | None:
-    """Run the detectors in order; ``None`` when the rolling detectors are off or all pass."""
-    if not cfg.rolling_detectors_on:
+    The history is asked each question once, and the questions only some detectors need
+    are asked only when those detectors are reached.
+    """
+    if cfg.enabled is not True:  # the rolling detectors need an explicit ``enabled: true``
         return None
-    for detector in DETECTORS:
-        hit = detector(history, call, cfg)
-        if hit is not None:
-            return hit
-    return None
+    count, missing = history.unknown_tool_streak(tool_name)
+    if count >= cfg.unknown_tool_threshold:
+        return unknown_tool_repeat(count, missing, CurrentCall(tool_name, sig, known_poll))
+    recent = history.count(sig)
+    if not recent:
+        # No earlier call with these args in the window: no streak, no repeat, and no
+        # ping-pong (its expected next call is the one before the newest, so it is there);
+        # with every threshold >= 1 (config validation) nothing below could fire.
+        return None
+    call = CurrentCall(tool_name, sig, known_poll)
+    streak, latest = history.no_progress_streak(sig)
+    pong = history.ping_pong(sig)
+    switches = cfg.detectors
+    return (
+        global_circuit_breaker(streak, latest, pong, call, cfg)
+        or (
+            known_poll_no_progress(streak, latest, call, cfg)
+            if call.known_poll and switches.known_poll_no_progress
+            else None
+        )
+        or (ping_pong(pong, history, call, cfg) if switches.ping_pong else None)
+        or (
+            generic_repeat(streak, latest, recent, call, cfg)
+            if not call.known_poll and switches.generic_repeat
+            else None
+        )
+    )

@@ -26,12 +26,11 @@ class LoopGuard:
         return cfg
 
     def process(self, event: AgentEvent) -> list[Decision]:
-        cfg = self.config_for(event.envelope.agent_id)
-        state = self.runs.get(event.envelope.run_id)
+        env = event.envelope
+        cfg = self._configs.get(env.agent_id) or self.config_for(env.agent_id)
+        state = self.runs.get(env.run_id)
         if state is None:
-            state = self.runs[event.envelope.run_id] = RunState(
-                event.envelope.run_id, cfg.history_size
-            )
+            state = self.runs[env.run_id] = RunState(env.run_id, cfg.history_size)
         return state.apply(event, cfg)
 
     def process_all(self, events: Iterable[AgentEvent]) -> Iterator[Decision]:

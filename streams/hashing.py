@@ -15,12 +15,12 @@ import hashlib
 import json
 import re
 import sys
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
 _MISSING = object()
+_sha256 = hashlib.sha256
 
 
 # The standard library's JSON recurses and gives up at Python's recursion limit, which
@@ -122,7 +122,11 @@ def canonical_json(value: Any) -> bytes:
 
 
 def digest(value: Any) -> str:
-    return hashlib.sha256(canonical_json(value)).hexdigest()
+    try:  # canonical_json inlined: this runs several times per event
+        data = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    except (TypeError, orjson.JSONEncodeError):
+        data = canonical_json(value)
+    return _sha256(data).hexdigest()
 
 
 def parse_json(text: str | None) -> Any:
@@ -174,6 +178,52 @@ def is_known_poll_call(tool_name: str, params: Any) -> bool:
     )
 
 
+class CallInfo(NamedTuple):
+    """What the detectors need from a call's args text, computed once per distinct text."""
+
+    sig: str  # args hash
+    known_poll: bool
+    action: Any  # params["action"] when params is an object, else None
+
+
+# Looping agents resend byte-identical args (a result usually echoes its call's args too)
+# and a stuck tool returns byte-identical results: both hashes are memoised on the exact
+# input texts, so a hit is always what the slow path would compute. Each cache is emptied
+# when it reaches MEMO_ENTRIES and texts over MEMO_MAX_CHARS are never kept: a few MB at most.
+MEMO_ENTRIES = 2048
+MEMO_MAX_CHARS = 2048
+_CALL_CACHE: dict[tuple[str, str], CallInfo] = {}
+_OUTCOME_CACHE: dict[tuple[str, str | None, str | None, str | None], Outcome] = {}
+
+
+def _memo_put(cache: dict[Any, Any], key: Any, value: Any) -> None:
+    if len(cache) >= MEMO_ENTRIES:
+        cache.clear()
+    cache[key] = value
+
+
+def _call_info(tool_name: str, args_json: str) -> CallInfo:
+    params = parse_json(args_json)
+    try:
+        sig = args_hash(tool_name, params)
+    except RecursionError:  # nested too deep to canonicalise: hash the text as sent
+        params = args_json
+        sig = args_hash(tool_name, params)
+    action = params.get("action") if isinstance(params, dict) else None
+    return CallInfo(sig, is_known_poll_call(tool_name, params), action)
+
+
+def call_info(tool_name: str, args_json: str) -> CallInfo:
+    """Signature, poll flag and action of a call given its raw args JSON (memoised)."""
+    key = (tool_name, args_json)
+    info = _CALL_CACHE.get(key)
+    if info is None:
+        info = _call_info(tool_name, args_json)
+        if isinstance(args_json, str) and len(args_json) <= MEMO_MAX_CHARS:
+            _memo_put(_CALL_CACHE, key, info)
+    return info
+
+
 _UNKNOWN_TOOL_PATTERNS = (
     re.compile(r"unknown tool[:\s]+[\"']?([a-z0-9_.-]+)[\"']?", re.IGNORECASE),
     re.compile(
@@ -192,26 +242,37 @@ def unknown_tool_name(error: str) -> str | None:
 
 
 # Volatile parts of command output that change on every run of the same stuck command.
-_VOLATILE_OUTPUT = (
-    (
-        re.compile(
-            r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?"
-        ),
-        "<datetime>",
-    ),
-    (re.compile(r"\b\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?\b"), "<time>"),
-    (re.compile(r"\b(pid|PID)([=:\s]+)\d+"), r"\1\2<pid>"),
-    (
-        re.compile(r"(?i)\b(took|in|after|elapsed:?)\s+\d+(?:\.\d+)?\s?(ms|s|sec|secs|seconds)\b"),
-        r"\1 <duration>",
-    ),
+_DATETIME = re.compile(
+    r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?"
+)
+_CLOCK = re.compile(r"\b\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?\b")
+_PID = re.compile(r"\b(pid|PID)([=:\s]+)\d+")
+_DURATION = re.compile(
+    r"(?i)\b(took|in|after|elapsed:?)\s+\d+(?:\.\d+)?\s?(ms|s|sec|secs|seconds)\b"
 )
 
 
+def _pid_repl(match: re.Match[str]) -> str:
+    return f"{match[1]}{match[2]}<pid>"
+
+
+def _duration_repl(match: re.Match[str]) -> str:
+    return f"{match[1]} <duration>"
+
+
 def normalize_output(text: str) -> str:
-    for pattern, replacement in _VOLATILE_OUTPUT:
-        text = pattern.sub(replacement, text)
-    return text
+    """Mask datetimes, clock times, PIDs and durations, in that order.
+
+    Callables instead of ``\\1`` templates (expanded in pure Python per match) and substring
+    pre-checks that skip a pattern only when it cannot match (both clock patterns need a
+    colon, the PID pattern needs ``pid``/``PID``) make this several times cheaper.
+    """
+    if ":" in text:
+        text = _DATETIME.sub("<datetime>", text)
+        text = _CLOCK.sub("<time>", text)
+    if "pid" in text or "PID" in text:
+        text = _PID.sub(_pid_repl, text)
+    return _DURATION.sub(_duration_repl, text)
 
 
 def _text_content(result: dict[str, Any]) -> str:
@@ -301,9 +362,12 @@ VOLATILE_SEND_KEYS = frozenset(
 
 def is_outbound_send(tool_name: str, params: Any) -> bool:
     """Tools whose results carry fresh ids per call: sessions_send, message sends, *_send."""
+    return _is_send_action(tool_name, params.get("action") if isinstance(params, dict) else None)
+
+
+def _is_send_action(tool_name: str, action: Any) -> bool:
     if tool_name == "sessions_send":
         return True
-    action = params.get("action") if isinstance(params, dict) else None
     if tool_name == "message":
         return action in SEND_LIKE_MESSAGE_ACTIONS
     return tool_name.endswith("_send") or (
@@ -338,9 +402,12 @@ def strip_volatile_send_ids(value: Any) -> Any:
     }
 
 
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    """A hashed tool outcome. ``result_hash`` is None when there is nothing to compare."""
+class Outcome(NamedTuple):
+    """A hashed tool outcome. ``result_hash`` is None when there is nothing to compare.
+
+    A NamedTuple, like the other small per-event values: immutable, and built in half
+    the time of a frozen dataclass (whose __init__ goes through object.__setattr__).
+    """
 
     result_hash: str | None
     unknown_tool: str | None = None
@@ -349,22 +416,58 @@ class Outcome:
 
 def outcome_hash(tool_name: str, params: Any, result: Any, error: str | None) -> Outcome:
     """Hash what a tool returned, per the rules of its tool kind."""
+    return _outcome(
+        tool_name, params.get("action") if isinstance(params, dict) else None, result, error
+    )
+
+
+def result_outcome(
+    tool_name: str, action: Any, result_json: str | None, error: str | None
+) -> Outcome:
+    """:func:`outcome_hash` from the raw result text, given the call's ``action`` only.
+
+    Memoised like :func:`call_info` when ``action`` is a string or absent (other JSON
+    values may be unhashable, or equal across types: ``1 == True``).
+    """
+    if action is not None and type(action) is not str:
+        return _result_outcome(tool_name, action, result_json, error)
+    key = (tool_name, action, result_json, error)
+    outcome = _OUTCOME_CACHE.get(key)
+    if outcome is None:
+        outcome = _result_outcome(tool_name, action, result_json, error)
+        if len(result_json or "") + len(error or "") <= MEMO_MAX_CHARS:
+            _memo_put(_OUTCOME_CACHE, key, outcome)
+    return outcome
+
+
+def _result_outcome(
+    tool_name: str, action: Any, result_json: str | None, error: str | None
+) -> Outcome:
+    try:
+        return _outcome(tool_name, action, parse_json(result_json), error)
+    except RecursionError:  # nested too deep to canonicalise: the raw text stands for itself
+        return _outcome(tool_name, action, result_json, error)
+
+
+def _outcome(tool_name: str, action: Any, result: Any, error: str | None) -> Outcome:
+    """The outcome rules; of the call's params only ``action`` ever matters."""
     if error is not None:
         return Outcome(f"error:{digest(error)}", unknown_tool_name(error))
     if result is _MISSING or result is None:
         return Outcome(None)
     if not isinstance(result, dict):
         return Outcome(digest(result))
-    details = result.get("details") if isinstance(result.get("details"), dict) else {}
-    if details.get("status") == "blocked" and details.get("deniedReason") == "tool-loop":
+    details = result.get("details")
+    if not isinstance(details, dict):
+        details = {}
+    elif details.get("status") == "blocked" and details.get("deniedReason") == "tool-loop":
         return Outcome(None, loop_veto=True)
     text = _text_content(result)
     if tool_name == "exec":
         exec_hash = _exec_outcome(details, text)
         if exec_hash:
             return Outcome(exec_hash)
-    if tool_name == "process" and is_known_poll_call(tool_name, params):
-        action = params["action"]
+    if tool_name == "process" and action in ("poll", "log"):
         keys = (
             ("status", "exitCode", "exitSignal", "aggregated")
             if action == "poll"
@@ -372,7 +475,7 @@ def outcome_hash(tool_name: str, params: Any, result: Any, error: str | None) ->
         )
         fields = {key: details.get(key) for key in keys}
         return Outcome(digest({"action": action, **fields, "text": text}))
-    if is_outbound_send(tool_name, params):
+    if _is_send_action(tool_name, action):
         return Outcome(digest(strip_volatile_send_ids(details)))
     if tool_name == "update_plan":
         return Outcome(digest({"details": _normalize_update_plan(details), "text": ""}))

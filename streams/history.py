@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from streams.hashing import Outcome
 
@@ -50,8 +50,7 @@ class CallRecord:
         ]
 
 
-@dataclass(frozen=True, slots=True)
-class PingPong:
+class PingPong(NamedTuple):  # cheaper to build than a frozen dataclass
     count: int = 0
     paired_tool_name: str = ""
     paired_sig: str = ""
@@ -72,7 +71,7 @@ class RunHistory:
         self.sig_results: dict[str, int] = {}  # records of the signature that have a result
         self.sig_latest_result: dict[str, CallRecord] = {}
         self.sig_last_record: dict[str, CallRecord] = {}
-        self.pending_by_sig: dict[str, deque[CallRecord]] = {}
+        self.pending_by_sig: dict[str, list[CallRecord]] = {}  # oldest first
         self.pending_by_id: dict[str, CallRecord] = {}
 
     # -- queries used by the detectors -------------------------------------------------
@@ -153,15 +152,23 @@ class RunHistory:
     def attach_result(self, record: CallRecord, outcome: Outcome) -> None:
         """Give a pending call its outcome; a loop veto repeats the last outcome."""
         self._unpend(record)
-        record.result_hash, record.unknown_tool = self._effective(record, outcome)
+        if outcome.loop_veto:
+            record.result_hash, record.unknown_tool = self._effective(record, outcome)
+        else:
+            record.result_hash, record.unknown_tool = outcome.result_hash, outcome.unknown_tool
         if record.result_hash is None:
             return
-        self.sig_results[record.sig] = self.sig_results.get(record.sig, 0) + 1
-        latest = self.sig_latest_result.get(record.sig)
+        sig = record.sig
+        self.sig_results[sig] = self.sig_results.get(sig, 0) + 1
+        latest = self.sig_latest_result.get(sig)
         if latest is None or latest.index < record.index:
-            self.sig_latest_result[record.sig] = record
-        if record is self.records[-1]:
-            self._derive(len(self.records) - 1)
+            self.sig_latest_result[sig] = record
+        records = self.records
+        if record is records[-1]:
+            size = len(records)
+            self._derive_record(
+                record, records[-2] if size > 1 else None, records[-3] if size > 2 else None
+            )
         else:  # an older call finished late: recompute what follows it
             self._rederive_from(record.index - self.records[0].index)
 
@@ -216,16 +223,26 @@ class RunHistory:
 
     def _append(self, record: CallRecord) -> None:
         self.next_index += 1
-        record.prev_same_sig = self.sig_last_record.get(record.sig)
-        self.sig_last_record[record.sig] = record
-        self.sig_count[record.sig] = self.sig_count.get(record.sig, 0) + 1
-        self.records.append(record)
-        self._derive(len(self.records) - 1)
-        self._trim()
+        sig = record.sig
+        record.prev_same_sig = self.sig_last_record.get(sig)
+        self.sig_last_record[sig] = record
+        self.sig_count[sig] = self.sig_count.get(sig, 0) + 1
+        records = self.records
+        records.append(record)
+        size = len(records)
+        self._derive_record(
+            record, records[-2] if size > 1 else None, records[-3] if size > 2 else None
+        )
+        if size > self.max_size:
+            self._trim()
 
     def _pend(self, record: CallRecord) -> None:
         record.pending = True
-        self.pending_by_sig.setdefault(record.sig, deque()).append(record)
+        stack = self.pending_by_sig.get(record.sig)
+        if stack is None:
+            self.pending_by_sig[record.sig] = [record]
+        else:
+            stack.append(record)
         if record.tool_call_id:
             self.pending_by_id[record.tool_call_id] = record
 
@@ -234,14 +251,16 @@ class RunHistory:
             return
         record.pending = False
         stack = self.pending_by_sig[record.sig]
-        if stack[-1] is record:
-            stack.pop()
-        else:
-            stack.remove(record)
-        if not stack:
+        if len(stack) == 1:  # the usual case: this call was the only one pending
             del self.pending_by_sig[record.sig]
-        if record.tool_call_id and self.pending_by_id.get(record.tool_call_id) is record:
-            del self.pending_by_id[record.tool_call_id]
+        else:
+            if stack[-1] is record:
+                stack.pop()
+            else:
+                stack.remove(record)
+        call_id = record.tool_call_id
+        if call_id and self.pending_by_id.get(call_id) is record:
+            del self.pending_by_id[call_id]
 
     def _trim(self) -> None:
         while len(self.records) > self.max_size:
@@ -276,9 +295,16 @@ class RunHistory:
     def _derive(self, pos: int) -> None:
         """Compute the derived fields of ``records[pos]`` from the records before it."""
         records = self.records
-        record = records[pos]
-        prev = records[pos - 1] if pos > 0 else None
-        before = records[pos - 2] if pos > 1 else None
+        self._derive_record(
+            records[pos],
+            records[pos - 1] if pos > 0 else None,
+            records[pos - 2] if pos > 1 else None,
+        )
+
+    def _derive_record(
+        self, record: CallRecord, prev: CallRecord | None, before: CallRecord | None
+    ) -> None:
+        """Derived fields of ``record`` given the one (``prev``) and two before it."""
         has_result = record.result_hash is not None
 
         if has_result:

@@ -28,7 +28,7 @@ from streams.events import (
     event_from_dict,
     event_to_dict,
 )
-from streams.hashing import args_hash, is_known_poll_call, outcome_hash, parse_json
+from streams.hashing import call_info, result_outcome
 from streams.history import RunHistory
 
 # Out-of-order events wait for the gap to fill; past this many the gap is given up on so one
@@ -100,6 +100,14 @@ class RunState:
     def apply(self, event: AgentEvent, cfg: LoopDetectionConfig) -> list[Decision]:
         """Take one delivered event; process it and anything it unblocks, in seq order."""
         seq = event.envelope.seq
+        if seq == self.last_seq + 1 and not self.waiting:
+            # The common case, in order with nothing waiting: what the loop below would do.
+            self.last_seq = seq
+            decided = self._process(event, cfg)
+            if not decided:
+                return decided
+            self.recent.append((seq, decided))
+            return list(decided)
         if seq <= self.last_seq or seq in self.waiting:
             self.stats.duplicates += 1
             return []
@@ -143,9 +151,12 @@ class RunState:
     def _process(self, event: AgentEvent, cfg: LoopDetectionConfig) -> list[Decision]:
         env = event.envelope
         self.stats.events += 1
-        self.agent_id = env.agent_id or self.agent_id
-        self.gateway_id = env.gateway_id or self.gateway_id
-        self.last_event_time = max(self.last_event_time, env.event_time)
+        if env.agent_id:
+            self.agent_id = env.agent_id
+        if env.gateway_id:
+            self.gateway_id = env.gateway_id
+        if env.event_time > self.last_event_time:
+            self.last_event_time = env.event_time
         if self.history.max_size != cfg.history_size:
             self.history.resize(cfg.history_size)
         if self.status != ACTIVE:
@@ -166,51 +177,40 @@ class RunState:
         return []
 
     def _on_call(self, event: ToolCall, cfg: LoopDetectionConfig) -> list[Decision]:
-        params = parse_json(event.args_json)
-        try:
-            sig = args_hash(event.tool_name, params)
-        except RecursionError:  # nested too deep to canonicalise: hash the text as sent
-            params = event.args_json
-            sig = args_hash(event.tool_name, params)
-        call = CurrentCall(event.tool_name, sig, is_known_poll_call(event.tool_name, params))
-        hit = detect(self.history, call, cfg)
-        action = params.get("action") if isinstance(params, dict) else None
+        sig, known_poll, action = call_info(event.tool_name, event.args_json)
+        hit = detect(self.history, event.tool_name, sig, known_poll, cfg)
         self.history.append_call(
-            call.tool_name,
-            call.sig,
+            event.tool_name,
+            sig,
             event.tool_call_id,
-            call.known_poll,
+            known_poll,
             action if isinstance(action, str) else None,
         )
-        return [self._decide(event, call, hit, cfg)] if hit else []
+        if hit is None:
+            return []
+        return [self._decide(event, CurrentCall(event.tool_name, sig, known_poll), hit, cfg)]
 
     def _on_result(self, event: ToolResult, cfg: LoopDetectionConfig) -> list[Decision]:
-        params = parse_json(event.args_json)
-        try:
-            sig = None if event.args_json is None else args_hash(event.tool_name, params)
-        except RecursionError:  # as in _on_call: the raw text stands for itself
-            params = event.args_json
-            sig = args_hash(event.tool_name, params)
-        record = self.history.find_pending(event.tool_name, sig, event.tool_call_id)
+        tool_name = event.tool_name
         if event.args_json is None:
             # Results may omit args when they carry the call id: hash with what the call had.
-            params = {"action": record.action} if record and record.action else {}
-            sig = record.sig if record else args_hash(event.tool_name, params)
-        try:
-            outcome = outcome_hash(
-                event.tool_name, params, parse_json(event.result_json), event.error
-            )
-        except RecursionError:
-            outcome = outcome_hash(event.tool_name, params, event.result_json, event.error)
+            record = self.history.find_pending(tool_name, None, event.tool_call_id)
+            if record is not None:
+                sig, known_poll, action = record.sig, record.known_poll, record.action or None
+            else:
+                sig, known_poll, action = call_info(tool_name, "{}")
+        else:
+            sig, known_poll, action = call_info(tool_name, event.args_json)
+            record = self.history.find_pending(tool_name, sig, event.tool_call_id)
+        outcome = result_outcome(tool_name, action, event.result_json, event.error)
         if record is not None:
             self.history.attach_result(record, outcome)
         else:
-            action = params.get("action") if isinstance(params, dict) else None
             record = self.history.append_result(
-                event.tool_name,
+                tool_name,
                 sig,
                 event.tool_call_id,
-                is_known_poll_call(event.tool_name, params),
+                known_poll,
                 action if isinstance(action, str) else None,
                 outcome,
             )

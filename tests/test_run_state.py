@@ -381,12 +381,12 @@ def naive_queries(history: RunHistory):
 
 
 def apply_history_ops(history: RunHistory, ops, check) -> None:
-    counter = 0
     for op in ops:
         if op[0] == "call":
             tool, sig = SIGS[op[1]]
-            counter += 1
-            history.append_call(tool, sig, f"id{counter}" if op[2] else None, False, None)
+            # ids unique across calls of this helper on one history (test_resize_then_continue)
+            call_id = f"id{history.next_index + 1}" if op[2] else None
+            history.append_call(tool, sig, call_id, False, None)
         elif op[0] == "result":
             pending = [r for r in history.records if r.pending]
             if not pending:
