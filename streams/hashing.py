@@ -202,8 +202,9 @@ def _memo_put(cache: dict[Any, Any], key: Any, value: Any) -> None:
     cache[key] = value
 
 
-def _call_info(tool_name: str, args_json: str) -> CallInfo:
-    params = parse_json(args_json)
+def _call_info(tool_name: str, args_json: str | None) -> CallInfo:
+    # No args at all hashes as JSON null: a stable value, the same in every process.
+    params = None if args_json is None else parse_json(args_json)
     try:
         sig = args_hash(tool_name, params)
     except RecursionError:  # nested too deep to canonicalise: hash the text as sent
@@ -213,7 +214,7 @@ def _call_info(tool_name: str, args_json: str) -> CallInfo:
     return CallInfo(sig, is_known_poll_call(tool_name, params), action)
 
 
-def call_info(tool_name: str, args_json: str) -> CallInfo:
+def call_info(tool_name: str, args_json: str | None) -> CallInfo:
     """Signature, poll flag and action of a call given its raw args JSON (memoised)."""
     key = (tool_name, args_json)
     info = _CALL_CACHE.get(key)
@@ -368,6 +369,8 @@ def is_outbound_send(tool_name: str, params: Any) -> bool:
 def _is_send_action(tool_name: str, action: Any) -> bool:
     if tool_name == "sessions_send":
         return True
+    if not isinstance(action, str):  # agents send anything; a list is not hashable
+        action = None
     if tool_name == "message":
         return action in SEND_LIKE_MESSAGE_ACTIONS
     return tool_name.endswith("_send") or (

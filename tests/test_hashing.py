@@ -510,3 +510,21 @@ def test_fallback_depth_cap_treats_deeper_json_as_text():
         nested = [nested]
     with pytest.raises(NestedTooDeepError):
         canonical_json(nested)
+
+
+@pytest.mark.parametrize("action", [["send"], {"a": 1}, 3, None])
+def test_message_results_with_odd_actions_hash_without_crashing(action):
+    lg = loop_guard(enabled=True)
+    run = Run(lg)
+    for tool in ("message", "slack_message"):
+        run.call(tool, {"action": action, "text": "hi"})
+        run.result(tool, {"action": action, "text": "hi"}, sent_result())
+    assert not any(r.pending for r in lg.runs[run.run_id].history.records)
+
+
+def test_call_without_args_hashes_the_same_in_every_process():
+    lg = loop_guard(enabled=True)
+    run = Run(lg)
+    lg.process(ToolCall(run.envelope(), "noargs", None))
+    sig = lg.runs[run.run_id].history.records[-1].sig
+    assert sig == f"noargs:{digest(None)}"
