@@ -167,3 +167,61 @@ def test_database_outage_delays_the_audit_trail_but_not_decisions(
             time.sleep(0.2)
     assert {d.decision_id: d for d in rows} == want
     assert len(rows) == len(want)
+
+
+def committed_everything(pipeline) -> bool:
+    """The worker's group has committed offsets at (or past) the end of the events topic."""
+    topic = pipeline.settings.topics.events
+    consumer = KafkaConsumer(  # reads the group's offsets; never joins it
+        bootstrap_servers=pipeline.broker.bootstrap,
+        group_id=pipeline.prefix,
+        enable_auto_commit=False,
+    )
+    try:
+        parts = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic)]
+        ends = consumer.end_offsets(parts)
+        return all((consumer.committed(tp) or 0) >= ends[tp] for tp in parts)
+    finally:
+        consumer.close()
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_replacement_of_an_idle_worker_recovers_the_newest_state(running_pipeline) -> None:
+    """The worker has processed and committed everything, then dies while idle: nothing will
+    be re-processed, so its replacement must rebuild every run's newest state from the
+    changelog alone, and the gateway must see every decision the replacement makes (both
+    broke on tansu when the worker's producer put several records in one batch)."""
+    pipeline, client = running_pipeline
+    run_ids = [f"idle-run-{i}" for i in range(16)]
+    per_run = {run_id: looping_run(run_id, 24) for run_id in run_ids}
+    interleaved = [e for events in zip(*per_run.values(), strict=True) for e in events]
+    half = len(interleaved) // 2
+    first = expected(interleaved[:half])
+    assert first, "the first half must already decide something"
+    for event in interleaved[:half]:
+        client.publish(event)
+    client.flush()
+
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        got = {d.decision_id for r in run_ids for d in client.decisions(r)}
+        if got >= set(first) and committed_everything(pipeline):
+            break
+        time.sleep(0.2)
+    assert committed_everything(pipeline), "the worker never committed the first half"
+
+    pipeline.workers[0].kill()
+    pipeline.start_worker()
+    for event in interleaved[half:]:
+        client.publish(event)
+    client.flush()
+    want = expected(interleaved)
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        got = {d.decision_id: d for r in run_ids for d in client.decisions(r)}
+        if len(got) >= len(want):
+            break
+        time.sleep(0.2)
+    missing = sorted(set(want) - set(got))
+    extra = sorted(set(got) - set(want))
+    assert got == want, f"missing {missing[:8]} extra {extra[:8]}\n{pipeline.worker_logs()}"
