@@ -51,7 +51,8 @@ log = logging.getLogger("loopguard.worker")
 settings = Settings.from_env()
 state_codec.register()
 set_fetch_max_wait(settings.fetch_max_wait_ms)
-fast_message_handoff()
+if settings.fast_handoff:
+    fast_message_handoff()
 Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
 
 

@@ -66,6 +66,7 @@ class Settings:
     batch_window: float = 0.02
     commit_interval: float = 0.5
     producer_max_batch: int = 1
+    fast_handoff: bool = True
     security_protocol: str = "PLAINTEXT"
     sasl_mechanism: str = ""
     sasl_username: str = ""
@@ -96,6 +97,7 @@ class Settings:
             batch_window=_float("BATCH_WINDOW_MS", cls.batch_window * 1000) / 1000,
             commit_interval=_float("COMMIT_INTERVAL", cls.commit_interval),
             producer_max_batch=_int("PRODUCER_MAX_BATCH", cls.producer_max_batch),
+            fast_handoff=_int("FAST_HANDOFF", int(cls.fast_handoff)) != 0,
             security_protocol=_env("SECURITY_PROTOCOL", cls.security_protocol),
             sasl_mechanism=_env("SASL_MECHANISM", ""),
             sasl_username=_env("SASL_USERNAME", ""),
