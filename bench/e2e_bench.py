@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from kafka import KafkaProducer  # noqa: E402
-from kafka.partitioner.default import murmur2  # noqa: E402
+from load_gen import sentinel_ids  # noqa: E402  (this directory is on sys.path)
 
 from streams.avro_codec import encode_event  # noqa: E402
 from streams.config import fleet_from_document  # noqa: E402
@@ -70,17 +70,6 @@ def busy_run(run_id: str, length: int) -> list:
             )
         )
     return events
-
-
-def sentinel_ids(prefix: str) -> list[str]:
-    """One run id per partition (same murmur2 as the producers), to mark 'all processed'."""
-    found: dict[int, str] = {}
-    i = 0
-    while len(found) < PARTITIONS:
-        run_id = f"{prefix}-sentinel-{i}"
-        found.setdefault((murmur2(run_id.encode()) & 0x7FFFFFFF) % PARTITIONS, run_id)
-        i += 1
-    return list(found.values())
 
 
 def cpu_seconds(pid: int) -> float:
@@ -136,7 +125,7 @@ def main() -> int:
                 events += compaction_loop_run(f"tp-{run_no}")
             else:
                 events += busy_run(f"tp-{run_no}", 40)
-        sentinels = sentinel_ids("tp")
+        sentinels = sentinel_ids("tp", PARTITIONS)
         for run_id in sentinels:
             events += compaction_loop_run(run_id)
         encoded = [(e.envelope.run_id.encode(), encode_event(e)) for e in events]

@@ -409,6 +409,8 @@ def _require_storable_names(record: str, *sources: Mapping[str, Any]) -> None:
                 continue
             if "\x00" in value:
                 raise InvalidDatumError(f"{record}.{name} contains a NUL character")
+            if len(value) * 4 <= NAME_MAX_BYTES:
+                continue  # at most 4 UTF-8 bytes a character: fits without encoding it
             size = len(value.encode("utf-8", "surrogatepass"))
             if size > NAME_MAX_BYTES:
                 raise InvalidDatumError(

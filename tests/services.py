@@ -98,6 +98,17 @@ class Pipeline:
     def wait_ready(self, client: GatewayClient, timeout: float = 90.0) -> None:
         wait_until_processing(client, timeout=timeout, workers=self.workers)
 
+    def start_ready(self) -> GatewayClient:
+        """Start a worker and a gateway client; return once the worker processes events."""
+        self.start_worker()
+        client = self.client()
+        try:
+            self.wait_ready(client)
+        except Exception:
+            print(self.worker_logs())
+            raise
+        return client
+
     def store(self) -> AuditStore:
         return AuditStore(self.db_url)
 
@@ -136,14 +147,7 @@ def running_pipeline(
 ) -> Iterator[tuple[Pipeline, GatewayClient]]:
     """One worker with loop detection enabled, ready, and a gateway client attached."""
     pipeline = pipeline_factory(migrated_db_url, config=ENABLED)
-    pipeline.start_worker()
-    client = pipeline.client()
-    try:
-        pipeline.wait_ready(client)
-    except Exception:
-        print(pipeline.worker_logs())
-        raise
-    yield pipeline, client
+    yield pipeline, pipeline.start_ready()
 
 
 @pytest.fixture

@@ -62,13 +62,12 @@ def restart_pipeline(
         store.migrate()
     pipeline = Pipeline(durable_broker, db_url, tmp_path, config=ENABLED).setup()
     try:
-        pipeline.start_worker()
-        client = pipeline.client()
-        pipeline.wait_ready(client)
-        yield pipeline, client
-    except Exception:
-        print(pipeline.worker_logs())
-        raise
+        client = pipeline.start_ready()
+        try:
+            yield pipeline, client
+        except Exception:  # the test failed: its worker's log says why
+            print(pipeline.worker_logs())
+            raise
     finally:
         pipeline.close()
 

@@ -38,6 +38,16 @@ class Recorded:
     config_file: str
     expected: list[Decision]
 
+    def export_args(self, *extra: str) -> list[str]:
+        return [
+            "export",
+            "--broker",
+            self.pipeline.broker.url,
+            "--topic-prefix",
+            self.pipeline.prefix,
+            *extra,
+        ]
+
     def args(self, *extra: str) -> list[str]:
         return [
             "replay",
@@ -79,13 +89,7 @@ def recorded(request, broker, tmp_path_factory):
         store.migrate()
     pipeline = Pipeline(broker, db_url, workdir, config=ENABLED).setup()
     try:
-        pipeline.start_worker()
-        client = pipeline.client()
-        try:
-            pipeline.wait_ready(client)
-        except Exception:
-            print(pipeline.worker_logs())
-            raise
+        client = pipeline.start_ready()
         run, expected = record_loop(pipeline, client, "coder")
         yield Recorded(
             pipeline, client, run, str(workdir / f"{pipeline.prefix}-config.json"), expected
@@ -238,40 +242,14 @@ def test_replay_publishes_only_when_asked(recorded: Recorded, capsys) -> None:
 def test_export_then_replay_from_file_matches(recorded: Recorded, capsys, tmp_path: Path):
     run = recorded.run
     path = tmp_path / "export.jsonl"
-    code = main(
-        [
-            "export",
-            "--broker",
-            recorded.pipeline.broker.url,
-            "--topic-prefix",
-            recorded.pipeline.prefix,
-            "--run",
-            run.run_id,
-            "--progress",
-            "0",
-            "-o",
-            str(path),
-        ]
-    )
+    code = main(recorded.export_args("--run", run.run_id, "--progress", "0", "-o", str(path)))
     out, err = capsys.readouterr()
     assert code == EXIT_OK, out + err
     assert f"exported {len(run.events)} events of 1 run(s)" in out
     lines = [json.loads(line) for line in path.read_text().splitlines()]
     assert lines == [event_to_dict(e) for e in run.events]
 
-    code = main(
-        [
-            "export",
-            "--broker",
-            recorded.pipeline.broker.url,
-            "--topic-prefix",
-            recorded.pipeline.prefix,
-            "--run",
-            run.run_id,
-            "--out",
-            "-",
-        ]
-    )
+    code = main(recorded.export_args("--run", run.run_id, "--out", "-"))
     out, err = capsys.readouterr()
     assert code == EXIT_OK
     assert [json.loads(line) for line in out.splitlines()] == lines
