@@ -609,16 +609,15 @@ def test_hostile_input_is_dead_lettered_and_valid_runs_are_decided(running_pipel
         st.lists(hostile_run_id(nonce), min_size=5, max_size=5, unique=True).map(Short),
         label="run ids",
     )
+    accepted_ids, refused_ids = [], []
     for run_id in hostile_ids:
         agent = data.draw(text, label="agent")
         events = compaction_loop(run_id, agent=agent)
         # A run id or agent the worker refuses (NUL, too long) dead-letters every event of
         # the run; dead letters are matched by key, so those go under distinct keys.
-        if (
-            storable_name(run_id)
-            and storable_name(agent)
-            and data.draw(st.booleans(), label="keyed by run id")
-        ):
+        accepted = storable_name(run_id) and storable_name(agent)
+        (accepted_ids if accepted else refused_ids).append(run_id)
+        if accepted and data.draw(st.booleans(), label="keyed by run id"):
             streams.append(run_msgs("hostile run id", events))
         else:  # keyed by something else: the worker re-keys them
             rekeyed = run_msgs("hostile run id, re-keyed", events)
@@ -638,13 +637,19 @@ def test_hostile_input_is_dead_lettered_and_valid_runs_are_decided(running_pipel
         # broke stays broken, so report the original failure rather than a new, confusing one.
         raise earlier
     try:
-        round_trip(pipeline, client, msgs, valid_ids + hostile_ids)
+        round_trip(pipeline, client, msgs, valid_ids + accepted_ids, refused_ids)
     except AssertionError as exc:
         _FAILURES[pipeline.prefix] = exc
         raise
 
 
-def round_trip(pipeline: Pipeline, client, msgs: list[Msg], compaction_runs: list[str]) -> None:
+def round_trip(
+    pipeline: Pipeline,
+    client,
+    msgs: list[Msg],
+    compaction_runs: list[str],
+    refused_runs: list[str],
+) -> None:
     """Produce the batch once, then check dead letters, decisions, audit trail, liveness."""
     dead = worker_dead(pipeline)
     assert dead is None, f"worker died in an earlier example: {dead}"
@@ -656,10 +661,9 @@ def round_trip(pipeline: Pipeline, client, msgs: list[Msg], compaction_runs: lis
         f"{len(rejected)} to dead-letter, {len(run_ids)} decodable runs, "
         f"{sum(map(len, decided.values()))} decisions expected in {len(decided)} runs"
     )
+    for run_id in refused_runs:  # NUL or over-long run id or agent
+        assert run_id not in run_ids, f"{run_id[:60]!r} should have been refused"
     for run_id in compaction_runs:
-        if not storable_name(run_id):
-            assert run_id not in run_ids, f"{run_id[:60]!r} should have been refused"
-            continue
         assert [d.error_code for d in expected[run_id]] == ["compaction_loop_persisted"]
 
     producer = KafkaProducer(
