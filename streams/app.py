@@ -39,7 +39,7 @@ from streams.config import FleetConfig, LoopDetectionConfig, fleet_from_document
 from streams.config_watcher import ConfigWatcher
 from streams.events import AgentEvent, Decision
 from streams.expiry import RunExpiry
-from streams.faust_tuning import fast_message_handoff, set_fetch_max_wait
+from streams.faust_tuning import fast_message_handoff, ordered_recovery_resume, set_fetch_max_wait
 from streams.run_state import ACTIVE, RunState
 from streams.schema_registry import default_registry
 from streams.schema_topic import SchemaTopic
@@ -51,6 +51,7 @@ log = logging.getLogger("loopguard.worker")
 settings = Settings.from_env()
 state_codec.register()
 set_fetch_max_wait(settings.fetch_max_wait_ms)
+ordered_recovery_resume()  # never lose events that arrive while a worker restores its tables
 if settings.fast_handoff:
     fast_message_handoff()
 Path(settings.data_dir).mkdir(parents=True, exist_ok=True)

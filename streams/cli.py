@@ -239,8 +239,11 @@ COMMANDS = {
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    for noisy in ("kafka", "alembic", "aiokafka"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    # Kafka clients are chatty at INFO; LOOPGUARD_CLIENT_LOGLEVEL=info brings them back.
+    client_level = os.environ.get("LOOPGUARD_CLIENT_LOGLEVEL", "warning").upper()
+    for noisy in ("kafka", "aiokafka"):
+        logging.getLogger(noisy).setLevel(client_level)
+    logging.getLogger("alembic").setLevel(logging.WARNING)
     try:
         return COMMANDS[args.command](args)
     except KeyboardInterrupt:

@@ -14,6 +14,23 @@ finishes without ever suspending (the stream's buffer has room), so
 :func:`fast_message_handoff` runs it one step first and only falls back to the full
 ``wait_first``, with the delivery resumed where it paused, when it really has to wait. While
 flow is suspended (rebalance) or the consumer is stopping, the original path runs unchanged.
+
+Resume order after recovery (faust-streaming issue #596): when a worker finishes restoring
+its tables, Faust resumes the stream partitions, then seeks them to the committed offsets,
+then resumes flow control - and resuming flow control empties every stream queue. Events the
+fetcher delivered while the seek was under way were dropped from the queues although the
+consumer had already moved past them, and Faust then committed over the gap: a worker that
+took over partitions while gateways kept publishing lost events for good (seen on tansu as a
+replacement worker that "went quiet" after its first few events). :func:`ordered_recovery_resume`
+seeks first, empties the queues, and only then lets the stream partitions fetch again.
+
+Fetch snapshot: Faust hands its live set of active partitions to the consumer thread, and
+aiokafka reads an *empty* set as "every partition". When recovery paused the last active
+partition while a fetch was on its way (between "Done reading from changelog topics" and the
+stream partitions' resume), aiokafka handed over the paused partitions' records, Faust
+discarded them as inactive, and the consumer's position had already moved past them: lost
+events again. :func:`ordered_recovery_resume` makes the fetch use the set as it was when
+Faust decided to fetch.
 """
 
 from __future__ import annotations
@@ -22,12 +39,14 @@ import asyncio
 from collections.abc import Coroutine, Generator
 from typing import Any
 
+from faust.tables import recovery as faust_recovery
 from faust.transport import consumer as faust_consumer
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from mode.services import WaitResults
 
 _original = faust_aiokafka.AIOKafkaConsumerThread._create_worker_consumer
 _original_wait_first = faust_consumer.Consumer.wait_first
+_original_thread_getmany = faust_aiokafka.AIOKafkaConsumerThread.getmany
 _EVENT_WAIT = asyncio.Event.wait.__code__
 
 
@@ -86,3 +105,72 @@ async def _wait_first(self: Any, *coros: Any, timeout: Any = None) -> Any:
 
 def fast_message_handoff() -> None:
     faust_consumer.Consumer.wait_first = _wait_first
+
+
+async def _resume_stream_partitions(self: Any, generation_id: int) -> bool:
+    """Seek, empty the queues, then resume: no event reaches a queue that is about to be
+    emptied. Returns False when another rebalance started meanwhile."""
+    app, consumer = self.app, self.app.consumer
+    assignment = consumer.assignment()
+    if app.consumer_generation_id != generation_id:
+        self.log.warning("Recovery rebalancing again")
+        return False
+    if assignment:
+        self.log.info("Seek stream partitions to committed offsets.")
+        await self._wait(consumer.perform_seek(), timeout=app.conf.broker_request_timeout)
+    self.completed.set()
+    app.flow_control.resume()  # empties the stream queues; the partitions are still paused
+    consumer.resume_partitions({tp for tp in assignment if not self._is_changelog_tp(tp)})
+    consumer.resume_flow()
+    await app._fetcher.maybe_start()
+    return True
+
+
+async def _on_recovery_completed(self: Any, generation_id: int = 0) -> None:
+    """Faust's Recovery.on_recovery_completed, resuming the streams in a safe order."""
+    self.log.info("Restore complete!")
+    await self.app.on_rebalance_complete.send()
+    self._set_recovery_ended()
+    callbacks = [
+        asyncio.ensure_future(
+            table.on_recovery_completed(
+                self.actives_for_table[table], self.standbys_for_table[table]
+            )
+        )
+        for table in self.tables.values()
+    ]
+    if callbacks:
+        await asyncio.wait(callbacks)
+    if not await _resume_stream_partitions(self, generation_id):
+        return
+    self.tables.on_actives_ready()
+    if not self.app.assignor.assigned_standbys():
+        self.tables.on_standbys_ready()
+    self.app.on_rebalance_end()
+    self.log.info("Worker ready")
+
+
+async def _resume_streams(self: Any, generation_id: int = 0) -> None:
+    """Faust's Recovery._resume_streams (nothing to restore), resuming in a safe order."""
+    await self.app.on_rebalance_complete.send()
+    if not await _resume_stream_partitions(self, generation_id):
+        return
+    self.tables.on_actives_ready()
+    self.tables.on_standbys_ready()
+    self.app.on_rebalance_end()
+    self.log.info("Worker ready")
+
+
+async def _getmany_snapshot(self: Any, active_partitions: Any, timeout: float) -> Any:
+    """Fetch from the partitions active now; never let a later-emptied set mean "all"."""
+    if active_partitions is not None:
+        active_partitions = frozenset(active_partitions)
+        if not active_partitions:
+            return {}
+    return await _original_thread_getmany(self, active_partitions, timeout)
+
+
+def ordered_recovery_resume() -> None:
+    faust_aiokafka.AIOKafkaConsumerThread.getmany = _getmany_snapshot
+    faust_recovery.Recovery.on_recovery_completed = _on_recovery_completed
+    faust_recovery.Recovery._resume_streams = _resume_streams
