@@ -309,3 +309,10 @@ async def announce() -> None:
     log.info("loopguard worker settings: %s", settings.redacted())
     agent_overrides.start()
     await asyncio.sleep(0)
+
+
+@app.on_partitions_assigned.connect
+async def log_assignment(sender: faust.App, assigned: set[Any], **kwargs: Any) -> None:
+    """One line per rebalance saying which events partitions this worker now owns."""
+    mine = sorted(tp.partition for tp in assigned if tp.topic == settings.topics.events)
+    log.info("events partitions assigned to this worker: %s", mine)

@@ -6,6 +6,7 @@ doubled or mis-ordered decision anywhere in the pipeline shows up as a set diffe
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections import Counter
@@ -116,6 +117,51 @@ def test_worker_killed_mid_stream_is_replaced_without_losing_state(running_pipel
     )
     assert set(counts) == set(want)
     print(f"physical re-publications after the crash: {sum(counts.values()) - len(counts)}")
+
+
+def assigned_partitions(log: str) -> list[int]:
+    """The events partitions a worker's log says it owns since its last rebalance."""
+    lines = re.findall(r"events partitions assigned to this worker: \[([\d, ]*)\]", log)
+    return [int(p) for p in lines[-1].split(",") if p.strip()] if lines else []
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_a_second_worker_joins_mid_stream_and_takes_half_the_partitions(
+    running_pipeline,
+) -> None:
+    """Scaling out while gateways publish: the running worker gives up half its partitions,
+    the new one restores their runs from the changelog, and every decision arrives."""
+    pipeline, client = running_pipeline
+    run_ids = [f"scale-run-{i}" for i in range(12)]
+    per_run = {run_id: looping_run(run_id, 24) for run_id in run_ids}
+    interleaved = [e for events in zip(*per_run.values(), strict=True) for e in events]
+    want = expected(interleaved)
+    third = len(interleaved) // 3
+    for event in interleaved[:third]:
+        client.publish(event)
+    client.flush()
+    deadline = time.monotonic() + 60
+    while not committed_everything(pipeline) and time.monotonic() < deadline:
+        time.sleep(0.2)  # the first worker has taken in the first third
+
+    pipeline.start_worker()
+    for n, event in enumerate(interleaved[third:]):
+        client.publish(event)
+        if n % 20 == 0:
+            client.flush()
+            time.sleep(0.05)
+    client.flush()
+    got = wait_for_decisions(client, run_ids, len(want))
+    assert got == want, pipeline.worker_logs()
+
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        owned = [assigned_partitions(w.log_path.read_text()) for w in pipeline.workers]
+        if all(owned) and sorted(owned[0] + owned[1]) == list(range(pipeline.partitions)):
+            break
+        time.sleep(0.2)
+    assert all(owned), f"a worker owns nothing: {owned}"
+    assert sorted(owned[0] + owned[1]) == list(range(pipeline.partitions)), owned
 
 
 @pytest.fixture
