@@ -29,6 +29,9 @@ class CallRecord:
     result_hash: str | None = None
     unknown_tool: str | None = None
     pending: bool = False  # waiting for its result
+    # Transient, never persisted: the call's (args text, call_info) while it is pending, so a
+    # result that echoes the same text skips hashing it again.
+    call_args: tuple[str, Any] | None = None
     # Derived, rebuilt on load:
     prev_same_sig: CallRecord | None = None
     no_progress_run: int = 0  # identical-outcome streak of this signature ending here
@@ -250,6 +253,7 @@ class RunHistory:
         if not record.pending:
             return
         record.pending = False
+        record.call_args = None
         stack = self.pending_by_sig[record.sig]
         if len(stack) == 1:  # the usual case: this call was the only one pending
             del self.pending_by_sig[record.sig]

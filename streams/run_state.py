@@ -28,7 +28,7 @@ from streams.events import (
     event_from_dict,
     event_to_dict,
 )
-from streams.hashing import call_info, result_outcome
+from streams.hashing import MEMO_MAX_CHARS, call_info, result_outcome
 from streams.history import RunHistory
 
 # Out-of-order events wait for the gap to fill; past this many the gap is given up on so one
@@ -177,15 +177,19 @@ class RunState:
         return []
 
     def _on_call(self, event: ToolCall, cfg: LoopDetectionConfig) -> list[Decision]:
-        sig, known_poll, action = call_info(event.tool_name, event.args_json)
+        info = call_info(event.tool_name, event.args_json)
+        sig, known_poll, action = info
         hit = detect(self.history, event.tool_name, sig, known_poll, cfg)
-        self.history.append_call(
+        record = self.history.append_call(
             event.tool_name,
             sig,
             event.tool_call_id,
             known_poll,
             action if isinstance(action, str) else None,
         )
+        args = event.args_json
+        if event.tool_call_id and args is not None and len(args) <= MEMO_MAX_CHARS:
+            record.call_args = (args, info)
         if hit is None:
             return []
         return [self._decide(event, CurrentCall(event.tool_name, sig, known_poll), hit, cfg)]
@@ -200,8 +204,15 @@ class RunState:
             else:
                 sig, known_poll, action = call_info(tool_name, "{}")
         else:
-            sig, known_poll, action = call_info(tool_name, event.args_json)
-            record = self.history.find_pending(tool_name, sig, event.tool_call_id)
+            record = self.history.pending_by_id.get(event.tool_call_id or "")
+            seen = record.call_args if record is not None else None
+            if seen is not None and record.tool_name == tool_name and seen[0] == event.args_json:
+                # The result echoes its call's args text: same text, same call_info, and
+                # find_pending would return this very record.
+                sig, known_poll, action = seen[1]
+            else:
+                sig, known_poll, action = call_info(tool_name, event.args_json)
+                record = self.history.find_pending(tool_name, sig, event.tool_call_id)
         outcome = result_outcome(tool_name, action, event.result_json, event.error)
         if record is not None:
             self.history.attach_result(record, outcome)

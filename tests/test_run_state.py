@@ -5,6 +5,7 @@ algorithms, "changing results never abort", run isolation, and gap handling."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 from core_helpers import VETO, Run, exec_result, loop_guard, poll_result, sent_result, text_result
@@ -628,3 +629,18 @@ def test_round_trip_keeps_waiting_events_guard_and_blocks():
     ]
     assert copy.guard.remaining == 2
     assert copy.blocks == 3
+
+
+def test_a_result_echoing_its_call_in_other_words_still_finds_the_call():
+    """A result whose args text differs from its call's (key order, spacing) skips the
+    same-text shortcut and still attaches to the pending call: one record, with the result."""
+    run = Run(None, run_id="r1", agent_id="agent")
+    run.make_call("grep", {"a": 1, "b": 2}, "c1")
+    run.make_result("grep", {"a": 1, "b": 2}, text_result("same"), None, "c1")
+    reworded = [*run.events[:-1], replace(run.events[-1], args_json='{"b": 2,  "a": 1}')]
+    assert reworded[-1].args_json != run.events[0].args_json
+    _, same_text = process(CONFIGS[0], run.events)
+    _, other_text = process(CONFIGS[0], reworded)
+    history = other_text.runs["r1"].history
+    assert len(history) == 1 and history.records[0].result_hash is not None
+    assert state_json(other_text) == state_json(same_text)
