@@ -36,6 +36,7 @@ from streams.events import (  # noqa: E402
     ToolCall,
     ToolResult,
 )
+from streams.hashing import clear_memos  # noqa: E402
 
 VETO = {"details": {"status": "blocked", "deniedReason": "tool-loop"}}
 AGENTS = ["main", "coder", "researcher", "ops-bot", "support"]
@@ -292,6 +293,7 @@ def time_once(events: list[AgentEvent], history_size: int) -> tuple[float, float
     guard = make_guard(history_size)
     process = guard.process
     decisions = 0
+    clear_memos()  # a pass must not hit hashes memoised by the previous pass on these events
     gc.collect()
     gc.disable()
     try:

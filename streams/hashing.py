@@ -188,18 +188,43 @@ class CallInfo(NamedTuple):
 
 # Looping agents resend byte-identical args (a result usually echoes its call's args too)
 # and a stuck tool returns byte-identical results: both hashes are memoised on the exact
-# input texts, so a hit is always what the slow path would compute. Each cache is emptied
-# when it reaches MEMO_ENTRIES and texts over MEMO_MAX_CHARS are never kept: a few MB at most.
-MEMO_ENTRIES = 2048
+# input texts, so a hit is always what the slow path would compute. Texts over
+# MEMO_MAX_CHARS are never kept, and a memo is emptied before its texts would pass
+# MEMO_BUDGET_CHARS or its entries MEMO_ENTRIES: bounded by size, not just by count, so
+# small texts (the usual ones) get many entries and huge ones cannot pile up.
+MEMO_ENTRIES = 16_384
 MEMO_MAX_CHARS = 2048
-_CALL_CACHE: dict[tuple[str, str], CallInfo] = {}
-_OUTCOME_CACHE: dict[tuple[str, str | None, str | None, str | None], Outcome] = {}
+MEMO_BUDGET_CHARS = 4_194_304
 
 
-def _memo_put(cache: dict[Any, Any], key: Any, value: Any) -> None:
-    if len(cache) >= MEMO_ENTRIES:
-        cache.clear()
-    cache[key] = value
+class _Memo(dict[Any, Any]):
+    """An exact-input memo with a character budget."""
+
+    __slots__ = ("chars",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.chars = 0
+
+    def put(self, key: Any, value: Any, chars: int) -> None:
+        if self.chars + chars > MEMO_BUDGET_CHARS or len(self) >= MEMO_ENTRIES:
+            self.clear()
+        self[key] = value
+        self.chars += chars
+
+    def clear(self) -> None:
+        super().clear()
+        self.chars = 0
+
+
+_CALL_CACHE = _Memo()  # (tool name, args text) -> CallInfo
+_OUTCOME_CACHE = _Memo()  # (tool name, action, result text, error) -> Outcome
+
+
+def clear_memos() -> None:
+    """Forget every memoised hash (benchmarks start each timed pass cold)."""
+    _CALL_CACHE.clear()
+    _OUTCOME_CACHE.clear()
 
 
 def _call_info(tool_name: str, args_json: str | None) -> CallInfo:
@@ -221,7 +246,7 @@ def call_info(tool_name: str, args_json: str | None) -> CallInfo:
     if info is None:
         info = _call_info(tool_name, args_json)
         if isinstance(args_json, str) and len(args_json) <= MEMO_MAX_CHARS:
-            _memo_put(_CALL_CACHE, key, info)
+            _CALL_CACHE.put(key, info, len(tool_name) + len(args_json))
     return info
 
 
@@ -248,8 +273,10 @@ _DATETIME = re.compile(
 )
 _CLOCK = re.compile(r"\b\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?\b")
 _PID = re.compile(r"\b(pid|PID)([=:\s]+)\d+")
+# The lookahead only skips positions no keyword can start at (a cheap charset test instead
+# of four case-insensitive alternatives at every position); what matches is unchanged.
 _DURATION = re.compile(
-    r"(?i)\b(took|in|after|elapsed:?)\s+\d+(?:\.\d+)?\s?(ms|s|sec|secs|seconds)\b"
+    r"(?i)\b(?=[taei])(took|in|after|elapsed:?)\s+\d+(?:\.\d+)?\s?(ms|s|sec|secs|seconds)\b"
 )
 
 
@@ -281,11 +308,11 @@ def _text_content(result: dict[str, Any]) -> str:
     if not isinstance(content, list):
         return ""
     parts = [
-        entry["text"]
+        text
         for entry in content
         if isinstance(entry, dict)
         and isinstance(entry.get("type"), str)
-        and isinstance(entry.get("text"), str)
+        and isinstance(text := entry.get("text"), str)
     ]
     return "\n".join(parts).strip()
 
@@ -392,14 +419,20 @@ def _is_message_object(value: dict[str, Any]) -> bool:
     )
 
 
+_CONTAINERS = (list, dict)
+
+
 def strip_volatile_send_ids(value: Any) -> Any:
     if isinstance(value, list):
-        return [strip_volatile_send_ids(item) for item in value]
+        return [
+            strip_volatile_send_ids(item) if isinstance(item, _CONTAINERS) else item
+            for item in value
+        ]
     if not isinstance(value, dict):
         return value
     drop_id = _is_message_object(value)
-    return {
-        key: strip_volatile_send_ids(nested)
+    return {  # scalars are kept as they are without a call: most values are scalars
+        key: strip_volatile_send_ids(nested) if isinstance(nested, _CONTAINERS) else nested
         for key, nested in value.items()
         if key not in VOLATILE_SEND_KEYS and not (key == "id" and drop_id)
     }
@@ -438,8 +471,9 @@ def result_outcome(
     outcome = _OUTCOME_CACHE.get(key)
     if outcome is None:
         outcome = _result_outcome(tool_name, action, result_json, error)
-        if len(result_json or "") + len(error or "") <= MEMO_MAX_CHARS:
-            _memo_put(_OUTCOME_CACHE, key, outcome)
+        chars = len(result_json or "") + len(error or "")
+        if chars <= MEMO_MAX_CHARS:
+            _OUTCOME_CACHE.put(key, outcome, len(tool_name) + chars)
     return outcome
 
 

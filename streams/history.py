@@ -91,7 +91,8 @@ class RunHistory:
         latest = self.sig_latest_result.get(sig)
         if latest is None:
             return 0, None
-        return min(latest.no_progress_run, self.sig_results[sig]), latest.result_hash
+        run, results = latest.no_progress_run, self.sig_results[sig]
+        return (run if run < results else results), latest.result_hash
 
     def unknown_tool_streak(self, tool_name: str) -> tuple[int, str | None]:
         """Trailing failures of ``tool_name`` that all name the same unavailable tool."""
@@ -100,14 +101,17 @@ class RunHistory:
         newest = self.records[-1]
         if newest.tool_name != tool_name or newest.unknown_tool is None:
             return 0, None
-        return min(newest.unknown_run, len(self.records)), newest.unknown_tool
+        run, size = newest.unknown_run, len(self.records)
+        return (run if run < size else size), newest.unknown_tool
 
     def ping_pong(self, current_sig: str) -> PingPong:
         """A/B alternation at the tail whose next expected call is ``current_sig``."""
         if len(self.records) < 2:
             return NO_PING_PONG
         newest = self.records[-1]
-        tail = min(newest.alt_run, len(self.records))
+        tail, size = newest.alt_run, len(self.records)
+        if size < tail:
+            tail = size
         if tail < 2:
             return NO_PING_PONG
         other = self.records[-2]

@@ -528,3 +528,37 @@ def test_call_without_args_hashes_the_same_in_every_process():
     lg.process(ToolCall(run.envelope(), "noargs", None))
     sig = lg.runs[run.run_id].history.records[-1].sig
     assert sig == f"noargs:{digest(None)}"
+
+
+# -- memoisation ---------------------------------------------------------------------------
+
+
+def test_memo_is_bounded_by_characters_and_entries(monkeypatch):
+    from streams import hashing
+
+    monkeypatch.setattr(hashing, "MEMO_BUDGET_CHARS", 1000)
+    monkeypatch.setattr(hashing, "MEMO_ENTRIES", 5)
+    memo = hashing._Memo()
+    memo.put("a", 1, 600)
+    memo.put("b", 2, 300)
+    assert (len(memo), memo.chars) == (2, 900)
+    memo.put("c", 3, 200)  # would pass the character budget: emptied first
+    assert (dict(memo), memo.chars) == ({"c": 3}, 200)
+    for key in "defg":
+        memo.put(key, 0, 1)
+    memo.put("h", 0, 1)  # the sixth entry: emptied first
+    assert (dict(memo), memo.chars) == ({"h": 0}, 1)
+
+
+def test_memoised_hashes_equal_fresh_ones():
+    from streams import hashing
+
+    args = json.dumps({"command": "make test", "n": [1, 2]})
+    result = json.dumps(exec_result("2024-05-01T10:00:00Z ok (pid 12) took 3ms"))
+    hashing.clear_memos()
+    fresh = (hashing.call_info("exec", args), hashing.result_outcome("exec", None, result, None))
+    memoised = (hashing.call_info("exec", args), hashing.result_outcome("exec", None, result, None))
+    assert memoised == fresh
+    assert hashing._CALL_CACHE.chars == len("exec") + len(args)
+    hashing.clear_memos()
+    assert (len(hashing._CALL_CACHE), hashing._OUTCOME_CACHE.chars) == (0, 0)
