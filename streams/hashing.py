@@ -297,7 +297,8 @@ def normalize_output(text: str) -> str:
     """
     if ":" in text:
         text = _DATETIME.sub("<datetime>", text)
-        text = _CLOCK.sub("<time>", text)
+        if ":" in text:  # often the datetimes held the only colons
+            text = _CLOCK.sub("<time>", text)
     if "pid" in text or "PID" in text:
         text = _PID.sub(_pid_repl, text)
     return _DURATION.sub(_duration_repl, text)
