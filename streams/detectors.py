@@ -166,7 +166,7 @@ def detect(
     count, missing = history.unknown_tool_streak(tool_name)
     if count >= cfg.unknown_tool_threshold:
         return unknown_tool_repeat(count, missing, CurrentCall(tool_name, sig, known_poll))
-    recent = history.count(sig)
+    recent = history.sig_count.get(sig, 0)  # history.count(sig), on the path of every call
     if not recent:
         # No earlier call with these args in the window: no streak, no repeat, and no
         # ping-pong (its expected next call is the one before the newest, so it is there);

@@ -322,7 +322,7 @@ def _str_or_none(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _exec_outcome(details: dict[str, Any], text: str) -> str | None:
+def _exec_outcome(details: dict[str, Any], result: dict[str, Any]) -> str | None:
     """Stable command outcome only: duration, PID, session id and cwd are ignored."""
     status = _str_or_none(details.get("status"))
     if status == "running":
@@ -336,7 +336,7 @@ def _exec_outcome(details: dict[str, Any], text: str) -> str | None:
                 if isinstance(details.get("exitCode"), int)
                 else None,
                 "timedOut": details.get("timedOut") is True,
-                "output": normalize_output(output or text),
+                "output": normalize_output(output or _text_content(result)),
             }
         )
     if status in ("approval-pending", "approval-unavailable"):
@@ -500,9 +500,9 @@ def _outcome(tool_name: str, action: Any, result: Any, error: str | None) -> Out
         details = {}
     elif details.get("status") == "blocked" and details.get("deniedReason") == "tool-loop":
         return Outcome(None, loop_veto=True)
-    text = _text_content(result)
+    # The text content is extracted only by the rules that hash it.
     if tool_name == "exec":
-        exec_hash = _exec_outcome(details, text)
+        exec_hash = _exec_outcome(details, result)
         if exec_hash:
             return Outcome(exec_hash)
     if tool_name == "process" and action in ("poll", "log"):
@@ -512,9 +512,9 @@ def _outcome(tool_name: str, action: Any, result: Any, error: str | None) -> Out
             else ("status", "totalLines", "totalChars", "truncated", "exitCode", "exitSignal")
         )
         fields = {key: details.get(key) for key in keys}
-        return Outcome(digest({"action": action, **fields, "text": text}))
+        return Outcome(digest({"action": action, **fields, "text": _text_content(result)}))
     if _is_send_action(tool_name, action):
         return Outcome(digest(strip_volatile_send_ids(details)))
     if tool_name == "update_plan":
         return Outcome(digest({"details": _normalize_update_plan(details), "text": ""}))
-    return Outcome(digest({"details": details, "text": text}))
+    return Outcome(digest({"details": details, "text": _text_content(result)}))
