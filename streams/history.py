@@ -288,7 +288,8 @@ class RunHistory:
                     del self.sig_results[sig]
                 if self.sig_latest_result.get(sig) is old:
                     del self.sig_latest_result[sig]
-            self._unpend(old)
+            if old.pending:
+                self._unpend(old)
             old.prev_same_sig = None  # cut the chain so trimmed records can be freed
 
     def _prev_with_result(self, record: CallRecord) -> CallRecord | None:
