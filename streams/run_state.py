@@ -225,7 +225,7 @@ class RunState:
                 action if isinstance(action, str) else None,
                 outcome,
             )
-        if not (self.guard.armed and cfg.compaction_guard_on):
+        if not (self.guard.remaining and cfg.compaction_guard_on):  # guard.armed, inlined
             return []
         loop = self.guard.observe(record.tool_name, record.sig, record.result_hash)
         if loop is None:
