@@ -159,11 +159,11 @@ class RunHistory:
     def attach_result(self, record: CallRecord, outcome: Outcome) -> None:
         """Give a pending call its outcome; a loop veto repeats the last outcome."""
         self._unpend(record)
-        if outcome.loop_veto:
-            record.result_hash, record.unknown_tool = self._effective(record, outcome)
-        else:
-            record.result_hash, record.unknown_tool = outcome.result_hash, outcome.unknown_tool
-        if record.result_hash is None:
+        result_hash, unknown_tool, loop_veto = outcome  # unpacked: cheaper than three reads
+        if loop_veto:
+            result_hash, unknown_tool = self._effective(record, outcome)
+        record.result_hash, record.unknown_tool = result_hash, unknown_tool
+        if result_hash is None:
             return
         sig = record.sig
         self.sig_results[sig] = self.sig_results.get(sig, 0) + 1
