@@ -170,9 +170,7 @@ def proxied_pg() -> Iterator[tuple[str, str, TcpProxy]]:
     for direct in _fresh_pg_database():
         url = make_url(direct)
         proxy = TcpProxy(url.host or "127.0.0.1", url.port or 5432)
-        proxied = url.set(host="127.0.0.1", port=proxy.port).render_as_string(
-            hide_password=False
-        )
+        proxied = url.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
         with AuditStore(direct) as store:
             store.migrate()
         try:
