@@ -241,6 +241,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     # Kafka clients are chatty at INFO; LOOPGUARD_CLIENT_LOGLEVEL=info brings them back.
     client_level = os.environ.get("LOOPGUARD_CLIENT_LOGLEVEL", "warning").upper()
+    if client_level not in logging.getLevelNamesMapping():
+        print(
+            f"loopguard {args.command}: error: LOOPGUARD_CLIENT_LOGLEVEL={client_level.lower()!r}"
+            " is not a log level (debug, info, warning, error, critical)",
+            file=sys.stderr,
+        )
+        return EXIT_ERROR
     for noisy in ("kafka", "aiokafka"):
         logging.getLogger(noisy).setLevel(client_level)
     logging.getLogger("alembic").setLevel(logging.WARNING)

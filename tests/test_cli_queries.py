@@ -12,7 +12,7 @@ import pytest
 from core_helpers import Run, loop_guard
 
 from streams.audit import AuditStore, RunUpdate
-from streams.cli import EXIT_OK, build_parser, main
+from streams.cli import EXIT_ERROR, EXIT_OK, build_parser, main
 from streams.events import Action, Decision
 
 START = 1_700_000_000_000
@@ -168,3 +168,11 @@ def test_help_of_every_subcommand(path, capsys) -> None:
             assert flag in out, f"{' '.join(path)} --help does not mention {flag}"
         if action.option_strings and action.help != argparse.SUPPRESS:
             assert action.help, f"{' '.join(path)} {action.option_strings[0]} has no help text"
+
+
+def test_a_bad_client_log_level_is_a_clear_error(monkeypatch, capsys) -> None:
+    monkeypatch.setenv("LOOPGUARD_CLIENT_LOGLEVEL", "loud")
+    assert main(["runs", "--db", "sqlite://"]) == EXIT_ERROR
+    err = capsys.readouterr().err
+    assert "LOOPGUARD_CLIENT_LOGLEVEL='loud' is not a log level" in err
+    assert "Traceback" not in err
