@@ -246,7 +246,7 @@ def load_fleet_config(path: str | Path) -> FleetConfig:
         raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start})") from None
     try:
         if path.suffix in {".yaml", ".yml"}:
-            import yaml
+            import yaml  # type: ignore[import-untyped]
 
             doc = yaml.safe_load(text)
         else:

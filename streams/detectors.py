@@ -54,7 +54,7 @@ def global_circuit_breaker(
     The reference counted only the current tool's streak, so a ping-pong loop never tripped
     it; here the larger of the two no-progress counts is compared with the threshold.
     """
-    pong_count = pong.count if pong.no_progress else 0
+    pong_count = pong.calls if pong.no_progress else 0
     count = max(streak, pong_count)
     if count < cfg.global_circuit_breaker_threshold:
         return None
@@ -103,24 +103,24 @@ def ping_pong(
     pong: PingPong, history: RunHistory, call: CurrentCall, cfg: LoopDetectionConfig
 ) -> Detection | None:
     """A,B,A,B… : warn even if outputs change, block only when both sides are stable."""
-    if pong.count >= cfg.critical_threshold and pong.no_progress:
+    if pong.calls >= cfg.critical_threshold and pong.no_progress:
         return Detection(
             CRITICAL,
             "ping_pong",
-            pong.count,
+            pong.calls,
             f"CRITICAL: You are alternating between repeated tool-call patterns "
-            f"({pong.count} consecutive calls) with no progress. This appears to be a stuck "
+            f"({pong.calls} consecutive calls) with no progress. This appears to be a stuck "
             "ping-pong loop. Session execution blocked to prevent resource waste.",
             history.latest_result_hash(call.sig) or "",
             pong.paired_tool_name,
         )
-    if pong.count >= cfg.warning_threshold:
+    if pong.calls >= cfg.warning_threshold:
         return Detection(
             WARNING,
             "ping_pong",
-            pong.count,
+            pong.calls,
             f"WARNING: You are alternating between repeated tool-call patterns "
-            f"({pong.count} consecutive calls). This looks like a ping-pong loop; stop "
+            f"({pong.calls} consecutive calls). This looks like a ping-pong loop; stop "
             "retrying and report the task as failed.",
             "",
             pong.paired_tool_name,

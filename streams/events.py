@@ -6,7 +6,7 @@ dependency so the core can be run, replayed and tested on its own.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
 from typing import Any
 
@@ -28,7 +28,7 @@ class ToolCall:
 
     envelope: Envelope
     tool_name: str
-    args_json: str = "{}"
+    args_json: str | None = "{}"  # None (no args at all) hashes as JSON null
     tool_call_id: str | None = None
 
 
@@ -104,8 +104,8 @@ def event_from_dict(data: dict[str, Any]) -> AgentEvent:
         raise ValueError(f"missing field {exc.args[0]!r}") from None
     if not isinstance(envelope.run_id, str) or not envelope.run_id:
         raise ValueError("missing run_id")
-    fields = {k: data[k] for k in cls.__dataclass_fields__ if k != "envelope" and k in data}
-    return cls(envelope=envelope, **fields)
+    names = (f.name for f in fields(cls) if f.name != "envelope")
+    return cls(envelope=envelope, **{name: data[name] for name in names if name in data})
 
 
 class Action(StrEnum):

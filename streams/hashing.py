@@ -15,6 +15,7 @@ import hashlib
 import json
 import re
 import sys
+from types import FrameType
 from typing import Any, NamedTuple
 
 import orjson
@@ -33,7 +34,8 @@ _HEADROOM = 2 * MAX_FALLBACK_DEPTH + 100
 
 def _with_headroom(fn: Any, *args: Any, **kwargs: Any) -> Any:
     """Call a standard-library JSON function with room for MAX_FALLBACK_DEPTH levels."""
-    frames, frame = 0, sys._getframe()
+    frames = 0
+    frame: FrameType | None = sys._getframe()
     while frame is not None:
         frames, frame = frames + 1, frame.f_back
     limit = sys.getrecursionlimit()
@@ -149,7 +151,9 @@ def _normalize_update_plan(value: Any) -> Any:
     """Plan wording churn is not progress: keep only the status pattern of the plan."""
     if not isinstance(value, dict):
         return value
-    plan = value.get("plan") if isinstance(value.get("plan"), list) else []
+    plan = value.get("plan")
+    if not isinstance(plan, list):
+        plan = []
     steps = [entry if isinstance(entry, dict) else {} for entry in plan]
     explanation = value.get("explanation")
     return {

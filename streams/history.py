@@ -54,7 +54,7 @@ class CallRecord:
 
 
 class PingPong(NamedTuple):  # cheaper to build than a frozen dataclass
-    count: int = 0
+    calls: int = 0  # length of the alternation, the expected next call included
     paired_tool_name: str = ""
     paired_sig: str = ""
     no_progress: bool = False
@@ -119,7 +119,7 @@ class RunHistory:
             return NO_PING_PONG
         start = newest.index - tail + 1
         return PingPong(
-            count=tail + 1,
+            calls=tail + 1,
             paired_tool_name=newest.tool_name,
             paired_sig=newest.sig,
             no_progress=newest.alt_break < start,
@@ -318,8 +318,10 @@ class RunHistory:
 
         if has_result:
             earlier = self._prev_with_result(record)
-            same = earlier is not None and earlier.result_hash == record.result_hash
-            record.no_progress_run = earlier.no_progress_run + 1 if same else 1
+            if earlier is not None and earlier.result_hash == record.result_hash:
+                record.no_progress_run = earlier.no_progress_run + 1
+            else:
+                record.no_progress_run = 1
         else:
             record.no_progress_run = 0
 

@@ -205,8 +205,12 @@ class RunState:
                 sig, known_poll, action = call_info(tool_name, "{}")
         else:
             record = self.history.pending_by_id.get(event.tool_call_id or "")
-            seen = record.call_args if record is not None else None
-            if seen is not None and record.tool_name == tool_name and seen[0] == event.args_json:
+            if (
+                record is not None
+                and (seen := record.call_args) is not None
+                and record.tool_name == tool_name
+                and seen[0] == event.args_json
+            ):
                 # The result echoes its call's args text: same text, same call_info, and
                 # find_pending would return this very record.
                 sig, known_poll, action = seen[1]

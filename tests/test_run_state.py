@@ -360,7 +360,7 @@ def queries(history: RunHistory):
             history.count(sig),
             history.no_progress_streak(sig),
             history.unknown_tool_streak(tool),
-            (pong.count, pong.no_progress, pong.paired_sig if pong.count else ""),
+            (pong.calls, pong.no_progress, pong.paired_sig if pong.calls else ""),
             history.latest_result_hash(sig),
         )
     return out
