@@ -23,10 +23,11 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+# Appended, not prepended: an installed build (the compiled core, setup.py) comes first.
+sys.path.append(str(Path(__file__).resolve().parent.parent))
 
 from streams.config import fleet_from_document  # noqa: E402
-from streams.engine import LoopGuard  # noqa: E402
+from streams.engine import LoopGuard, core_build  # noqa: E402
 from streams.events import (  # noqa: E402
     AgentEvent,
     CompactionRetry,
@@ -331,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     calls = sum(isinstance(e, ToolCall) for e in events)
     print(
         f"built {len(events)} events ({calls} tool calls, {runs} runs) in {built:.1f}s; "
-        f"python {platform.python_version()} on {platform.machine()}"
+        f"python {platform.python_version()} on {platform.machine()}; core {core_build()}"
     )
 
     mix: dict[str, int] = {}
@@ -389,6 +390,7 @@ def main(argv: list[str] | None = None) -> int:
                     "runs": runs,
                     "repeat": args.repeat,
                     "python": platform.python_version(),
+                    "core_build": core_build(),
                     "results": {str(k): v for k, v in results.items()},
                     "decision_mix_30": mix,
                     "ratio_largest_vs_30": ratio,

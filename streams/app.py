@@ -37,6 +37,7 @@ from streams.avro_codec import (
 from streams.codec_errors import UnknownSchemaError
 from streams.config import FleetConfig, LoopDetectionConfig, fleet_from_document, load_fleet_config
 from streams.config_watcher import ConfigWatcher
+from streams.engine import core_build
 from streams.events import AgentEvent, Decision
 from streams.expiry import RunExpiry
 from streams.faust_tuning import fast_message_handoff, ordered_recovery_resume, set_fetch_max_wait
@@ -307,6 +308,7 @@ async def expire_runs() -> None:
 @app.task
 async def announce() -> None:
     log.info("loopguard worker settings: %s", settings.redacted())
+    log.info("detector core: %s", core_build())
     agent_overrides.start()
     await asyncio.sleep(0)
 

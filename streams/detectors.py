@@ -9,7 +9,6 @@ fact and hands each detector the facts it needs.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
 
 from streams.config import LoopDetectionConfig
 from streams.history import PingPong, RunHistory
@@ -28,10 +27,15 @@ class Detection:
     paired_tool_name: str = ""
 
 
-class CurrentCall(NamedTuple):  # one per call: cheaper to build than a frozen dataclass
-    tool_name: str
-    sig: str
-    known_poll: bool
+class CurrentCall:
+    """The call about to happen (a slotted value, like hashing.Outcome)."""
+
+    __slots__ = ("tool_name", "sig", "known_poll")
+
+    def __init__(self, tool_name: str, sig: str, known_poll: bool) -> None:
+        self.tool_name = tool_name
+        self.sig = sig
+        self.known_poll = known_poll
 
 
 def unknown_tool_repeat(count: int, missing: str | None, call: CurrentCall) -> Detection:

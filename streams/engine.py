@@ -13,6 +13,13 @@ from streams.events import AgentEvent, Decision
 from streams.run_state import RunState
 
 
+def core_build() -> str:
+    """Which build of the detector core runs: "compiled (mypyc)" (setup.py) or "interpreted"."""
+    from streams import history
+
+    return "interpreted" if history.__file__.endswith(".py") else "compiled (mypyc)"
+
+
 class LoopGuard:
     def __init__(self, fleet: FleetConfig | None = None) -> None:
         self.fleet = fleet or FleetConfig()

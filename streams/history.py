@@ -12,32 +12,52 @@ recomputes them from the primary fields, which is also how tests check the incre
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
-from streams.hashing import Outcome
+from streams.hashing import CallInfo, Outcome
 
 
-@dataclass(slots=True)
 class CallRecord:
-    index: int  # position in the run, contiguous within the window
-    tool_name: str
-    sig: str  # args hash: tool name + digest of canonical params
-    tool_call_id: str | None = None
-    known_poll: bool = False
-    action: str | None = None  # params["action"], needed to hash results that omit args
-    result_hash: str | None = None
-    unknown_tool: str | None = None
-    pending: bool = False  # waiting for its result
-    # Transient, never persisted: the call's (args text, call_info) while it is pending, so a
-    # result that echoes the same text skips hashing it again.
-    call_args: tuple[str, Any] | None = None
-    # Derived, rebuilt on load:
-    prev_same_sig: CallRecord | None = None
-    no_progress_run: int = 0  # identical-outcome streak of this signature ending here
-    unknown_run: int = 0  # same-unknown-tool failures ending here
-    alt_run: int = 1  # length of the A/B alternation ending here
-    alt_break: int = -1  # latest index that makes that alternation not a no-progress loop
+    """One call of the window. A plain class with its own ``__init__`` rather than a
+    dataclass: the same cost interpreted, and a native constructor in the mypyc build
+    (setup.py), where a dataclass keeps its generated ``__init__`` in Python."""
+
+    __slots__ = (
+        *("index", "tool_name", "sig", "tool_call_id", "known_poll", "action"),
+        *("result_hash", "unknown_tool", "pending", "call_args"),
+        *("prev_same_sig", "no_progress_run", "unknown_run", "alt_run", "alt_break"),
+    )
+
+    def __init__(
+        self,
+        index: int,
+        tool_name: str,
+        sig: str,
+        tool_call_id: str | None = None,
+        known_poll: bool = False,
+        action: str | None = None,
+    ) -> None:
+        self.index = index  # position in the run, contiguous within the window
+        self.tool_name = tool_name
+        self.sig = sig  # args hash: tool name + digest of canonical params
+        self.tool_call_id = tool_call_id
+        self.known_poll = known_poll
+        self.action = action  # params["action"], needed to hash results that omit args
+        self.result_hash: str | None = None
+        self.unknown_tool: str | None = None
+        self.pending = False  # waiting for its result
+        # Transient, never persisted: the call's (args text, call_info) while it is pending,
+        # so a result that echoes the same text skips hashing it again.
+        self.call_args: tuple[str, CallInfo] | None = None
+        # Derived, rebuilt on load:
+        self.prev_same_sig: CallRecord | None = None
+        self.no_progress_run = 0  # identical-outcome streak of this signature ending here
+        self.unknown_run = 0  # same-unknown-tool failures ending here
+        self.alt_run = 1  # length of the A/B alternation ending here
+        self.alt_break = -1  # latest index that makes that alternation not a no-progress loop
+
+    def __repr__(self) -> str:
+        return f"CallRecord({', '.join(repr(value) for value in self.primary())})"
 
     def primary(self) -> list[Any]:
         return [
@@ -53,11 +73,31 @@ class CallRecord:
         ]
 
 
-class PingPong(NamedTuple):  # cheaper to build than a frozen dataclass
-    calls: int = 0  # length of the alternation, the expected next call included
-    paired_tool_name: str = ""
-    paired_sig: str = ""
-    no_progress: bool = False
+class PingPong:
+    """An A/B alternation at the tail of the window (a slotted value, like hashing.Outcome)."""
+
+    __slots__ = ("calls", "paired_tool_name", "paired_sig", "no_progress")
+
+    def __init__(
+        self,
+        calls: int = 0,
+        paired_tool_name: str = "",
+        paired_sig: str = "",
+        no_progress: bool = False,
+    ) -> None:
+        self.calls = calls  # length of the alternation, the expected next call included
+        self.paired_tool_name = paired_tool_name
+        self.paired_sig = paired_sig
+        self.no_progress = no_progress
+
+    def _values(self) -> tuple[int, str, str, bool]:
+        return (self.calls, self.paired_tool_name, self.paired_sig, self.no_progress)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PingPong) and self._values() == other._values()
+
+    def __repr__(self) -> str:
+        return f"PingPong{self._values()!r}"
 
 
 NO_PING_PONG = PingPong()
@@ -159,8 +199,8 @@ class RunHistory:
     def attach_result(self, record: CallRecord, outcome: Outcome) -> None:
         """Give a pending call its outcome; a loop veto repeats the last outcome."""
         self._unpend(record)
-        result_hash, unknown_tool, loop_veto = outcome  # unpacked: cheaper than three reads
-        if loop_veto:
+        result_hash, unknown_tool = outcome.result_hash, outcome.unknown_tool
+        if outcome.loop_veto:
             result_hash, unknown_tool = self._effective(record, outcome)
         record.result_hash, record.unknown_tool = result_hash, unknown_tool
         if result_hash is None:

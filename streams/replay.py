@@ -277,7 +277,7 @@ def _check_types(data: dict[str, Any]) -> None:
         if f.name == "envelope" or f.name not in data:
             continue
         value = data[f.name]
-        optional = "None" in str(f.type)
+        optional = f.default is None  # not f.type: annotations do not survive mypyc (setup.py)
         if not (isinstance(value, str) or (optional and value is None)):
             want = "a string or null" if optional else "a string"
             raise ValueError(f"field {f.name!r}: expected {want}, got {value!r}")

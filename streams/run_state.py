@@ -178,7 +178,7 @@ class RunState:
 
     def _on_call(self, event: ToolCall, cfg: LoopDetectionConfig) -> list[Decision]:
         info = call_info(event.tool_name, event.args_json)
-        sig, known_poll, action = info
+        sig, known_poll, action = info.sig, info.known_poll, info.action
         hit = detect(self.history, event.tool_name, sig, known_poll, cfg)
         record = self.history.append_call(
             event.tool_name,
@@ -202,7 +202,8 @@ class RunState:
             if record is not None:
                 sig, known_poll, action = record.sig, record.known_poll, record.action or None
             else:
-                sig, known_poll, action = call_info(tool_name, "{}")
+                info = call_info(tool_name, "{}")
+                sig, known_poll, action = info.sig, info.known_poll, info.action
         else:
             record = self.history.pending_by_id.get(event.tool_call_id or "")
             if (
@@ -213,10 +214,11 @@ class RunState:
             ):
                 # The result echoes its call's args text: same text, same call_info, and
                 # find_pending would return this very record.
-                sig, known_poll, action = seen[1]
+                info = seen[1]
             else:
-                sig, known_poll, action = call_info(tool_name, event.args_json)
-                record = self.history.find_pending(tool_name, sig, event.tool_call_id)
+                info = call_info(tool_name, event.args_json)
+                record = self.history.find_pending(tool_name, info.sig, event.tool_call_id)
+            sig, known_poll, action = info.sig, info.known_poll, info.action
         outcome = result_outcome(tool_name, action, event.result_json, event.error)
         if record is not None:
             self.history.attach_result(record, outcome)

@@ -368,6 +368,10 @@ def test_migrate_job(services, monkeypatch):
 def test_every_loopguard_variable_is_read_by_settings():
     known = settings_env_names()
     assert {"LOOPGUARD_BROKER", "LOOPGUARD_DB_URL", "LOOPGUARD_PARTITIONS"} <= known
+    build_time = {"LOOPGUARD_COMPILE"}  # read by setup.py while building the image's wheel
+    setup_py = (ROOT / "setup.py").read_text(encoding="utf-8")
+    assert all(f'"{name}"' in setup_py for name in build_time)
+    known |= build_time
     for path in (COMPOSE_FILE, ENV_EXAMPLE, DOCKERFILE):
         used = set(re.findall(r"LOOPGUARD_[A-Z0-9_]+", path.read_text(encoding="utf-8")))
         assert used <= known, f"{path.name}: not read by streams/settings.py: {used - known}"
@@ -488,7 +492,7 @@ def test_dockerfile_installs_the_project(services):
         assert (context / svc["build"]["dockerfile"]).resolve() == DOCKERFILE.resolve()
 
     copied = set()
-    for line in re.findall(r"^COPY\s+(.+)$", text, re.MULTILINE):
+    for line in re.findall(r"^COPY\s+(?!--from=)(.+)$", text, re.MULTILINE):  # from the context
         *sources, _dest = line.split()
         for source in sources:
             if not source.startswith("--"):
@@ -500,8 +504,10 @@ def test_dockerfile_installs_the_project(services):
         assert package.split(".")[0] in copied, f"package {package} not copied"
 
     editable = re.search(r"pip install\b[^\n]*(?:-e|--editable)\s+\.", text)
-    assert editable or re.search(r"pip install\b[^\n]*\s\.(\s|$)", text)
+    assert editable or re.search(r"pip (?:install|wheel)\b[^\n]*\s\.(\s|$)", text)
     if not editable:  # a regular install must carry the schemas as package data
+        assert re.search(r"LOOPGUARD_COMPILE=1 pip wheel\b", text), "wheel with the compiled core"
+        assert "setup.py" in copied, "setup.py compiles the core"
         package_data = pyproject["tool"]["setuptools"].get("package-data", {})
         assert any("avsc" in str(p) for p in package_data.values()), "schemas not packaged"
     schema_dir = SCHEMA_DIR.relative_to(ROOT).as_posix()

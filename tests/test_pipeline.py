@@ -17,7 +17,7 @@ from services import ENABLED, Pipeline
 
 from streams.avro_codec import decode_dead_letter, encode_event, event_schema_json
 from streams.config import fleet_from_document
-from streams.engine import LoopGuard
+from streams.engine import LoopGuard, core_build
 from streams.events import (
     Action,
     CompactionRetry,
@@ -87,6 +87,8 @@ def test_ping_pong_loop_is_warned_blocked_and_aborted(running_pipeline) -> None:
     rows = wait_for_audit(pipeline, run.run_id, len(expected))
     assert by_key(rows) == by_key(expected)
     assert client.duplicates == 0
+    # The worker runs the build of the core this process imported (CI's compiled run too).
+    assert f"detector core: {core_build()}" in pipeline.worker_logs(tail=10**7)
 
 
 def test_compaction_loop_aborts_with_compaction_loop_persisted(running_pipeline) -> None:
