@@ -22,7 +22,8 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+# Appended, not prepended: an installed build (the compiled core, setup.py) comes first.
+sys.path.append(str(Path(__file__).resolve().parent.parent))
 
 from kafka import KafkaProducer  # noqa: E402
 from load_gen import sentinel_ids  # noqa: E402  (this directory is on sys.path)

@@ -48,7 +48,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+# Appended, not prepended: an installed build (the compiled core, setup.py) comes first.
+sys.path.append(str(Path(__file__).resolve().parent.parent))
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition  # noqa: E402
 from kafka.partitioner.default import murmur2  # noqa: E402

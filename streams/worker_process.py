@@ -38,7 +38,9 @@ class WorkerProcess:
     process: subprocess.Popen[bytes] | None = None
 
     def command(self) -> list[str]:
-        cmd = [sys.executable, "-m", "streams.cli", "worker", "--broker", self.broker]
+        # -P: import the installed loopguard (the compiled core, say), never a streams/
+        # directory that happens to be in the working directory.
+        cmd = [sys.executable, "-P", "-m", "streams.cli", "worker", "--broker", self.broker]
         cmd += ["--db", self.db_url, "--app-id", self.app_id]
         if self.config_file:
             cmd += ["--config", self.config_file]
