@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
+from streams import history
 from streams.config import FleetConfig, LoopDetectionConfig
 from streams.events import AgentEvent, Decision
 from streams.run_state import RunState
@@ -15,8 +16,6 @@ from streams.run_state import RunState
 
 def core_build() -> str:
     """Which build of the detector core runs: "compiled (mypyc)" (setup.py) or "interpreted"."""
-    from streams import history
-
     return "interpreted" if history.__file__.endswith(".py") else "compiled (mypyc)"
 
 
