@@ -20,13 +20,13 @@ from setuptools import setup
 # classes check their fields' types when built (a wrongly typed event raises TypeError at
 # construction instead of at encoding).
 CORE_MODULES = [
-    "streams/events.py",
-    "streams/hashing.py",
-    "streams/history.py",
-    "streams/detectors.py",
-    "streams/compaction_guard.py",
-    "streams/run_state.py",
-    "streams/engine.py",
+    "streams/core/events.py",
+    "streams/core/hashing.py",
+    "streams/core/history.py",
+    "streams/core/detectors.py",
+    "streams/core/guard.py",
+    "streams/core/run_state.py",
+    "streams/core/engine.py",
 ]
 # mypyc type-checks what it compiles: orjson's own type hints in the build environment, and
 # the other third-party modules the core's imports lead to (json5, yaml) typed as Any.

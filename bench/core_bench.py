@@ -26,9 +26,9 @@ from pathlib import Path
 # Appended, not prepended: an installed build (the compiled core, setup.py) comes first.
 sys.path.append(str(Path(__file__).resolve().parent.parent))
 
-from streams.config import fleet_from_document  # noqa: E402
-from streams.engine import LoopGuard, core_build  # noqa: E402
-from streams.events import (  # noqa: E402
+from streams.core.config import fleet_from_document  # noqa: E402
+from streams.core.engine import LoopGuard, core_build  # noqa: E402
+from streams.core.events import (  # noqa: E402
     AgentEvent,
     CompactionRetry,
     Envelope,
@@ -37,7 +37,7 @@ from streams.events import (  # noqa: E402
     ToolCall,
     ToolResult,
 )
-from streams.hashing import clear_memos  # noqa: E402
+from streams.core.hashing import clear_memos  # noqa: E402
 
 VETO = {"details": {"status": "blocked", "deniedReason": "tool-loop"}}
 AGENTS = ["main", "coder", "researcher", "ops-bot", "support"]

@@ -28,15 +28,15 @@ sys.path.append(str(Path(__file__).resolve().parent.parent))
 from kafka import KafkaProducer  # noqa: E402
 from load_gen import sentinel_ids  # noqa: E402  (this directory is on sys.path)
 
-from streams.avro_codec import encode_event  # noqa: E402
-from streams.config import fleet_from_document  # noqa: E402
-from streams.embedded_broker import EmbeddedBroker  # noqa: E402
-from streams.engine import LoopGuard  # noqa: E402
-from streams.events import CompactionRetry, Decision, Envelope, ToolCall, ToolResult  # noqa: E402
-from streams.gateway_client import GatewayClient  # noqa: E402
+from streams.core.config import fleet_from_document  # noqa: E402
+from streams.core.engine import LoopGuard  # noqa: E402
+from streams.core.events import CompactionRetry, Decision, Envelope, ToolCall, ToolResult  # noqa: E402
+from streams.devtools.embedded_broker import EmbeddedBroker  # noqa: E402
+from streams.devtools.worker_process import WorkerProcess, wait_until_processing  # noqa: E402
+from streams.gateway.client import GatewayClient  # noqa: E402
+from streams.kafka.topics import ensure_topics  # noqa: E402
 from streams.settings import Settings  # noqa: E402
-from streams.topics import ensure_topics  # noqa: E402
-from streams.worker_process import WorkerProcess, wait_until_processing  # noqa: E402
+from streams.wire.avro import encode_event  # noqa: E402
 
 PARTITIONS = 4
 CONFIG = {"tools": {"loopDetection": {"enabled": True}}}

@@ -54,11 +54,9 @@ sys.path.append(str(Path(__file__).resolve().parent.parent))
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition  # noqa: E402
 from kafka.partitioner.default import murmur2  # noqa: E402
 
-from streams.avro_codec import encode_event  # noqa: E402
-from streams.config import fleet_from_document  # noqa: E402
-from streams.embedded_broker import EmbeddedBroker  # noqa: E402
-from streams.engine import LoopGuard  # noqa: E402
-from streams.events import (  # noqa: E402
+from streams.core.config import fleet_from_document  # noqa: E402
+from streams.core.engine import LoopGuard  # noqa: E402
+from streams.core.events import (  # noqa: E402
     AgentEvent,
     CompactionRetry,
     Decision,
@@ -68,11 +66,13 @@ from streams.events import (  # noqa: E402
     ToolCall,
     ToolResult,
 )
-from streams.gateway_client import GatewayClient  # noqa: E402
+from streams.devtools.embedded_broker import EmbeddedBroker  # noqa: E402
+from streams.devtools.worker_process import WorkerProcess, wait_until_processing  # noqa: E402
+from streams.gateway.client import GatewayClient  # noqa: E402
+from streams.kafka.topics import ensure_topics  # noqa: E402
 from streams.settings import Settings  # noqa: E402
-from streams.state_codec import RunStateCodec  # noqa: E402
-from streams.topics import ensure_topics  # noqa: E402
-from streams.worker_process import WorkerProcess, wait_until_processing  # noqa: E402
+from streams.wire.avro import encode_event  # noqa: E402
+from streams.worker.state_codec import RunStateCodec  # noqa: E402
 
 CONFIG = {"tools": {"loopDetection": {"enabled": True}}}
 APP_ID = "loopguard"
@@ -82,7 +82,7 @@ GROUP_ENV = {
     "LOOPGUARD_HEARTBEAT_INTERVAL": "1",
     "LOOPGUARD_REBALANCE_TIMEOUT": "20",
 }
-EXPIRE_TIMER_INTERVAL = 10.0  # streams.app.expire_runs
+EXPIRE_TIMER_INTERVAL = 10.0  # streams.worker.app.expire_runs
 TOOLS = ["read_file", "grep", "exec", "web_search", "edit_file", "list_dir", "web_fetch"]
 KINDS = {"ordinary": 0.82, "generic_repeat": 0.06, "ping_pong": 0.06, "compaction_loop": 0.06}
 

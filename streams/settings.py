@@ -1,7 +1,7 @@
 """Worker settings, read from ``LOOPGUARD_*`` environment variables.
 
 Faust builds its app at import time, so the CLI turns its flags into these variables before
-importing :mod:`streams.app`; compose files and tests set them directly. Secrets (SASL
+importing :mod:`streams.worker.app`; compose files and tests set them directly. Secrets (SASL
 password, database URL with a password) are never logged: :meth:`Settings.redacted` is what
 goes to the log.
 """

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from streams.engine import core_build
+from streams.core.engine import core_build
 
 pytest_plugins = ["db_fixtures", "services"]
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from streams.config import FleetConfig, fleet_from_document
-from streams.engine import LoopGuard
-from streams.events import (
+from streams.core.config import FleetConfig, fleet_from_document
+from streams.core.engine import LoopGuard
+from streams.core.events import (
     Action,
     AgentEvent,
     CompactionRetry,

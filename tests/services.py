@@ -18,12 +18,12 @@ from typing import Any
 
 import pytest
 
-from streams.audit import AuditStore
-from streams.embedded_broker import EmbeddedBroker
-from streams.gateway_client import GatewayClient
+from streams.audit.store import AuditStore
+from streams.devtools.embedded_broker import EmbeddedBroker
+from streams.devtools.worker_process import WorkerProcess, wait_until_processing
+from streams.gateway.client import GatewayClient
+from streams.kafka.topics import ensure_topics
 from streams.settings import Settings, Topics
-from streams.topics import ensure_topics
-from streams.worker_process import WorkerProcess, wait_until_processing
 
 # tansu answers JoinGroup after about max(1 s, session timeout / 2), and a worker that
 # replaces a killed one waits for the dead member's session to expire: keep both short.

@@ -1,0 +1,316 @@
+"""``loopguard config set | rm | show``: per-agent overrides on the compacted config topic.
+
+Every worker follows ``<prefix>.config`` (:mod:`streams.kafka.config_topic`): the record keyed by an
+agent id replaces that agent's ``tools.loopDetection`` block, the record keyed ``*`` replaces
+the global block, and a tombstone removes the override; all without a restart. Blocks are
+validated with :mod:`streams.core.config` before anything is sent, so a worker never sees a block
+it would refuse; an invalid block exits with code 2 and the offending field's path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from streams.cli.main import EXIT_ERROR, EXIT_OK, EXIT_USAGE
+
+GLOBAL_KEY = "*"
+
+
+def add_config_parser(sub: Any) -> argparse.ArgumentParser:
+    from streams.replay.replay import add_topic_args
+
+    parser = sub.add_parser(
+        "config",
+        help="set, remove or show per-agent config overrides on the config topic",
+        description="Manage run-time overrides of tools.loopDetection on the compacted "
+        "config topic (PREFIX.config; key = agent id, '*' = the global block). Every worker "
+        "applies a change within about a second, without a restart. An agent override "
+        "replaces that agent's block from the worker's --config file (merged over the "
+        "global block as usual); '*' replaces the file's global block.",
+    )
+    actions = parser.add_subparsers(dest="config_command", metavar="ACTION", required=True)
+
+    set_ = actions.add_parser(
+        "set",
+        help="publish an override block for an agent (or '*' for the global block)",
+        description="Validate a tools.loopDetection block and publish it as the override "
+        "for AGENT_ID ('*': the global block). The file holds the block itself, e.g. "
+        "{warningThreshold: 3, enabled: true}, or a document with tools.loopDetection. "
+        "Invalid blocks are refused with the field's path (exit code 2).",
+    )
+    set_.add_argument("agent_id", metavar="AGENT_ID", help="agent id, or '*' for the global block")
+    set_.add_argument(
+        "--file",
+        required=True,
+        metavar="FILE",
+        help="block file: JSON5 or JSON, YAML for .yaml/.yml; '-' reads JSON5 from stdin",
+    )
+    add_topic_args(set_)
+
+    rm = actions.add_parser(
+        "rm",
+        help="remove an agent's override (publishes a tombstone)",
+        description="Publish a tombstone for AGENT_ID ('*': the global override): workers "
+        "go back to the block from their --config file.",
+    )
+    rm.add_argument("agent_id", metavar="AGENT_ID", help="agent id, or '*' for the global block")
+    add_topic_args(rm)
+
+    show = actions.add_parser(
+        "show",
+        help="print the overrides currently on the config topic",
+        description="Read the config topic from the beginning and print the override in force "
+        "per key, with the config version each agent's decisions will carry "
+        "(Decision.config_version) over --config, or over the built-in defaults.",
+    )
+    show.add_argument(
+        "--config",
+        metavar="FILE",
+        help="the workers' --config file, to compute the effective config versions",
+    )
+    show.add_argument("--json", action="store_true", help="print one JSON object")
+    add_topic_args(show)
+    return parser
+
+
+class OverrideError(ValueError):
+    """An override block cannot be used; the message names the field or the file line."""
+
+
+def block_path(agent_id: str) -> str:
+    if agent_id == GLOBAL_KEY:
+        return "tools.loopDetection"
+    return f"agents.list[id={agent_id}].tools.loopDetection"
+
+
+def load_block(path: str) -> Any:
+    """Parse a block file (JSON5/JSON, or YAML by extension; ``-`` is stdin)."""
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise OverrideError(f"{path}: cannot read ({exc.strerror})") from None
+    except UnicodeDecodeError:
+        raise OverrideError(f"{path}: not UTF-8 text") from None
+    is_yaml = path.endswith((".yaml", ".yml"))
+    try:
+        if is_yaml:
+            import yaml
+
+            return yaml.safe_load(text)
+        import json5
+
+        return json5.loads(text)
+    except Exception as exc:  # parser errors differ per library; report them uniformly
+        kind = "YAML" if is_yaml else "JSON5/JSON"
+        raise OverrideError(f"{path}: not valid {kind}: {exc}") from None
+
+
+def check_agent_id(agent_id: str) -> None:
+    if not agent_id or agent_id != agent_id.strip():
+        raise OverrideError(f"agent id {agent_id!r}: must be non-empty, without outer spaces")
+
+
+def validate_override(agent_id: str, doc: Any) -> dict[str, Any]:
+    """The block to publish, checked exactly as a worker and a config file would check it."""
+    from streams.core.config import ConfigError, FleetConfig, _check_block, resolve
+
+    check_agent_id(agent_id)
+    if isinstance(doc, dict) and "agents" in doc:
+        raise OverrideError(
+            "expected one tools.loopDetection block (or {tools: {loopDetection: ...}}), "
+            "not a whole fleet config with agents.list"
+        )
+    if isinstance(doc, dict) and "tools" in doc:
+        tools = doc["tools"]
+        extra = sorted(set(doc) - {"tools"})
+        if extra:
+            raise OverrideError(f"{extra[0]}: unexpected next to tools")
+        if not isinstance(tools, dict) or "loopDetection" not in tools:
+            raise OverrideError("tools.loopDetection: missing")
+        doc = tools["loopDetection"]
+    if not isinstance(doc, dict):
+        raise OverrideError(f"{block_path(agent_id)}: expected an object, got {type(doc).__name__}")
+    path = block_path(agent_id)
+    try:
+        _check_block(doc, path)
+        if agent_id == GLOBAL_KEY:
+            resolve(doc, path)
+        else:
+            FleetConfig().with_agent(agent_id, doc).for_agent(agent_id)
+    except ConfigError as exc:
+        raise OverrideError(str(exc)) from None
+    return doc
+
+
+def effective_versions(fleet: Any, overrides: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """Config version per override key, resolved the way the workers' ConfigBook does."""
+    from streams.core.config import FleetConfig, resolve
+
+    base = fleet
+    if GLOBAL_KEY in overrides:
+        base = FleetConfig(overrides[GLOBAL_KEY], fleet.agent_blocks)
+    versions = {GLOBAL_KEY: resolve(base.global_block).version}
+    for key, block in overrides.items():
+        if key != GLOBAL_KEY:
+            versions[key] = base.with_agent(key, block).for_agent(key).version
+    return versions
+
+
+def read_overrides(settings: Any) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """Current override per key from the config topic, and keys whose latest record is bad."""
+    from streams.core.config import ConfigError, _check_block
+    from streams.kafka.reader import TopicReader
+
+    blocks: dict[str, dict[str, Any]] = {}
+    invalid: dict[str, str] = {}
+    reader = TopicReader(
+        settings.bootstrap_servers,
+        settings.topics.config,
+        kafka_options=settings.kafka_client_options(),
+        poll_ms=500,
+    )
+    with reader:
+        for record in reader.records():
+            key = record.key.decode("utf-8", "replace") if record.key else ""
+            invalid.pop(key, None)
+            if record.value is None:
+                blocks.pop(key, None)
+                continue
+            try:
+                block = json.loads(record.value)
+                _check_block(block, block_path(key))
+            except (ValueError, ConfigError) as exc:
+                # Workers ignore such a record and keep the previous block for the key.
+                invalid[key] = str(exc)
+                continue
+            blocks[key] = block
+    return blocks, invalid
+
+
+def _settings(args: argparse.Namespace) -> Any:
+    from streams.replay.replay import _settings as replay_settings
+
+    return replay_settings(args)
+
+
+def _ensure_config_topic(settings: Any) -> None:
+    """Create the compacted config topic when missing (same spec as ``ensure_topics``)."""
+    from kafka.admin import KafkaAdminClient
+    from kafka.errors import TopicAlreadyExistsError
+
+    from streams.kafka.topics import topic_specs
+
+    admin = KafkaAdminClient(
+        bootstrap_servers=settings.bootstrap_servers,
+        client_id="loopguard-config",
+        **settings.kafka_client_options(),
+    )
+    try:
+        if settings.topics.config in set(admin.list_topics()):
+            return
+        spec = next(s for s in topic_specs(settings) if s.name == settings.topics.config)
+        with contextlib.suppress(TopicAlreadyExistsError):  # another client was faster
+            admin.create_topics([spec])
+    finally:
+        admin.close()
+
+
+def _publish(settings: Any, key: str, value: bytes | None) -> Any:
+    from kafka import KafkaProducer
+
+    _ensure_config_topic(settings)
+    producer = KafkaProducer(
+        bootstrap_servers=settings.bootstrap_servers,
+        acks="all",
+        **settings.kafka_client_options(),
+    )
+    try:
+        return producer.send(settings.topics.config, key=key.encode(), value=value).get(timeout=30)
+    finally:
+        producer.close()
+
+
+def run_config(args: argparse.Namespace) -> int:
+    from kafka.errors import KafkaError
+
+    from streams.replay.replay import quiet_kafka
+
+    quiet_kafka()
+    handler = {"set": _set, "rm": _rm, "show": _show}[args.config_command]
+    try:
+        return handler(args)
+    except OverrideError as exc:
+        print(f"loopguard config {args.config_command}: invalid override: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KafkaError as exc:
+        print(
+            f"loopguard config {args.config_command}: broker {args.broker}: {exc}", file=sys.stderr
+        )
+        return EXIT_ERROR
+
+
+def _set(args: argparse.Namespace) -> int:
+    block = validate_override(args.agent_id, load_block(args.file))
+    settings = _settings(args)
+    value = json.dumps(block, sort_keys=True, separators=(",", ":")).encode()
+    meta = _publish(settings, args.agent_id, value)
+    what = "the global block" if args.agent_id == GLOBAL_KEY else f"agent {args.agent_id}"
+    print(
+        f"override for {what} published to {settings.topics.config} "
+        f"(partition {meta.partition}, offset {meta.offset}): {value.decode()}"
+    )
+    return EXIT_OK
+
+
+def _rm(args: argparse.Namespace) -> int:
+    check_agent_id(args.agent_id)
+    settings = _settings(args)
+    meta = _publish(settings, args.agent_id, None)
+    what = "the global block" if args.agent_id == GLOBAL_KEY else f"agent {args.agent_id}"
+    print(
+        f"override for {what} removed (tombstone at {settings.topics.config} partition "
+        f"{meta.partition}, offset {meta.offset})"
+    )
+    return EXIT_OK
+
+
+def _show(args: argparse.Namespace) -> int:
+    from streams.core.config import ConfigError, FleetConfig, load_fleet_config
+    from streams.kafka.reader import ReaderError
+
+    try:
+        fleet = load_fleet_config(args.config) if args.config else FleetConfig()
+    except ConfigError as exc:
+        print(f"loopguard config show: invalid config: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    settings = _settings(args)
+    try:
+        overrides, invalid = read_overrides(settings)
+    except ReaderError as exc:
+        print(f"loopguard config show: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    versions = effective_versions(fleet, overrides)
+    if args.json:
+        doc = {
+            "topic": settings.topics.config,
+            "overrides": overrides,
+            "config_versions": versions,
+            "invalid": invalid,
+        }
+        print(json.dumps(doc, ensure_ascii=False, indent=2, sort_keys=True))
+        return EXIT_OK
+    if not overrides and not invalid:
+        print(f"no overrides on {settings.topics.config}")
+    for key in sorted(overrides):
+        block = json.dumps(overrides[key], sort_keys=True, ensure_ascii=False)
+        print(f"{key:<24} config_version={versions[key]}  {block}")
+    if GLOBAL_KEY not in overrides:
+        print(f"{'(agents without override)':<24} config_version={versions[GLOBAL_KEY]}")
+    for key in sorted(invalid):
+        print(f"{key:<24} INVALID (ignored by workers): {invalid[key]}")
+    return EXIT_OK

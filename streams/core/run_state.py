@@ -1,0 +1,361 @@
+"""Per-run state machine: orders a run's events, feeds the detectors and the post-compaction
+guard, and turns what they find into decisions for the gateway.
+
+Pure and deterministic: the same events in give the same decisions out and the same
+serialised state, byte for byte; delivered in another order (within the reorder limit) or
+with duplicates, they still give the same decisions (only the delivery counters differ).
+This is the one object the Faust agents keep in their table, the replay tool re-runs and the
+tests drive directly.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from streams.core.config import LoopDetectionConfig
+from streams.core.detectors import CRITICAL, CurrentCall, Detection, detect
+from streams.core.events import (
+    Action,
+    AgentEvent,
+    CompactionRetry,
+    Decision,
+    RunEnded,
+    ToolCall,
+    ToolResult,
+    event_from_dict,
+    event_to_dict,
+)
+from streams.core.guard import ARMING_TRIGGER, PostCompactionGuard
+from streams.core.hashing import MEMO_MAX_CHARS, call_info, result_outcome
+from streams.core.history import RunHistory
+
+# Out-of-order events wait for the gap to fill; past this many the gap is given up on so one
+# lost event cannot stall a run forever (deterministically: always the lowest waiting seq).
+REORDER_LIMIT = 64
+# ... and past this many payload characters waiting, so the state (written to the changelog as
+# one message) stays well under the broker's request size whatever the events carry.
+REORDER_MAX_CHARS = 262_144
+# Decisions of the last few deciding events, kept so a redelivered event can publish its
+# decisions again (same ids) when the first publication was lost in a crash.
+RECENT_DECISIONS = 16
+
+ACTIVE, ENDED, ABORTED = "active", "ended", "aborted"
+
+
+def _payload_chars(event: AgentEvent) -> int:
+    """Rough size of what an event would add to the serialised state."""
+    size = 0
+    for name in ("args_json", "result_json", "error"):
+        value = getattr(event, name, None)
+        if value:
+            size += len(value)
+    return size
+
+
+@dataclass(slots=True)
+class RunStats:
+    events: int = 0
+    duplicates: int = 0
+    gaps: int = 0
+    late: int = 0  # events for a run that already ended or was aborted
+
+
+@dataclass
+class RunState:
+    run_id: str
+    history_size: int = 30
+    agent_id: str = ""
+    gateway_id: str = ""
+    last_seq: int = 0
+    status: str = ACTIVE
+    blocks: int = 0
+    last_event_time: int = 0
+    waiting: dict[int, AgentEvent] = field(default_factory=dict)
+    history: RunHistory = field(init=False)
+    guard: PostCompactionGuard = field(default_factory=PostCompactionGuard)
+    stats: RunStats = field(default_factory=RunStats)
+    recent: deque[tuple[int, list[Decision]]] = field(
+        default_factory=lambda: deque(maxlen=RECENT_DECISIONS)
+    )
+
+    def __post_init__(self) -> None:
+        self.history = RunHistory(self.history_size)
+
+    def is_duplicate(self, seq: int) -> bool:
+        """Already processed (or already waiting for its turn)."""
+        return seq <= self.last_seq or seq in self.waiting
+
+    def decisions_for(self, seq: int) -> list[Decision]:
+        """What processing event ``seq`` decided, while it is among the recent ones."""
+        self.stats.duplicates += 1
+        for decided_seq, decisions in self.recent:
+            if decided_seq == seq:
+                return list(decisions)
+        return []
+
+    # -- ordering --------------------------------------------------------------------
+
+    def apply(self, event: AgentEvent, cfg: LoopDetectionConfig) -> list[Decision]:
+        """Take one delivered event; process it and anything it unblocks, in seq order."""
+        seq = event.envelope.seq
+        if seq == self.last_seq + 1 and not self.waiting:
+            # The common case, in order with nothing waiting: what the loop below would do.
+            self.last_seq = seq
+            decided = self._process(event, cfg)
+            if not decided:
+                return decided
+            self.recent.append((seq, decided))
+            return list(decided)
+        if seq <= self.last_seq or seq in self.waiting:
+            self.stats.duplicates += 1
+            return []
+        self.waiting[seq] = event
+        decisions: list[Decision] = []
+        while self.waiting:
+            following = self.last_seq + 1
+            if following not in self.waiting:
+                if (
+                    len(self.waiting) <= REORDER_LIMIT
+                    and self._waiting_chars() <= REORDER_MAX_CHARS
+                ):
+                    break
+                following = min(self.waiting)
+                self.stats.gaps += following - self.last_seq - 1
+            ready = self.waiting.pop(following)
+            self.last_seq = following
+            decisions.extend(self._remember(following, self._process(ready, cfg)))
+        return decisions
+
+    def _remember(self, seq: int, decisions: list[Decision]) -> list[Decision]:
+        if decisions:
+            self.recent.append((seq, decisions))
+        return decisions
+
+    def _waiting_chars(self) -> int:
+        return sum(_payload_chars(event) for event in self.waiting.values())
+
+    def flush(self, cfg: LoopDetectionConfig) -> list[Decision]:
+        """Give up on every gap (run ended or idle): process what waits, in seq order."""
+        decisions: list[Decision] = []
+        for seq in sorted(self.waiting):
+            event = self.waiting.pop(seq)
+            self.stats.gaps += seq - self.last_seq - 1
+            self.last_seq = seq
+            decisions.extend(self._remember(seq, self._process(event, cfg)))
+        return decisions
+
+    # -- processing ------------------------------------------------------------------
+
+    def _process(self, event: AgentEvent, cfg: LoopDetectionConfig) -> list[Decision]:
+        env = event.envelope
+        self.stats.events += 1
+        if env.agent_id:
+            self.agent_id = env.agent_id
+        if env.gateway_id:
+            self.gateway_id = env.gateway_id
+        if env.event_time > self.last_event_time:
+            self.last_event_time = env.event_time
+        if self.history.max_size != cfg.history_size:
+            self.history.resize(cfg.history_size)
+        if self.status != ACTIVE:
+            self.stats.late += 1
+            if self.status == ABORTED and isinstance(event, ToolCall):
+                return [self._still_aborted(event, cfg)]
+            return []
+        if isinstance(event, ToolCall):
+            return self._on_call(event, cfg)
+        if isinstance(event, ToolResult):
+            return self._on_result(event, cfg)
+        if isinstance(event, CompactionRetry):
+            if event.trigger == ARMING_TRIGGER and cfg.compaction_guard_on:
+                self.guard.arm(cfg.compaction_window_size, self.run_id)
+            return []
+        if isinstance(event, RunEnded):
+            self.status = ENDED
+        return []
+
+    def _on_call(self, event: ToolCall, cfg: LoopDetectionConfig) -> list[Decision]:
+        info = call_info(event.tool_name, event.args_json)
+        sig, known_poll, action = info.sig, info.known_poll, info.action
+        hit = detect(self.history, event.tool_name, sig, known_poll, cfg)
+        record = self.history.append_call(
+            event.tool_name,
+            sig,
+            event.tool_call_id,
+            known_poll,
+            action if isinstance(action, str) else None,
+        )
+        args = event.args_json
+        if event.tool_call_id and args is not None and len(args) <= MEMO_MAX_CHARS:
+            record.call_args = (args, info)
+        if hit is None:
+            return []
+        return [self._decide(event, CurrentCall(event.tool_name, sig, known_poll), hit, cfg)]
+
+    def _on_result(self, event: ToolResult, cfg: LoopDetectionConfig) -> list[Decision]:
+        tool_name = event.tool_name
+        if event.args_json is None:
+            # Results may omit args when they carry the call id: hash with what the call had.
+            record = self.history.find_pending(tool_name, None, event.tool_call_id)
+            if record is not None:
+                sig, known_poll, action = record.sig, record.known_poll, record.action or None
+            else:
+                info = call_info(tool_name, "{}")
+                sig, known_poll, action = info.sig, info.known_poll, info.action
+        else:
+            record = self.history.pending_by_id.get(event.tool_call_id or "")
+            if (
+                record is not None
+                and (seen := record.call_args) is not None
+                and record.tool_name == tool_name
+                and seen[0] == event.args_json
+            ):
+                # The result echoes its call's args text: same text, same call_info, and
+                # find_pending would return this very record.
+                info = seen[1]
+            else:
+                info = call_info(tool_name, event.args_json)
+                record = self.history.find_pending(tool_name, info.sig, event.tool_call_id)
+            sig, known_poll, action = info.sig, info.known_poll, info.action
+        outcome = result_outcome(tool_name, action, event.result_json, event.error)
+        if record is not None:
+            self.history.attach_result(record, outcome)
+        else:
+            record = self.history.append_result(
+                tool_name,
+                sig,
+                event.tool_call_id,
+                known_poll,
+                action if isinstance(action, str) else None,
+                outcome,
+            )
+        if not (self.guard.remaining and cfg.compaction_guard_on):  # guard.armed, inlined
+            return []
+        loop = self.guard.observe(record.tool_name, record.sig, record.result_hash)
+        if loop is None:
+            return []
+        self.status = ABORTED
+        return [
+            self._decision(
+                event,
+                cfg,
+                Action.ABORT,
+                detector="post_compaction_guard",
+                severity=CRITICAL,
+                count=loop.count,
+                tool_name=loop.tool_name,
+                reason=(
+                    f"compaction_loop_persisted: {loop.tool_name} produced the same call and "
+                    f"result {loop.count} times after compaction; aborting the run."
+                ),
+                args_hash=loop.sig,
+                result_hash=loop.result_hash,
+                error_code="compaction_loop_persisted",
+            )
+        ]
+
+    def _decide(
+        self, event: ToolCall, call: CurrentCall, hit: Detection, cfg: LoopDetectionConfig
+    ) -> Decision:
+        action, error_code, reason = Action.WARN, "", hit.message
+        if hit.level == CRITICAL:
+            action = Action.BLOCK
+            self.blocks += 1
+            if hit.detector == "global_circuit_breaker":
+                action, error_code = Action.ABORT, "global_circuit_breaker"
+            elif self.blocks >= cfg.abort_after_blocks:
+                # The gateway blocked and the agent kept looping: stop the run.
+                action, error_code = Action.ABORT, "loop_persisted_after_block"
+                reason = f"{hit.message} Blocked {self.blocks} times; aborting the run."
+        if action is Action.ABORT:
+            self.status = ABORTED
+        return self._decision(
+            event,
+            cfg,
+            action,
+            detector=hit.detector,
+            severity=hit.level,
+            count=hit.count,
+            tool_name=call.tool_name,
+            reason=reason,
+            args_hash=call.sig,
+            result_hash=hit.result_hash,
+            paired_tool_name=hit.paired_tool_name,
+            error_code=error_code,
+            extra={"blocks": str(self.blocks)} if hit.level == CRITICAL else {},
+        )
+
+    def _still_aborted(self, event: ToolCall, cfg: LoopDetectionConfig) -> Decision:
+        """Repeat the abort for a gateway that kept calling tools after it."""
+        return self._decision(
+            event,
+            cfg,
+            Action.ABORT,
+            detector="run_aborted",
+            severity=CRITICAL,
+            count=self.blocks,
+            tool_name=event.tool_name,
+            reason="Run was aborted by loopguard; no further tool calls are allowed.",
+            error_code="run_aborted",
+        )
+
+    def _decision(
+        self, event: AgentEvent, cfg: LoopDetectionConfig, action: Action, **fields: Any
+    ) -> Decision:
+        env = event.envelope
+        return Decision(
+            run_id=self.run_id,
+            agent_id=env.agent_id,
+            gateway_id=env.gateway_id,
+            seq=env.seq,
+            event_time=env.event_time,
+            action=action,
+            config_version=cfg.version,
+            **fields,
+        )
+
+    # -- persistence (Faust table values) ---------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "agent_id": self.agent_id,
+            "gateway_id": self.gateway_id,
+            "last_seq": self.last_seq,
+            "status": self.status,
+            "blocks": self.blocks,
+            "last_event_time": self.last_event_time,
+            "waiting": [event_to_dict(self.waiting[seq]) for seq in sorted(self.waiting)],
+            "history_size": self.history.max_size,
+            "next_index": self.history.next_index,
+            "history": self.history.to_list(),
+            "guard": self.guard.to_dict(),
+            "stats": [self.stats.events, self.stats.duplicates, self.stats.gaps, self.stats.late],
+            "recent": [[seq, [d.to_dict() for d in ds]] for seq, ds in self.recent],
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunState:
+        state = cls(
+            run_id=data["run_id"],
+            history_size=data["history_size"],
+            agent_id=data["agent_id"],
+            gateway_id=data["gateway_id"],
+            last_seq=data["last_seq"],
+            status=data["status"],
+            blocks=data["blocks"],
+            last_event_time=data["last_event_time"],
+        )
+        for item in data["waiting"]:
+            event = event_from_dict(item)
+            state.waiting[event.envelope.seq] = event
+        state.history = RunHistory.rebuild(
+            data["history_size"], data["next_index"], data["history"]
+        )
+        state.guard = PostCompactionGuard.from_dict(data["guard"])
+        state.stats = RunStats(*data["stats"])
+        for seq, decisions in data.get("recent", []):
+            state.recent.append((seq, [Decision.from_dict(d) for d in decisions]))
+        return state

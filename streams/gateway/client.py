@@ -1,0 +1,260 @@
+"""Gateway side of loopguard: publish a run's tool events, obey the control topic.
+
+A gateway wraps each tool cycle in a few calls::
+
+    guard = GatewayClient("127.0.0.1:9092", gateway_id="gw-1")
+    run = guard.start_run(agent_id="support-bot")
+    verdict = run.before_tool("exec", {"command": "make test"})   # raises RunAborted
+    if verdict.allowed:
+        result = execute(...)
+        run.after_tool("exec", {"command": "make test"}, result=result)
+    run.end()
+
+Decisions arrive on a background thread; ``before_tool`` enforces the newest one for the run
+before the tool runs: a block refuses exactly that next cycle (and reports the refusal as
+the call's outcome, so the worker's no-progress streak keeps counting), an abort ends the run.
+Every partition of the control topic is read without a consumer group, so a gateway starts
+hearing decisions at once instead of waiting for a group join.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kafka import KafkaConsumer, KafkaProducer
+
+from streams.core.events import (
+    Action,
+    AgentEvent,
+    CompactionRetry,
+    Decision,
+    Envelope,
+    RunEnded,
+    RunStarted,
+    ToolCall,
+    ToolResult,
+)
+from streams.kafka.schema_topic import publish_schema
+from streams.kafka.topics import all_partitions
+from streams.settings import Topics
+from streams.wire.avro import CodecError, decode_decision, encode_event, event_schema_json
+from streams.wire.schema_registry import default_registry
+
+log = logging.getLogger("loopguard.gateway")
+
+LOOP_VETO_RESULT = {"details": {"status": "blocked", "deniedReason": "tool-loop"}}
+
+
+class RunAborted(RuntimeError):
+    """loopguard aborted the run; the gateway must stop it and report ``decision.reason``."""
+
+    def __init__(self, decision: Decision) -> None:
+        super().__init__(f"{decision.error_code or decision.detector}: {decision.reason}")
+        self.decision = decision
+
+
+@dataclass(frozen=True)
+class Verdict:
+    allowed: bool
+    warnings: tuple[Decision, ...] = ()
+    blocked_by: Decision | None = None
+
+
+@dataclass
+class _RunControl:
+    warnings: list[Decision] = field(default_factory=list)
+    block: Decision | None = None
+    abort: Decision | None = None
+    seen: set[str] = field(default_factory=set)
+    decisions: list[Decision] = field(default_factory=list)
+
+
+class GatewayClient:
+    # The Avro schema this client writes with; announced on the schemas topic at start.
+    writer_schema_json = event_schema_json()
+
+    def __init__(
+        self,
+        bootstrap_servers: str | list[str],
+        gateway_id: str,
+        topics: Topics | None = None,
+        on_decision: Callable[[Decision], None] | None = None,
+        **kafka_options: Any,
+    ) -> None:
+        self.gateway_id = gateway_id
+        self.topics = topics or Topics()
+        self.on_decision = on_decision
+        self._producer = KafkaProducer(
+            bootstrap_servers=bootstrap_servers, acks="all", linger_ms=2, **kafka_options
+        )
+        self._consumer = KafkaConsumer(
+            bootstrap_servers=bootstrap_servers,
+            group_id=None,
+            enable_auto_commit=False,
+            fetch_max_wait_ms=20,  # decisions must not wait out a long poll (see faust_tuning)
+            **kafka_options,
+        )
+        self._control: dict[str, _RunControl] = defaultdict(_RunControl)
+        self.duplicates = 0
+        self._lock = threading.Condition()
+        self._stop = threading.Event()
+        self._assign_control_partitions()
+        publish_schema(
+            self._producer, self.topics.schemas, default_registry(), self.writer_schema_json
+        )
+        self._thread = threading.Thread(target=self._listen, name="loopguard-control", daemon=True)
+        self._thread.start()
+
+    def _assign_control_partitions(self) -> None:
+        topic = self.topics.control
+        assigned = all_partitions(self._consumer, topic, wait=30)  # until workers created it
+        if not assigned:
+            raise RuntimeError(f"control topic {topic!r} not found; is a worker running?")
+        self._consumer.assign(assigned)
+        self._consumer.seek_to_end(*assigned)
+        for tp in assigned:  # resolve the end offsets now, before any event is produced
+            self._consumer.position(tp)
+
+    def _listen(self) -> None:
+        while not self._stop.is_set():
+            batches = self._consumer.poll(timeout_ms=100)
+            for records in batches.values():
+                for record in records:
+                    try:
+                        decision = decode_decision(record.value)
+                    except CodecError as exc:
+                        log.warning("skipping undecodable control message: %s", exc)
+                        continue
+                    self._on_decision(decision)
+
+    def _on_decision(self, decision: Decision) -> None:
+        with self._lock:
+            control = self._control[decision.run_id]
+            if decision.decision_id in control.seen:
+                self.duplicates += 1
+                return  # redelivered after a worker restart: already in effect
+            control.seen.add(decision.decision_id)
+            control.decisions.append(decision)
+            if decision.action is Action.ABORT:
+                control.abort = decision
+            elif decision.action is Action.BLOCK:
+                control.block = decision
+            else:
+                control.warnings.append(decision)
+            self._lock.notify_all()
+        if self.on_decision is not None:
+            self.on_decision(decision)
+
+    # -- publishing ------------------------------------------------------------------
+
+    def publish(self, event: AgentEvent) -> None:
+        self._producer.send(
+            self.topics.events, key=event.envelope.run_id.encode(), value=encode_event(event)
+        )
+
+    def flush(self) -> None:
+        self._producer.flush()
+
+    def start_run(self, agent_id: str, run_id: str | None = None) -> GatewayRun:
+        run = GatewayRun(self, run_id or uuid.uuid4().hex, agent_id)
+        run.emit(RunStarted)
+        return run
+
+    # -- decisions -------------------------------------------------------------------
+
+    def decisions(self, run_id: str) -> list[Decision]:
+        with self._lock:
+            return list(self._control[run_id].decisions)
+
+    def wait_for(self, run_id: str, predicate, timeout: float = 10.0) -> list[Decision]:
+        """Block until ``predicate(decisions)`` holds for the run (tests, demo, tooling)."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while True:
+                decisions = list(self._control[run_id].decisions)
+                if predicate(decisions):
+                    return decisions
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError(
+                        f"run {run_id}: condition not met in {timeout}s ({len(decisions)} seen)"
+                    )
+                self._lock.wait(remaining)
+
+    def _take_verdict(self, run_id: str) -> Verdict:
+        with self._lock:
+            control = self._control[run_id]
+            if control.abort is not None:
+                raise RunAborted(control.abort)
+            warnings, control.warnings = tuple(control.warnings), []
+            block, control.block = control.block, None
+        return Verdict(allowed=block is None, warnings=warnings, blocked_by=block)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self._producer.flush()
+        self._producer.close()
+        self._consumer.close()
+
+
+class GatewayRun:
+    """One agent run: numbers its events and applies loopguard's decisions to its cycles."""
+
+    def __init__(self, client: GatewayClient, run_id: str, agent_id: str) -> None:
+        self.client = client
+        self.run_id = run_id
+        self.agent_id = agent_id
+        self.seq = 0
+        self.events: list[AgentEvent] = []  # what this run published, in order (audits, tests)
+
+    def emit(self, kind: type, **fields: Any) -> AgentEvent:
+        self.seq += 1
+        envelope = Envelope(
+            self.run_id, self.agent_id, self.client.gateway_id, self.seq, int(time.time() * 1000)
+        )
+        event = kind(envelope=envelope, **fields)
+        self.client.publish(event)
+        self.events.append(event)
+        return event
+
+    def before_tool(self, tool_name: str, args: Any, tool_call_id: str | None = None) -> Verdict:
+        """Publish the call and say whether it may run; raises :class:`RunAborted`."""
+        verdict = self.client._take_verdict(self.run_id)
+        args_json = json.dumps(args, ensure_ascii=False)
+        self.emit(ToolCall, tool_name=tool_name, args_json=args_json, tool_call_id=tool_call_id)
+        if not verdict.allowed:
+            self.after_tool(tool_name, args, result=LOOP_VETO_RESULT, tool_call_id=tool_call_id)
+        return verdict
+
+    def after_tool(
+        self,
+        tool_name: str,
+        args: Any,
+        result: Any = None,
+        error: str | None = None,
+        tool_call_id: str | None = None,
+    ) -> None:
+        self.emit(
+            ToolResult,
+            tool_name=tool_name,
+            args_json=json.dumps(args, ensure_ascii=False),
+            result_json=None if result is None else json.dumps(result, ensure_ascii=False),
+            error=error,
+            tool_call_id=tool_call_id,
+        )
+
+    def compaction(self, trigger: str = "context_overflow") -> None:
+        self.emit(CompactionRetry, trigger=trigger)
+
+    def end(self, status: str = "completed") -> None:
+        self.emit(RunEnded, status=status)
+        self.client.flush()

@@ -1,0 +1,196 @@
+"""Read a bounded slice of a topic without a consumer group (replay, export, ``config show``).
+
+Every partition is assigned directly (no group join, nothing committed, no effect on the
+workers' offsets). The slice starts at the beginning, at ``--from-offset`` or at the first
+record not older than ``--since`` (``offsets_for_times``), and ends at the end offsets taken
+when the reader starts, so a replay of a live topic terminates and can be read again with
+the same bounds (:meth:`TopicReader.records` re-seeks on every call).
+
+Some brokers report a high watermark that lags behind the last record batch (the tansu broker
+returns the last batch's *base* offset + 1); records past the reported end that were written
+before the reader started are therefore still part of the slice, and a partition ends at the
+first record written after the start, or when it has nothing more to give.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from kafka import KafkaConsumer, TopicPartition
+from kafka.errors import KafkaError
+
+from streams.kafka.topics import all_partitions
+
+log = logging.getLogger("loopguard.reader")
+
+# ``offsets_for_times`` looks at broker/producer record timestamps while selections filter on
+# the gateway's event time; seek this much earlier so clock skew cannot cut events off.
+SINCE_SEEK_MARGIN_MS = 60_000
+
+
+class ReaderError(RuntimeError):
+    """The topic cannot be read as asked (missing topic, unreachable broker)."""
+
+
+@dataclass
+class PartitionSlice:
+    partition: int
+    start: int
+    end: int  # end offset reported when the reader started (exclusive)
+    stopped_at: int | None = None  # position where reading stopped
+    note: str = ""
+
+
+@dataclass
+class TopicReader:
+    bootstrap_servers: list[str]
+    topic: str
+    kafka_options: dict[str, Any] = field(default_factory=dict)
+    from_offsets: dict[int | None, int] = field(default_factory=dict)  # None: every partition
+    since_ms: int | None = None
+    poll_ms: int = 1000
+    stall_seconds: float = 15.0
+    slices: dict[int, PartitionSlice] = field(default_factory=dict)
+    snapshot_ms: int = 0
+    _consumer: KafkaConsumer | None = None
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def open(self) -> TopicReader:
+        """Connect, assign every partition and fix the slice's start and end offsets."""
+        try:
+            consumer = KafkaConsumer(
+                bootstrap_servers=self.bootstrap_servers,
+                group_id=None,
+                enable_auto_commit=False,
+                **self.kafka_options,
+            )
+        except KafkaError as exc:
+            raise ReaderError(
+                f"cannot connect to broker {','.join(self.bootstrap_servers)}: {exc}"
+            ) from None
+        self._consumer = consumer
+        tps = all_partitions(consumer, self.topic)
+        partitions = {tp.partition for tp in tps}
+        if not partitions:
+            self.close()
+            raise ReaderError(f"topic {self.topic!r} not found (is --topic-prefix right?)")
+        unknown = [p for p in self.from_offsets if p is not None and p not in partitions]
+        if unknown:
+            self.close()
+            raise ReaderError(
+                f"--from-offset names partition {unknown[0]}, but {self.topic!r} has "
+                f"partitions 0..{max(partitions)}"
+            )
+        consumer.assign(tps)
+        self.snapshot_ms = int(time.time() * 1000)
+        begin = consumer.beginning_offsets(tps)
+        end = consumer.end_offsets(tps)
+        since = self._since_offsets(tps, end)
+        for tp in tps:
+            start = begin[tp]
+            wanted = self.from_offsets.get(tp.partition, self.from_offsets.get(None))
+            if wanted is not None:
+                start = max(start, wanted)
+            if since is not None:
+                start = max(start, since[tp])
+            self.slices[tp.partition] = PartitionSlice(tp.partition, start, end[tp])
+        return self
+
+    def _since_offsets(
+        self, tps: list[TopicPartition], end: dict[TopicPartition, int]
+    ) -> dict[TopicPartition, int] | None:
+        if self.since_ms is None:
+            return None
+        assert self._consumer is not None
+        target = max(self.since_ms - SINCE_SEEK_MARGIN_MS, 0)
+        try:
+            found = self._consumer.offsets_for_times({tp: target for tp in tps})
+        except KafkaError as exc:  # old brokers: scan from the start, the filter still applies
+            log.warning("offsets_for_times unsupported (%s); reading from the beginning", exc)
+            return None
+        # None: no record at or after the time, so the partition's slice is empty.
+        return {tp: end[tp] if found.get(tp) is None else found[tp].offset for tp in tps}
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+
+    def __enter__(self) -> TopicReader:
+        return self.open()
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    # -- reading -------------------------------------------------------------------------
+
+    @property
+    def total(self) -> int:
+        """Records in the slice as reported by the broker (for progress percentages)."""
+        return sum(max(s.end - s.start, 0) for s in self.slices.values())
+
+    def position(self) -> dict[int, int]:
+        assert self._consumer is not None
+        return {
+            p: self._consumer.position(TopicPartition(self.topic, p)) for p in sorted(self.slices)
+        }
+
+    def records(self) -> Iterator[Any]:
+        """The slice's records (kafka-python ``ConsumerRecord``), partitions interleaved."""
+        consumer = self._consumer
+        if consumer is None:
+            raise ReaderError("reader is not open")
+        tps = {p: TopicPartition(self.topic, p) for p in self.slices}
+        consumer.resume(*tps.values())
+        for p, tp in tps.items():
+            consumer.seek(tp, self.slices[p].start)
+            self.slices[p].stopped_at = None
+            self.slices[p].note = ""
+        active = set(tps)
+        idle_since: float | None = None
+
+        def finish(p: int, note: str = "") -> None:
+            active.discard(p)
+            consumer.pause(tps[p])
+            self.slices[p].stopped_at = consumer.position(tps[p])
+            self.slices[p].note = note
+
+        while active:
+            batch = consumer.poll(timeout_ms=self.poll_ms)
+            for tp, records in batch.items():
+                p = tp.partition
+                if p not in active:
+                    continue
+                for record in records:
+                    past_end = record.offset >= self.slices[p].end
+                    if past_end and record.timestamp > self.snapshot_ms:
+                        finish(p)
+                        break
+                    yield record
+            if any(batch.values()):
+                idle_since = None
+                continue
+            # Nothing new: partitions at (or past) their end offset are done.
+            for p in sorted(active):
+                if consumer.position(tps[p]) >= self.slices[p].end:
+                    finish(p)
+            if not active:
+                break
+            now = time.monotonic()
+            idle_since = idle_since or now
+            if now - idle_since > self.stall_seconds:
+                for p in sorted(active):
+                    position = consumer.position(tps[p])
+                    log.warning(
+                        "%s[%d]: no records past offset %d (end offset was %d); stopping",
+                        self.topic,
+                        p,
+                        position,
+                        self.slices[p].end,
+                    )
+                    finish(p, f"stalled at offset {position} before end {self.slices[p].end}")

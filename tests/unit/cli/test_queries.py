@@ -1,0 +1,178 @@
+"""``loopguard history`` and ``loopguard runs`` (text and ``--json``) on SQLite and PostgreSQL,
+and ``--help`` of every subcommand. The audit trail is filled with decisions the detector core
+made for a few runs, so the expected output is the store's own answer."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict
+
+import pytest
+from core_helpers import Run, loop_guard
+
+from streams.audit.store import AuditStore, RunUpdate
+from streams.cli.main import EXIT_ERROR, EXIT_OK, build_parser, main
+from streams.core.events import Action, Decision
+
+START = 1_700_000_000_000
+
+
+def summary_json(summary) -> dict:
+    data = asdict(summary)
+    data["worst_action"] = data["worst_action"].value
+    return data
+
+
+@pytest.fixture
+def filled(audit_store: AuditStore) -> dict[str, list[Decision]]:
+    """Three runs: a repeat loop to abort, a compaction loop, and a run with warnings only."""
+    lg = loop_guard(enabled=True, warningThreshold=3, criticalThreshold=5)
+    runs = {
+        "run-repeat": Run(lg, "run-repeat", "coder", "gw-1", start_time=START),
+        "run-compaction": Run(lg, "run-compaction", "writer", "gw-2", start_time=START + 10**6),
+        "run-warned": Run(lg, "run-warned", "coder", "gw-2", start_time=START + 2 * 10**6),
+    }
+    repeat = runs["run-repeat"]
+    repeat.start()
+    while not any(d.action is Action.ABORT for d in repeat.decisions):
+        repeat.cycle("grep", {"q": "x"}, {"text": "none"})
+    compaction = runs["run-compaction"]
+    compaction.start()
+    compaction.compaction()
+    for _ in range(3):
+        compaction.cycle("web_fetch", {"url": "u"}, error="timeout <b>")
+    warned = runs["run-warned"]
+    for i in range(4):
+        warned.cycle("read", {"path": "a"}, {"text": f"changing {i}"})
+    for run in runs.values():
+        assert run.decisions, run.run_id
+        audit_store.record_decisions(run.decisions)
+        last = run.events[-1].envelope
+        audit_store.upsert_runs(
+            [RunUpdate(run.run_id, run.agent_id, run.gateway_id, last.seq, last.event_time)]
+        )
+    return {run_id: run.decisions for run_id, run in runs.items()}
+
+
+def cli(capsys, *args: str) -> tuple[int, str]:
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    return code, out
+
+
+def test_history_json_is_the_store_history(filled, audit_store, capsys) -> None:
+    url = str(audit_store.url.render_as_string(hide_password=False))
+    for run_id, decisions in filled.items():
+        code, out = cli(capsys, "history", run_id, "--db", url, "--json")
+        assert code == EXIT_OK
+        lines = [json.loads(line) for line in out.splitlines()]
+        assert lines == [d.to_dict() for d in audit_store.history(run_id)]
+        assert lines == [d.to_dict() for d in sorted(decisions, key=lambda d: d.seq)]
+
+
+def test_history_text_lists_each_decision(filled, audit_store, capsys) -> None:
+    url = audit_store.url.render_as_string(hide_password=False)
+    code, out = cli(capsys, "history", "run-repeat", "--db", url)
+    assert code == EXIT_OK
+    lines = out.splitlines()
+    history = audit_store.history("run-repeat")
+    assert len(lines) == len(history)
+    for line, decision in zip(lines, history, strict=True):
+        assert line.split()[:4] == [
+            "seq",
+            str(decision.seq),
+            decision.action.value,
+            decision.detector,
+        ]
+        assert f"count={decision.count}" in line and decision.reason in line
+    assert lines[-1].split()[2] == "abort"
+
+    code, out = cli(capsys, "history", "no-such-run", "--db", url)
+    assert code == EXIT_OK and out.strip() == "no loop decisions recorded for run no-such-run"
+
+
+@pytest.mark.parametrize(
+    "flags, kwargs",
+    [
+        ([], {}),
+        (["--agent", "coder"], {"agent": "coder"}),
+        (["--gateway", "gw-2"], {"gateway": "gw-2"}),
+        (["--detector", "post_compaction_guard"], {"detector": "post_compaction_guard"}),
+        (["--severity", "critical"], {"severity": "critical"}),
+        (["--severity", "warning", "--agent", "coder"], {"severity": "warning", "agent": "coder"}),
+        (["--since", str(START + 10**6)], {"since_ms": START + 10**6}),
+        (["--until", str(START + 10**6)], {"until_ms": START + 10**6}),
+        (["--limit", "1"], {"limit": 1}),
+        (["--agent", "nobody"], {"agent": "nobody"}),
+    ],
+)
+def test_runs_json_is_the_store_answer(filled, audit_store, capsys, flags, kwargs) -> None:
+    url = audit_store.url.render_as_string(hide_password=False)
+    code, out = cli(capsys, "runs", "--db", url, "--json", *flags)
+    assert code == EXIT_OK
+    expected = [summary_json(s) for s in audit_store.runs(**{"limit": 50, **kwargs})]
+    assert json.loads(out) == expected
+
+
+def test_runs_text(filled, audit_store, capsys) -> None:
+    url = audit_store.url.render_as_string(hide_password=False)
+    code, out = cli(capsys, "runs", "--db", url)
+    assert code == EXIT_OK
+    lines = out.splitlines()
+    # newest decision first
+    assert [line.split()[0] for line in lines] == ["run-warned", "run-compaction", "run-repeat"]
+    repeat = next(line for line in lines if line.startswith("run-repeat"))
+    counts = {a: sum(d.action is a for d in filled["run-repeat"]) for a in Action}
+    assert "agent=coder" in repeat and "gateway=gw-1" in repeat and "worst=abort" in repeat
+    assert f"warn={counts[Action.WARN]} block={counts[Action.BLOCK]}" in repeat
+    compaction = next(line for line in lines if line.startswith("run-compaction"))
+    assert "detectors=post_compaction_guard" in compaction
+
+    code, out = cli(capsys, "runs", "--db", url, "--agent", "nobody")
+    assert code == EXIT_OK and out.strip() == "no runs match"
+
+
+# ------------------------------------------------------------------------------- --help
+
+
+def _subparsers(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
+    """Every (command path, parser) below ``parser``, nested ones (``config set``) too."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield (*path, name), sub
+                yield from _subparsers(sub, (*path, name))
+
+
+COMMANDS = [path for path, _ in _subparsers(build_parser())]
+
+
+def test_every_expected_subcommand_exists() -> None:
+    names = {" ".join(path) for path in COMMANDS}
+    expected = {"worker", "demo", "history", "runs", "migrate", "replay", "export", "config"}
+    assert expected | {"config set", "config rm", "config show"} <= names
+
+
+@pytest.mark.parametrize("path", COMMANDS, ids=[" ".join(p) for p in COMMANDS])
+def test_help_of_every_subcommand(path, capsys) -> None:
+    parser = dict(_subparsers(build_parser()))[path]
+    with pytest.raises(SystemExit) as exited:
+        main([*path, "--help"])
+    assert exited.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: loopguard {' '.join(path)}")
+    for action in parser._actions:
+        for flag in action.option_strings:
+            assert flag in out, f"{' '.join(path)} --help does not mention {flag}"
+        if action.option_strings and action.help != argparse.SUPPRESS:
+            assert action.help, f"{' '.join(path)} {action.option_strings[0]} has no help text"
+
+
+def test_a_bad_client_log_level_is_a_clear_error(monkeypatch, capsys) -> None:
+    monkeypatch.setenv("LOOPGUARD_CLIENT_LOGLEVEL", "loud")
+    assert main(["runs", "--db", "sqlite://"]) == EXIT_ERROR
+    err = capsys.readouterr().err
+    assert "LOOPGUARD_CLIENT_LOGLEVEL='loud' is not a log level" in err
+    assert "Traceback" not in err

@@ -1,0 +1,294 @@
+"""The post-compaction guard: armed right after a context-overflow compaction retry, aborts the
+run when the same (tool, args, result) triple fills its window."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from core_helpers import Run, guard, loop_guard, one, text_result
+
+from streams.core.events import Action
+from streams.core.guard import PostCompactionGuard
+from streams.core.hashing import args_hash
+
+ARGS = {"path": "/var/log/app.log"}
+ALL_OFF = {"genericRepeat": False, "knownPollNoProgress": False, "pingPong": False}
+
+
+def guard_decisions(run):
+    return [d for d in run.decisions if d.detector == "post_compaction_guard"]
+
+
+def results(run, outcomes, tool="read", args=ARGS):
+    """One call+result per outcome; returns the index (0-based) of the aborting result."""
+    for i, outcome in enumerate(outcomes):
+        run.plain_cycle(tool, args, text_result(outcome))
+        if run.last_result_decisions:
+            return i
+    return None
+
+
+def armed(run):
+    return run.lg.runs[run.run_id].guard.armed
+
+
+# -- arming ------------------------------------------------------------------------------
+
+
+def test_default_guard_aborts_three_identical_triples():
+    run = Run(guard())
+    run.compaction()
+    assert results(run, ["same"] * 3) == 2
+    d = one(guard_decisions(run))
+    assert d.action is Action.ABORT
+    assert d.error_code == "compaction_loop_persisted"
+    assert d.severity == "critical"
+    assert (d.tool_name, d.count) == ("read", 3)
+    assert "read" in d.reason and "3 times" in d.reason
+    assert "compaction_loop_persisted" in d.reason
+    assert d.args_hash == args_hash("read", ARGS)
+    assert d.result_hash == run.lg.runs[run.run_id].history.records[-1].result_hash
+    assert d.seq == run.seq  # decided on the result that completed the window
+
+
+def test_nothing_arms_without_a_compaction():
+    run = Run(guard())
+    assert results(run, ["same"] * 50) is None
+    assert guard_decisions(run) == []
+
+
+@pytest.mark.parametrize("trigger", ["manual", "threshold", "timeout", "", "Context_Overflow"])
+def test_other_triggers_do_not_arm(trigger):
+    run = Run(guard())
+    run.compaction(trigger)
+    assert not armed(run)
+    assert results(run, ["same"] * 10) is None
+
+
+def test_arms_only_after_the_compaction():
+    run = Run(guard())
+    results(run, ["same"] * 2)  # identical triples before the compaction do not count
+    run.compaction()
+    assert armed(run)
+    assert results(run, ["same"] * 2) is None
+    assert results(run, ["same"]) == 0
+
+
+def test_arming_log_line(caplog):
+    caplog.set_level(logging.INFO, logger="loopguard.compaction")
+    run = Run(guard())
+    run.compaction()
+    assert "post-compaction guard armed for 3 attempts" in caplog.text
+    caplog.clear()
+    run2 = Run(guard({"postCompactionGuard": {"windowSize": 7}}), run_id="r7")
+    run2.compaction()
+    assert "post-compaction guard armed for 7 attempts" in caplog.text
+    caplog.clear()
+    Run(guard(), run_id="r-manual").compaction("manual")
+    assert "armed" not in caplog.text
+
+
+def test_no_log_when_disabled(caplog):
+    caplog.set_level(logging.INFO, logger="loopguard.compaction")
+    Run(guard({"enabled": False})).compaction()
+    assert "armed" not in caplog.text
+
+
+# -- what aborts and what does not -------------------------------------------------------
+
+
+def test_changing_results_never_abort():
+    run = Run(guard())
+    for round_ in range(20):
+        run.compaction()
+        assert results(run, [f"r{round_}-{i}" for i in range(5)]) is None
+    assert guard_decisions(run) == []
+
+
+@pytest.mark.parametrize(
+    "outcomes",
+    [
+        ["a", "a", "b"],
+        ["a", "b", "a"],
+        ["b", "a", "a"],
+    ],
+)
+def test_window_of_three_needs_three_identical(outcomes):
+    run = Run(guard())
+    run.compaction()
+    assert results(run, outcomes) is None
+    assert not armed(run)  # the window is spent
+    assert results(run, ["a"] * 5) is None  # identical triples later do not abort
+
+
+def test_window_expires_after_window_size_attempts():
+    run = Run(guard({"postCompactionGuard": {"windowSize": 4}}))
+    run.compaction()
+    assert results(run, ["x", "y", "z"]) is None
+    assert armed(run)
+    assert results(run, ["w"]) is None
+    assert not armed(run)
+    assert results(run, ["same"] * 10) is None
+
+
+def test_same_result_different_args_or_tool_is_not_a_triple():
+    run = Run(guard())
+    run.compaction()
+    for i in range(3):
+        run.plain_cycle("read", {"path": f"/f{i}"}, text_result("same"))
+    assert guard_decisions(run) == []
+    run.compaction()
+    for tool in ("read", "cat", "head"):
+        run.plain_cycle(tool, ARGS, text_result("same"))
+    assert guard_decisions(run) == []
+
+
+def test_identical_errors_abort():
+    run = Run(guard())
+    run.compaction()
+    for _ in range(3):
+        run.plain_cycle("exec", {"command": "make"}, error="context length exceeded")
+    d = one(guard_decisions(run))
+    assert d.tool_name == "exec" and d.error_code == "compaction_loop_persisted"
+
+
+def test_results_without_payload_use_up_the_window_without_counting():
+    run = Run(guard())
+    run.compaction()
+    for _ in range(3):
+        run.call("read", ARGS)
+        run.result("read", ARGS)  # no result, no error: nothing to compare
+    assert not armed(run)
+    assert guard_decisions(run) == []
+
+
+@pytest.mark.parametrize(
+    ("window", "identical_needed"),
+    [(1, 1), (2, 2), (3, 3), (5, 5)],
+)
+def test_lower_window_is_stricter(window, identical_needed):
+    run = Run(guard({"postCompactionGuard": {"windowSize": window}}))
+    run.compaction()
+    assert results(run, ["same"] * 10) == identical_needed - 1
+    assert one(guard_decisions(run)).count == identical_needed
+
+
+def test_window_five_tolerates_three_identical():
+    run = Run(guard({"postCompactionGuard": {"windowSize": 5}}))
+    run.compaction()
+    assert results(run, ["same", "same", "same", "other", "other"]) is None
+
+
+def test_rearming_resets_the_count():
+    run = Run(guard())
+    run.compaction()
+    results(run, ["same"] * 2)
+    run.compaction()  # a second compaction: fresh window
+    assert results(run, ["same"] * 2) is None
+    assert results(run, ["same"]) == 0
+
+
+def test_after_abort_the_run_stays_aborted():
+    run = Run(guard())
+    run.compaction()
+    results(run, ["same"] * 3)
+    d = one(run.call("read", ARGS))
+    assert (d.action, d.detector) == (Action.ABORT, "run_aborted")
+    assert run.compaction() == []
+    assert run.result("read", ARGS, text_result("same")) == []
+
+
+# -- switches ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "block",
+    [
+        {},
+        {"enabled": None},
+        {"enabled": True},
+        {"enabled": True, "detectors": ALL_OFF},
+        {"detectors": ALL_OFF},
+    ],
+    ids=["unset", "null", "true", "true-detectors-off", "unset-detectors-off"],
+)
+def test_guard_on_unless_enabled_false(block):
+    run = Run(guard(block))
+    run.compaction()
+    assert results(run, ["same"] * 3) == 2
+
+
+def test_guard_off_when_enabled_false():
+    run = Run(guard({"enabled": False}))
+    run.compaction()
+    assert not armed(run)
+    assert results(run, ["same"] * 10) is None
+
+
+def test_guard_per_agent():
+    lg = guard(
+        {
+            "tools": {"loopDetection": {}},
+            "agents": {
+                "list": [
+                    {"id": "off", "tools": {"loopDetection": {"enabled": False}}},
+                    {"id": "strict", "tools": {"loopDetection": {"postCompactionGuard": {}}}},
+                    {
+                        "id": "tight",
+                        "tools": {"loopDetection": {"postCompactionGuard": {"windowSize": 2}}},
+                    },
+                ]
+            },
+        }
+    )
+    outcome = {}
+    for agent in ("off", "strict", "tight", "default"):
+        run = Run(lg, run_id=f"r-{agent}", agent_id=agent)
+        run.compaction()
+        outcome[agent] = results(run, ["same"] * 3)
+    assert outcome == {"off": None, "strict": 2, "tight": 1, "default": 2}
+
+
+def test_guard_with_rolling_detectors_also_on():
+    # rolling detectors warn/block on their own thresholds; the guard still aborts in its window
+    run = Run(loop_guard(enabled=True, warningThreshold=2, criticalThreshold=3))
+    results(run, ["same"] * 2)
+    run.compaction()
+    assert results(run, ["same"] * 3) == 2
+    assert [(d.action.value, d.detector) for d in run.decisions] == [
+        ("warn", "generic_repeat"),
+        ("block", "generic_repeat"),
+        ("block", "generic_repeat"),
+        ("abort", "post_compaction_guard"),
+    ]
+
+
+def test_vetoed_calls_count_as_repeats():
+    lg = loop_guard(enabled=True, warningThreshold=2, criticalThreshold=3, abortAfterBlocks=99)
+    run = Run(lg)
+    for _ in range(3):
+        run.cycle("read", ARGS, text_result("same"))
+    run.compaction()
+    for _ in range(3):  # each call is blocked and the gateway answers with the loop veto
+        assert one(run.cycle("read", ARGS, text_result("same"))).action is Action.BLOCK
+    d = one(guard_decisions(run))
+    assert (d.count, d.seq) == (3, run.seq)
+    assert d.result_hash == lg.runs[run.run_id].history.records[0].result_hash
+
+
+# -- the guard object --------------------------------------------------------------------
+
+
+def test_guard_object_round_trip():
+    g = PostCompactionGuard()
+    assert not g.armed
+    assert g.observe("read", "sig", "h") is None
+    g.arm(3, "run")
+    assert g.observe("read", "sig", "h") is None
+    copy = PostCompactionGuard.from_dict(g.to_dict())
+    assert copy.to_dict() == g.to_dict()
+    assert copy.observe("read", "sig", "h") is None
+    hit = copy.observe("read", "sig", "h")
+    assert hit is not None and hit.count == 3 and hit.tool_name == "read"
+    assert not copy.armed

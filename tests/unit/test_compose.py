@@ -1,0 +1,539 @@
+"""compose/ agrees with the code: topics, worker settings, KRaft/durability, secrets, image.
+
+The production stack cannot run here (no Docker engine), so this reads
+compose/docker-compose.yml with PyYAML, applies Compose's variable interpolation itself, and
+checks it against what loopguard actually reads and creates.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from sqlalchemy.engine import make_url
+
+from streams.cli.main import build_parser
+from streams.core.config import load_fleet_config
+from streams.kafka.topics import topic_specs
+from streams.settings import Settings
+from streams.wire.schema_registry import SCHEMA_DIR
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPOSE_DIR = ROOT / "compose"
+COMPOSE_FILE = COMPOSE_DIR / "docker-compose.yml"
+ENV_EXAMPLE = COMPOSE_DIR / ".env.example"
+DOCKERFILE = COMPOSE_DIR / "Dockerfile"
+
+# What an operator's compose/.env provides (only the required variable; the rest default).
+TEST_ENV = {"POSTGRES_PASSWORD": "pw-from-dot-env"}
+
+# ------------------------------------------------------------------ Compose interpolation
+
+_INTERPOLATION = re.compile(
+    r"\$(?:(?P<escaped>\$)"
+    r"|\{(?P<braced>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:?[-?+])(?P<arg>[^}]*))?\}"
+    r"|(?P<named>[A-Za-z_][A-Za-z0-9_]*))"
+)
+
+
+class MissingVariable(KeyError):
+    pass
+
+
+def interpolate(text: str, env: dict[str, str]) -> str:
+    """Compose's ``$$``, ``$VAR``, ``${VAR}``, ``${VAR:-default}``, ``${VAR:?error}``, ..."""
+
+    def substitute(match: re.Match[str]) -> str:
+        if match["escaped"]:
+            return "$"
+        name = match["braced"] or match["named"]
+        op, arg = match["op"], match["arg"]
+        value = env.get(name)
+        missing = not value if op and op.startswith(":") else value is None
+        if op in (":-", "-"):
+            return arg if missing else value  # type: ignore[return-value]
+        if op in (":?", "?"):
+            if missing:
+                raise MissingVariable(f"{name}: {arg}")
+            return value  # type: ignore[return-value]
+        if op in (":+", "+"):
+            return "" if missing else arg
+        return value or ""
+
+    return _INTERPOLATION.sub(substitute, text)
+
+
+def interpolate_tree(node: Any, env: dict[str, str]) -> Any:
+    if isinstance(node, str):
+        return interpolate(node, env)
+    if isinstance(node, dict):
+        return {key: interpolate_tree(value, env) for key, value in node.items()}
+    if isinstance(node, list):
+        return [interpolate_tree(item, env) for item in node]
+    return node
+
+
+def referenced_variables(text: str) -> set[str]:
+    return {m["braced"] or m["named"] for m in _INTERPOLATION.finditer(text) if not m["escaped"]}
+
+
+def shell_expand(text: str, env: dict[str, str]) -> str:
+    """Expand ``$NAME`` / ``${NAME}`` for the names in ``env`` (the job's environment)."""
+
+    def substitute(match: re.Match[str]) -> str:
+        name = match[1] or match[2]
+        return env[name] if name in env else match[0]
+
+    return re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)", substitute, text)
+
+
+# ------------------------------------------------------------------ reading the stack
+
+
+def load_raw() -> dict[str, Any]:
+    return yaml.safe_load(COMPOSE_FILE.read_text(encoding="utf-8"))
+
+
+def strings(node: Any) -> list[str]:
+    """Every string value of the (uninterpolated) file: what Compose interpolates."""
+    if isinstance(node, str):
+        return [node]
+    if isinstance(node, dict):
+        return [s for value in node.values() for s in strings(value)]
+    if isinstance(node, list):
+        return [s for item in node for s in strings(item)]
+    return []
+
+
+def mask_references(text: str) -> str:
+    """Replace every ${VARIABLE} reference by ``{ref}`` (``$$`` stays a literal ``$``)."""
+    return _INTERPOLATION.sub(lambda m: "$" if m["escaped"] else "{ref}", text)
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    return interpolate_tree(load_raw(), TEST_ENV)
+
+
+@pytest.fixture(scope="module")
+def services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return compose["services"]
+
+
+def environment(service: dict[str, Any]) -> dict[str, str]:
+    env = service.get("environment") or {}
+    if isinstance(env, list):
+        env = dict(item.split("=", 1) if "=" in item else (item, "") for item in env)
+    return {key: "" if value is None else str(value) for key, value in env.items()}
+
+
+def argv(service: dict[str, Any]) -> list[str]:
+    command = service.get("command") or []
+    return shlex.split(command) if isinstance(command, str) else [str(c) for c in command]
+
+
+def kafka_services(services: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {
+        name: svc for name, svc in services.items() if "KAFKA_PROCESS_ROLES" in environment(svc)
+    }
+
+
+def worker_services(services: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {name: svc for name, svc in services.items() if argv(svc)[:2] == ["loopguard", "worker"]}
+
+
+def listeners(value: str) -> dict[str, tuple[str, int]]:
+    """``NAME://host:port,...`` → {NAME: (host, port)}."""
+    result = {}
+    for item in value.split(","):
+        name, address = item.strip().split("://", 1)
+        host, port = address.rsplit(":", 1)
+        result[name] = (host, int(port))
+    return result
+
+
+def internal_bootstrap(services: dict[str, dict[str, Any]]) -> set[str]:
+    """host:port of every broker's inter-broker listener (what in-network clients use)."""
+    result = set()
+    for svc in kafka_services(services).values():
+        env = environment(svc)
+        if "broker" in env["KAFKA_PROCESS_ROLES"].split(","):
+            host, port = listeners(env["KAFKA_ADVERTISED_LISTENERS"])[
+                env["KAFKA_INTER_BROKER_LISTENER_NAME"]
+            ]
+            result.add(f"{host}:{port}")
+    return result
+
+
+@pytest.fixture
+def worker_settings(services, monkeypatch) -> Settings:
+    """The Settings a compose worker ends up with: Settings.from_env over its environment."""
+    for name in list(os.environ):
+        if name.startswith("LOOPGUARD_"):
+            monkeypatch.delenv(name)
+    for worker in worker_services(services).values():
+        for key, value in environment(worker).items():
+            monkeypatch.setenv(key, value)
+        break
+    return Settings.from_env()
+
+
+def settings_env_names() -> set[str]:
+    """Every variable Settings.from_env() reads, recorded through a stand-in os.environ."""
+
+    class RecordingEnviron(dict):
+        def __init__(self) -> None:
+            super().__init__()
+            self.read: set[str] = set()
+
+        def get(self, key, default=None):
+            self.read.add(key)
+            return super().get(key, default)
+
+        def __getitem__(self, key):
+            self.read.add(key)
+            return super().__getitem__(key)
+
+        def __contains__(self, key):
+            self.read.add(key)
+            return super().__contains__(key)
+
+    recorder = RecordingEnviron()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(os, "environ", recorder)
+        Settings.from_env()
+    return set(recorder.read)
+
+
+def topics_job_creations(services: dict[str, dict[str, Any]]) -> dict[str, list[str]]:
+    """``create NAME PARTITIONS POLICY [CONFIG...]`` lines of the topics job, shell-expanded."""
+    job = services["topics"]
+    script = argv(job)[-1]
+    env = environment(job)
+    created: dict[str, list[str]] = {}
+    for line in script.splitlines():
+        match = re.match(r"\s*create\s+(.+)$", line)
+        if match:
+            name, *rest = shlex.split(shell_expand(match[1], env))
+            assert name not in created, f"topic {name} created twice"
+            created[name] = rest
+    return created
+
+
+# ------------------------------------------------------------------ topics
+
+
+def test_topics_job_creates_exactly_topic_specs(services, worker_settings):
+    job_env = environment(services["topics"])
+    for key in ("LOOPGUARD_APP_ID", "LOOPGUARD_PARTITIONS", "LOOPGUARD_REPLICATION"):
+        assert job_env[key] == environment(next(iter(worker_services(services).values())))[key]
+
+    created = topics_job_creations(services)
+    specs = {spec.name: spec for spec in topic_specs(worker_settings)}
+    assert set(created) == set(specs)
+    for name, spec in specs.items():
+        partitions, policy, *extra = created[name]
+        assert int(partitions) == spec.num_partitions, name
+        assert policy == (spec.topic_configs or {}).get("cleanup.policy", "delete"), name
+        for config in extra:
+            assert re.fullmatch(r"[a-z.]+=\w+", config), config
+            assert not config.startswith("cleanup.policy="), name
+    # the per-run topics share one partition count (Faust co-partitioning)
+    per_run = ["loopguard.events", "loopguard.control", f"{worker_settings.app_id}-runs-changelog"]
+    assert len({specs[name].num_partitions for name in per_run}) == 1
+
+
+def test_topics_job_uses_replication_3_min_isr_2_and_checks_partitions(services):
+    job = services["topics"]
+    script = shell_expand(argv(job)[-1], environment(job))
+    assert job["entrypoint"][0].endswith("bash")
+    assert "/opt/kafka/bin/kafka-topics.sh" in script
+    assert "--create --if-not-exists" in script
+    assert re.search(r'--replication-factor\s+"?3"?\s', script)
+    assert "min.insync.replicas=2" in script
+    assert "--describe" in script and "PartitionCount" in script  # mismatch fails the job
+    assert "set -euo pipefail" in script
+    assert set(environment(job)["BOOTSTRAP"].split(",")) == internal_bootstrap(services)
+    assert job.get("restart") == "no"
+    for broker in kafka_services(services):
+        assert job["depends_on"][broker]["condition"] == "service_healthy"
+
+
+def test_shell_dollars_are_escaped_for_compose():
+    """A lone ``$`` in the job script would be Compose interpolation, not shell."""
+    script = load_raw()["services"]["topics"]["command"][-1]
+    assert referenced_variables(script) == set()
+    for value in strings(load_raw()):
+        leftover = _INTERPOLATION.sub("", value)
+        assert "$" not in leftover, f"neither `$$` nor a valid ${{VARIABLE}}: {value!r}"
+
+
+# ------------------------------------------------------------------ workers
+
+
+def test_workers_run_loopguard_worker_against_the_bundled_services(services, monkeypatch):
+    workers = worker_services(services)
+    assert workers, "no service runs `loopguard worker`"
+    replicas = sum((svc.get("deploy") or {}).get("replicas", 1) for svc in workers.values())
+    assert replicas >= 2
+    for name, worker in workers.items():
+        env = environment(worker)
+        for key, value in env.items():
+            monkeypatch.setenv(key, value)
+        args = build_parser().parse_args(argv(worker)[1:])  # flags exist, defaults from env
+        assert args.command == "worker"
+        assert args.broker == env["LOOPGUARD_BROKER"], name
+        assert args.db == env["LOOPGUARD_DB_URL"], name
+        assert env["LOOPGUARD_REPLICATION"] == "3"
+        assert int(env["LOOPGUARD_PARTITIONS"]) >= replicas  # no idle worker by design
+
+        # LOOPGUARD_BROKER reaches every broker of this file on its inter-broker listener
+        servers = Settings(broker=env["LOOPGUARD_BROKER"]).bootstrap_servers
+        assert set(servers) == internal_bootstrap(services)
+
+        # the mounted config file is the one --config names, and it is valid
+        mounts = {}
+        for volume in worker.get("volumes", []):
+            source, target, *_ = volume.split(":")
+            mounts[target] = COMPOSE_DIR / source
+        assert args.config in mounts, f"{args.config} is not mounted"
+        assert mounts[args.config] == COMPOSE_DIR / "loopguard.json5"
+        fleet = load_fleet_config(mounts[args.config])
+        assert fleet.agent_blocks, "the example config should show a per-agent override"
+        for agent in fleet.agent_blocks:
+            assert fleet.for_agent(agent) != fleet.for_agent("some-other-agent")
+
+        deps = worker["depends_on"]
+        for broker in kafka_services(services):
+            assert deps[broker]["condition"] == "service_healthy"
+        assert deps["postgres"]["condition"] == "service_healthy"
+        assert deps["migrate"]["condition"] == "service_completed_successfully"
+        assert deps["topics"]["condition"] == "service_completed_successfully"
+        assert worker["build"]["dockerfile"] == "compose/Dockerfile"
+        assert "healthcheck" in worker
+
+
+def test_worker_settings(worker_settings, services):
+    assert worker_settings.replication == 3
+    assert worker_settings.partitions == int(
+        environment(services["topics"])["LOOPGUARD_PARTITIONS"]
+    )
+    assert worker_settings.security_protocol == "PLAINTEXT"
+    assert worker_settings.sasl_mechanism == ""  # optional, empty unless .env sets it
+    assert worker_settings.db_url.startswith("postgresql+psycopg://")
+
+
+def test_db_url_uses_psycopg_and_the_postgres_service(services):
+    postgres = services["postgres"]
+    assert postgres["image"].split(":")[0] == "postgres"
+    assert postgres["image"].split(":")[1].split("-")[0].split(".")[0] == "16"
+    assert "healthcheck" in postgres
+    assert any(v.endswith(":/var/lib/postgresql/data") for v in postgres["volumes"])
+    pg_env = environment(postgres)
+    users = [*worker_services(services).values(), services["migrate"]]
+    for service in users:
+        url = make_url(environment(service)["LOOPGUARD_DB_URL"])
+        assert url.drivername == "postgresql+psycopg"
+        assert url.host == "postgres" and url.host in services
+        assert (url.port or 5432) == 5432
+        assert url.username == pg_env["POSTGRES_USER"]
+        assert url.database == pg_env["POSTGRES_DB"]
+        assert url.password == pg_env["POSTGRES_PASSWORD"] == TEST_ENV["POSTGRES_PASSWORD"]
+
+
+def test_migrate_job(services, monkeypatch):
+    job = services["migrate"]
+    env = environment(job)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    args = build_parser().parse_args(argv(job)[1:])
+    assert argv(job)[:2] == ["loopguard", "migrate"]
+    assert args.db == env["LOOPGUARD_DB_URL"]
+    assert job["depends_on"]["postgres"]["condition"] == "service_healthy"
+    assert job.get("restart") == "no"
+    assert job["build"] == next(iter(worker_services(services).values()))["build"]
+
+
+# ------------------------------------------------------------------ env vars and secrets
+
+
+def test_every_loopguard_variable_is_read_by_settings():
+    known = settings_env_names()
+    assert {"LOOPGUARD_BROKER", "LOOPGUARD_DB_URL", "LOOPGUARD_PARTITIONS"} <= known
+    build_time = {"LOOPGUARD_COMPILE"}  # read by setup.py while building the image's wheel
+    setup_py = (ROOT / "setup.py").read_text(encoding="utf-8")
+    assert all(f'"{name}"' in setup_py for name in build_time)
+    known |= build_time
+    for path in (COMPOSE_FILE, ENV_EXAMPLE, DOCKERFILE):
+        used = set(re.findall(r"LOOPGUARD_[A-Z0-9_]+", path.read_text(encoding="utf-8")))
+        assert used <= known, f"{path.name}: not read by streams/settings.py: {used - known}"
+
+
+def test_compose_variables_are_listed_in_env_example():
+    listed = set(re.findall(r"^([A-Z_][A-Z0-9_]*)=", ENV_EXAMPLE.read_text(), re.MULTILINE))
+    used = {name for value in strings(load_raw()) for name in referenced_variables(value)}
+    assert used <= listed, f"missing from .env.example: {used - listed}"
+
+
+def test_postgres_password_is_required():
+    with pytest.raises(MissingVariable, match="POSTGRES_PASSWORD"):
+        interpolate_tree(load_raw(), {})
+    example = dict(re.findall(r"^([A-Z_][A-Z0-9_]*)=(.*)$", ENV_EXAMPLE.read_text(), re.MULTILINE))
+    assert example["POSTGRES_PASSWORD"] == ""  # the example holds no secret...
+    assert example["LOOPGUARD_SASL_PASSWORD"] == ""
+    with pytest.raises(MissingVariable):  # ...so a copied example refuses to start as-is
+        interpolate_tree(load_raw(), example)
+    for name in ("SECURITY_PROTOCOL", "SASL_MECHANISM", "SASL_USERNAME", "SASL_PASSWORD"):
+        assert f"LOOPGUARD_{name}" in example
+
+
+_SECRET_KEY = re.compile(r"PASSWORD|SECRET|TOKEN|CREDENTIAL|JAAS", re.IGNORECASE)
+_PURE_REFERENCE = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*(?:(?P<op>:?[-?+])(?P<arg>[^}]*))?\}")
+
+
+def test_no_secret_literal_in_compose():
+    raw = load_raw()
+    for name, svc in raw["services"].items():
+        for key, value in environment(svc).items():
+            if _SECRET_KEY.search(key):
+                match = _PURE_REFERENCE.fullmatch(value)
+                assert match, f"{name}.{key} must be a ${{VARIABLE}}, not a literal"
+                if match["op"] in (":-", "-"):
+                    assert match["arg"] == "", f"{name}.{key} has a default secret"
+            for userinfo in re.finditer(r"://([^/@:]*):([^/@]*)@", mask_references(value)):
+                assert userinfo[2] == "{ref}", f"{name}.{key}: password in the URL"
+    text = mask_references(COMPOSE_FILE.read_text(encoding="utf-8"))
+    literal = re.search(r"(?i)password[\"']?\s*[=:]\s*(?!\{ref\})[^\s\"']", text)
+    assert not literal, literal
+
+
+# ------------------------------------------------------------------ Kafka (KRaft)
+
+
+def test_kraft_cluster(services):
+    brokers = kafka_services(services)
+    assert len(brokers) >= 3
+    envs = {name: environment(svc) for name, svc in brokers.items()}
+    node_ids = {name: int(env["KAFKA_NODE_ID"]) for name, env in envs.items()}
+    assert len(set(node_ids.values())) == len(node_ids), "node ids must be unique"
+    assert len({env["CLUSTER_ID"] for env in envs.values()}) == 1
+    for name, svc in brokers.items():
+        assert svc["image"].startswith("apache/kafka:")
+        assert "healthcheck" in svc
+        assert any(v.endswith(":/var/lib/kafka/data") for v in svc.get("volumes", []))
+        env = envs[name]
+        assert env["KAFKA_LOG_DIRS"] == "/var/lib/kafka/data"
+        roles = set(env["KAFKA_PROCESS_ROLES"].split(","))
+        assert roles <= {"broker", "controller"} and roles
+
+        controller = env["KAFKA_CONTROLLER_LISTENER_NAMES"]
+        protocol_map = dict(
+            p.split(":") for p in env["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"].split(",")
+        )
+        bound = listeners(env["KAFKA_LISTENERS"])
+        assert set(bound) <= set(protocol_map)
+        if "controller" in roles:
+            assert controller in bound
+        if "broker" in roles:
+            advertised = listeners(env["KAFKA_ADVERTISED_LISTENERS"])
+            inter = env["KAFKA_INTER_BROKER_LISTENER_NAME"]
+            assert inter in bound and inter in advertised
+            assert controller not in advertised
+            assert set(advertised) <= set(bound)
+            assert advertised[inter][0] in (name, svc.get("hostname"))
+
+        # the quorum: same voters everywhere, each voter a controller of this file
+        voters = env.get("KAFKA_CONTROLLER_QUORUM_VOTERS") or env.get(
+            "KAFKA_CONTROLLER_QUORUM_BOOTSTRAP_SERVERS"
+        )
+        assert voters, f"{name}: no controller.quorum.voters / bootstrap.servers"
+        for voter in voters.split(","):
+            node, _, address = voter.rpartition("@")
+            host, port = address.rsplit(":", 1)
+            assert host in envs, f"{name}: voter {voter} is not a service"
+            voter_env = envs[host]
+            assert "controller" in voter_env["KAFKA_PROCESS_ROLES"].split(",")
+            assert listeners(voter_env["KAFKA_LISTENERS"])[controller][1] == int(port)
+            if node:
+                assert int(node) == node_ids[host]
+    controllers = [n for n, e in envs.items() if "controller" in e["KAFKA_PROCESS_ROLES"]]
+    assert len(controllers) % 2 == 1 and len(controllers) >= 3
+    assert len({e.get("KAFKA_CONTROLLER_QUORUM_VOTERS") for e in envs.values()}) == 1
+
+
+def test_kafka_durability(services):
+    for name, svc in kafka_services(services).items():
+        env = environment(svc)
+        assert env["KAFKA_DEFAULT_REPLICATION_FACTOR"] == "3", name
+        assert env["KAFKA_MIN_INSYNC_REPLICAS"] == "2", name
+        assert env["KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR"] == "3", name
+        assert env["KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR"] == "3", name
+        assert env["KAFKA_TRANSACTION_STATE_LOG_MIN_ISR"] == "2", name
+        assert env["KAFKA_AUTO_CREATE_TOPICS_ENABLE"] == "false", name
+
+
+# ------------------------------------------------------------------ image
+
+
+def test_dockerfile_installs_the_project(services):
+    text = DOCKERFILE.read_text(encoding="utf-8")
+    assert re.search(r"^FROM python:3\.11-slim\b", text, re.MULTILINE)
+    for svc in (*worker_services(services).values(), services["migrate"]):
+        context = (COMPOSE_DIR / svc["build"]["context"]).resolve()
+        assert context == ROOT
+        assert (context / svc["build"]["dockerfile"]).resolve() == DOCKERFILE.resolve()
+
+    copied = set()
+    for line in re.findall(r"^COPY\s+(?!--from=)(.+)$", text, re.MULTILINE):  # from the context
+        *sources, _dest = line.split()
+        for source in sources:
+            if not source.startswith("--"):
+                assert (ROOT / source).exists(), f"COPY {source}: not in the build context"
+                copied.add(source.rstrip("/"))
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    assert "pyproject.toml" in copied
+    for pattern in pyproject["tool"]["setuptools"]["packages"]["find"]["include"]:
+        package = pattern.rstrip("*")
+        assert package in copied, f"package {package} not copied"
+
+    editable = re.search(r"pip install\b[^\n]*(?:-e|--editable)\s+\.", text)
+    assert editable or re.search(r"pip (?:install|wheel)\b[^\n]*\s\.(\s|$)", text)
+    if not editable:  # a regular install must carry the schemas as package data
+        assert re.search(r"LOOPGUARD_COMPILE=1 pip wheel\b", text), "wheel with the compiled core"
+        assert "setup.py" in copied, "setup.py compiles the core"
+        package_data = pyproject["tool"]["setuptools"].get("package-data", {})
+        assert any("avsc" in str(p) for p in package_data.values()), "schemas not packaged"
+    schema_dir = SCHEMA_DIR.relative_to(ROOT).as_posix()
+    assert schema_dir in copied, "streams/wire/schema_registry.py reads the schemas from the tree"
+    assert re.search(r"^USER\s+(?!root)\S+", text, re.MULTILINE), "run as a non-root user"
+
+
+# ------------------------------------------------------------------ docker compose, if any
+
+
+def _docker_compose_available() -> bool:
+    if not shutil.which("docker"):
+        return False
+    probe = subprocess.run(["docker", "compose", "version"], capture_output=True, timeout=30)
+    return probe.returncode == 0
+
+
+@pytest.mark.skipif(not _docker_compose_available(), reason="no `docker compose` plugin")
+def test_docker_compose_config_accepts_the_file():
+    env = {**os.environ, **TEST_ENV}
+    result = subprocess.run(
+        ["docker", "compose", "-f", str(COMPOSE_FILE), "config", "--quiet"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
