@@ -1,0 +1,342 @@
+"""The worker's Prometheus metrics, served as ``GET /metrics`` by :mod:`streams.worker.web`.
+
+One :class:`WorkerMetrics` per worker owns its own ``CollectorRegistry`` (never the
+process-global one), so tests and several apps in one process never share counters. The
+worker calls a handful of plain methods; every one is cheap, thread-safe and never raises
+on odd input, so instrumentation cannot take the stream down.
+
+Metric names (all prefixed ``loopguard_``; ``compose/grafana/dashboards/loopguard.json``
+queries them and ``tests/unit/test_compose.py`` checks that every name it uses exists):
+
+=============================================  =========  ==================================
+``loopguard_events_total{type}``               counter    events consumed, by event kind
+``loopguard_decisions_total{action,detector,   counter    decisions published
+agent,tool}``
+``loopguard_dead_letters_total{kind}``         counter    messages parked, by error kind
+``loopguard_consumer_lag{partition}``          gauge      events not yet read, per partition
+``loopguard_runs_in_table``                    gauge      runs held in this worker's table
+``loopguard_audit_backlog``                    gauge      audit records waiting for the DB
+``loopguard_audit_records_written_total``      counter    rows the audit trail accepted
+``loopguard_audit_write_errors_total``         counter    failed audit writes (retried)
+``loopguard_event_processing_seconds``         histogram  one event: decode → decisions sent
+``loopguard_gateway_wait_timeouts_total        counter    gateways that gave up waiting for a
+{gateway}``                                               decision (when they report it)
+``loopguard_last_event_timestamp_seconds``     gauge      wall-clock time of the last event
+``loopguard_worker_start_time_seconds``        gauge      when this worker started
+=============================================  =========  ==================================
+
+``agent``, ``tool`` and ``gateway`` come from the events, so each keeps at most
+``max_label_values`` distinct values (first come, first kept); the rest are counted under
+``"_other"``. That bounds the series a misbehaving fleet can create.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+__all__ = ["CONTENT_TYPE", "METRIC_NAMES", "OTHER", "WorkerMetrics", "dead_letter_kind"]
+
+#: What ``/metrics`` answers with: Prometheus' text exposition format 0.0.4.
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+OTHER = "_other"
+DEFAULT_MAX_LABEL_VALUES = 500
+UNKNOWN = "unknown"
+
+# Event processing is sub-millisecond in the core; Kafka and the changelog dominate.
+LATENCY_BUCKETS = (
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+)
+
+#: Every time series family the registry exposes (counter families without ``_total``; the
+#: exposition adds ``_total``/``_created``, histograms ``_bucket``/``_sum``/``_count``).
+METRIC_NAMES = (
+    "loopguard_events",
+    "loopguard_decisions",
+    "loopguard_dead_letters",
+    "loopguard_consumer_lag",
+    "loopguard_runs_in_table",
+    "loopguard_audit_backlog",
+    "loopguard_audit_records_written",
+    "loopguard_audit_write_errors",
+    "loopguard_event_processing_seconds",
+    "loopguard_gateway_wait_timeouts",
+    "loopguard_last_event_timestamp_seconds",
+    "loopguard_worker_start_time_seconds",
+)
+
+
+def dead_letter_kind(error: str | BaseException) -> str:
+    """A short, bounded label for why a message was parked.
+
+    A codec exception gives its class in snake case without ``Error``
+    (``PayloadTooLargeError`` → ``payload_too_large``); a plain string is the processor's
+    refusal of a decoded event (``invalid_event``), unless it already is a short label.
+    """
+    if isinstance(error, BaseException):
+        name = type(error).__name__.removesuffix("Error") or type(error).__name__
+        return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+    if re.fullmatch(r"[a-z][a-z0-9_]{0,39}", error):
+        return error
+    return "invalid_event"
+
+
+class _Bounded:
+    """Keeps at most ``limit`` distinct label values; later newcomers map to ``_other``."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._seen: set[str] = set()
+        self._lock = threading.Lock()
+
+    def __call__(self, value: Any) -> str:
+        text = str(value) if value not in (None, "") else UNKNOWN
+        if text in self._seen:
+            return text
+        with self._lock:
+            if len(self._seen) < self.limit:
+                self._seen.add(text)
+                return text
+        return OTHER
+
+
+class WorkerMetrics:
+    """The worker's counters, gauges and latency histogram, in a registry of its own."""
+
+    def __init__(
+        self,
+        registry: CollectorRegistry | None = None,
+        *,
+        max_label_values: int = DEFAULT_MAX_LABEL_VALUES,
+    ) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self._agent = _Bounded(max_label_values)
+        self._tool = _Bounded(max_label_values)
+        self._gateway = _Bounded(max_label_values)
+        self._partitions: set[int] = set()
+        self._lock = threading.Lock()
+
+        self.events = Counter(
+            "loopguard_events", "Agent events consumed, by event type.", ["type"], registry=r
+        )
+        self.decisions = Counter(
+            "loopguard_decisions",
+            "Loop decisions published to the control topic.",
+            ["action", "detector", "agent", "tool"],
+            registry=r,
+        )
+        self.dead_letters = Counter(
+            "loopguard_dead_letters",
+            "Messages parked on the dead-letter topic, by error kind.",
+            ["kind"],
+            registry=r,
+        )
+        self.consumer_lag = Gauge(
+            "loopguard_consumer_lag",
+            "Events on this worker's events partitions not read yet (end offset - position).",
+            ["partition"],
+            registry=r,
+        )
+        self.runs_in_table = Gauge(
+            "loopguard_runs_in_table", "Runs held in this worker's state table.", registry=r
+        )
+        self.audit_backlog = Gauge(
+            "loopguard_audit_backlog",
+            "Audit records (decisions, dead letters) waiting to be written to the database.",
+            registry=r,
+        )
+        self.audit_records = Counter(
+            "loopguard_audit_records_written",
+            "Records the audit database accepted (redeliveries it already had excluded).",
+            registry=r,
+        )
+        self.audit_errors = Counter(
+            "loopguard_audit_write_errors",
+            "Failed audit writes; each is retried, so this counts outages, not lost records.",
+            registry=r,
+        )
+        self.latency = Histogram(
+            "loopguard_event_processing_seconds",
+            "Time to process one event, from decode to its decisions being sent.",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.gateway_timeouts = Counter(
+            "loopguard_gateway_wait_timeouts",
+            "Gateways that gave up waiting for a run's decision, as the gateways report them.",
+            ["gateway"],
+            registry=r,
+        )
+        self.last_event = Gauge(
+            "loopguard_last_event_timestamp_seconds",
+            "Unix time at which this worker consumed its most recent event.",
+            registry=r,
+        )
+        self.started = Gauge(
+            "loopguard_worker_start_time_seconds",
+            "Unix time at which this worker's metrics were created.",
+            registry=r,
+        )
+        self.started_at = time.time()
+        self.started.set(self.started_at)
+        self.last_event_at: float | None = None
+
+    # -- called by the worker ---------------------------------------------------------------
+
+    def observe_event(self, kind: str) -> None:
+        """One event consumed; ``kind`` is its type (``tool_call``, ``tool_result``, ...)."""
+        self.events.labels(type=kind or UNKNOWN).inc()
+        now = time.time()
+        self.last_event_at = now
+        self.last_event.set(now)
+
+    def observe_decision(self, decision: Any) -> None:
+        """One decision published (a :class:`~streams.core.events.Decision`)."""
+        action = getattr(decision.action, "value", decision.action)
+        self.decisions.labels(
+            action=str(action),
+            detector=decision.detector or UNKNOWN,
+            agent=self._agent(decision.agent_id),
+            tool=self._tool(decision.tool_name),
+        ).inc()
+
+    def observe_decisions(self, decisions: Iterable[Any]) -> None:
+        for decision in decisions:
+            self.observe_decision(decision)
+
+    def observe_dead_letter(self, kind: str | BaseException) -> None:
+        """One message parked; ``kind``: a short label or the exception (see dead_letter_kind)."""
+        self.dead_letters.labels(kind=dead_letter_kind(kind)).inc()
+
+    def set_lag(self, partition: int, lag: int | float) -> None:
+        """Events on events-topic ``partition`` not yet read by this worker."""
+        with self._lock:
+            self._partitions.add(int(partition))
+            self.consumer_lag.labels(partition=str(int(partition))).set(max(0, lag))
+
+    def clear_lag(self, partition: int) -> None:
+        """Stop reporting a partition this worker no longer owns (after a rebalance)."""
+        with self._lock:
+            if int(partition) in self._partitions:
+                self._partitions.discard(int(partition))
+                self.consumer_lag.remove(str(int(partition)))
+
+    def retain_partitions(self, partitions: Iterable[int]) -> None:
+        """Keep lag series only for ``partitions`` (call with the new assignment)."""
+        keep = {int(p) for p in partitions}
+        for partition in sorted(self._partitions - keep):
+            self.clear_lag(partition)
+
+    def set_runs(self, n: int) -> None:
+        """Runs currently held in this worker's table."""
+        self.runs_in_table.set(n)
+
+    def observe_latency(self, seconds: float) -> None:
+        """Processing time of one event, in seconds."""
+        self.latency.observe(max(0.0, seconds))
+
+    def audit_written(self, n: int = 1) -> None:
+        """``n`` records were newly written to the audit trail."""
+        if n > 0:
+            self.audit_records.inc(n)
+
+    def audit_error(self) -> None:
+        """One audit write failed (it will be retried)."""
+        self.audit_errors.inc()
+
+    def set_audit_backlog(self, n: int) -> None:
+        """Audit records received but not yet written."""
+        self.audit_backlog.set(max(0, n))
+
+    def observe_gateway_timeout(self, gateway_id: str) -> None:
+        """A gateway reported that it stopped waiting for a decision."""
+        self.gateway_timeouts.labels(gateway=self._gateway(gateway_id)).inc()
+
+    async def sample_consumer_lag(self, consumer: Any, topic: str) -> None:
+        """Set ``loopguard_consumer_lag`` from a Faust consumer, for ``topic``'s partitions.
+
+        Lag is the partition's end offset minus the next offset this worker will read (the
+        last read offset + 1, or the committed offset before anything was read). Partitions
+        no longer assigned are dropped; one whose end offset is unknown yet is skipped.
+        """
+        assigned = [tp for tp in consumer.assignment() if tp.topic == topic]
+        read = getattr(consumer, "_read_offset", {})
+        committed = getattr(consumer, "_committed_offset", {})
+        for tp in assigned:
+            try:
+                end = consumer.highwater(tp)
+            except Exception:  # noqa: BLE001 - not fetched yet / consumer restarting
+                continue
+            if end is None:
+                continue
+            last_read = read.get(tp)
+            position = last_read + 1 if last_read is not None else committed.get(tp)
+            if position is None:
+                continue
+            self.set_lag(tp.partition, end - position)
+        self.retain_partitions(tp.partition for tp in assigned)
+
+    # -- read back: /metrics, the status page, health ---------------------------------------
+
+    def render(self) -> bytes:
+        """The registry in Prometheus' text format (:data:`CONTENT_TYPE`)."""
+        return generate_latest(self.registry)
+
+    def _total(self, family: Counter | Gauge) -> float:
+        return sum(
+            sample.value
+            for metric in family.collect()
+            for sample in metric.samples
+            if not sample.name.endswith("_created")
+        )
+
+    def _value(self, name: str, labels: dict[str, str] | None = None) -> float:
+        return self.registry.get_sample_value(name, labels or {}) or 0.0
+
+    def snapshot(self) -> dict[str, Any]:
+        """What the status page and ``/healthz`` show about this worker, as plain values."""
+        with self._lock:
+            partitions = sorted(self._partitions)
+        lag = {
+            p: int(self._value("loopguard_consumer_lag", {"partition": str(p)})) for p in partitions
+        }
+        count = self._value("loopguard_event_processing_seconds_count")
+        total = self._value("loopguard_event_processing_seconds_sum")
+        now = time.time()
+        return {
+            "uptime_seconds": round(now - self.started_at, 1),
+            "events": int(self._total(self.events)),
+            "decisions": int(self._total(self.decisions)),
+            "dead_letters": int(self._total(self.dead_letters)),
+            "last_event_age_seconds": (
+                round(now - self.last_event_at, 1) if self.last_event_at is not None else None
+            ),
+            "partitions": partitions,
+            "lag": lag,
+            "lag_total": sum(lag.values()),
+            "runs_in_table": int(self._value("loopguard_runs_in_table")),
+            "audit_backlog": int(self._value("loopguard_audit_backlog")),
+            "audit_records_written": int(self._total(self.audit_records)),
+            "audit_write_errors": int(self._total(self.audit_errors)),
+            "mean_processing_ms": round(total / count * 1000, 3) if count else None,
+        }
