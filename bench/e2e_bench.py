@@ -96,6 +96,7 @@ def main() -> int:
     worker = WorkerProcess(
         broker.url,
         db_url,
+        profile=broker.profile,
         log_path=tmp / "worker.log",
         config_file=str(config_file),
         partitions=PARTITIONS,
@@ -110,7 +111,9 @@ def main() -> int:
             arrived.notify_all()
 
     try:
-        ensure_topics(Settings(broker=broker.url, partitions=PARTITIONS))
+        ensure_topics(
+            Settings.for_profile(broker.profile, broker=broker.url, partitions=PARTITIONS)
+        )
         worker.start()
         client = GatewayClient(broker.bootstrap, "bench-gw", on_decision=on_decision)
         wait_until_processing(client, workers=[worker])

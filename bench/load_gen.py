@@ -82,7 +82,7 @@ GROUP_ENV = {
     "LOOPGUARD_HEARTBEAT_INTERVAL": "1",
     "LOOPGUARD_REBALANCE_TIMEOUT": "20",
 }
-EXPIRE_TIMER_INTERVAL = 10.0  # streams.worker.app.expire_runs
+EXPIRE_TIMER_INTERVAL = 10.0  # streams.worker.agents.WorkerAgents.expire_runs
 TOOLS = ["read_file", "grep", "exec", "web_search", "edit_file", "list_dir", "web_fetch"]
 KINDS = {"ordinary": 0.82, "generic_repeat": 0.06, "ping_pong": 0.06, "compaction_loop": 0.06}
 
@@ -642,6 +642,7 @@ def main() -> int:
         WorkerProcess(
             broker.url,
             db_url,
+            profile=broker.profile,
             app_id=APP_ID,
             log_path=tmp / f"worker-{i}.log",
             config_file=str(config_file),
@@ -656,7 +657,9 @@ def main() -> int:
     waves: list[Wave] = []
     sizes = None
     try:
-        settings = Settings(broker=broker.url, partitions=args.partitions, app_id=APP_ID)
+        settings = Settings.for_profile(
+            broker.profile, broker=broker.url, partitions=args.partitions, app_id=APP_ID
+        )
         ensure_topics(settings)
         for worker in workers:
             worker.start()

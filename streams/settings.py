@@ -1,9 +1,9 @@
 """Worker settings, read from ``LOOPGUARD_*`` environment variables.
 
-Faust builds its app at import time, so the CLI turns its flags into these variables before
-importing :mod:`streams.worker.app`; compose files and tests set them directly. Secrets (SASL
-password, database URL with a password) are never logged: :meth:`Settings.redacted` is what
-goes to the log.
+The worker is built from one :class:`Settings` (:func:`streams.worker.bootstrap.build_worker`);
+the CLI turns its flags into these variables, compose files and tests set them directly.
+Secrets (SASL password, database URL with a password) are never logged:
+:meth:`Settings.redacted` is what goes to the log.
 """
 
 from __future__ import annotations
@@ -45,13 +45,37 @@ class Topics:
 
 
 @dataclass(frozen=True)
+class BrokerProfile:
+    """Settings that follow from what the broker can do; the worker logs which one it runs."""
+
+    name: str
+    replication: int
+    min_insync_replicas: int
+    producer_max_batch: int  # bytes per producer batch (Faust's producer_max_batch_size)
+    fetch_max_wait_ms: int
+    processing_guarantee: str  # Faust's: at_least_once | exactly_once
+
+
+PROFILES = {
+    # Apache Kafka, what production runs: replicated topics, batching, transactions.
+    "kafka": BrokerProfile("kafka", 3, 2, 16_384, 500, "exactly_once"),
+    # The embedded tansu broker: one node, no transactions; it reports a topic's end offset
+    # per batch (one record per batch keeps table recovery exact) and holds an empty fetch
+    # for the whole wait (a short wait keeps decisions prompt).
+    "tansu": BrokerProfile("tansu", 1, 1, 1, 20, "at_least_once"),
+}
+
+
+@dataclass(frozen=True)
 class Settings:
     app_id: str = "loopguard"
     broker: str = "kafka://127.0.0.1:9092"
     db_url: str = DEFAULT_DB_URL
     config_file: str = ""
     partitions: int = 8
-    replication: int = 1
+    profile: str = "kafka"
+    replication: int = PROFILES["kafka"].replication
+    min_insync_replicas: int = PROFILES["kafka"].min_insync_replicas
     data_dir: str = "loopguard-data"
     web_enabled: bool = False
     web_port: int = 6066
@@ -61,11 +85,12 @@ class Settings:
     max_message_bytes: int = 1_048_576
     run_idle_ttl: float = 3600.0
     audit_batch: int = 500
-    fetch_max_wait_ms: int = 20
+    fetch_max_wait_ms: int = PROFILES["kafka"].fetch_max_wait_ms
     batch_size: int = 500
     batch_window: float = 0.02
     commit_interval: float = 0.5
-    producer_max_batch: int = 1
+    producer_max_batch: int = PROFILES["kafka"].producer_max_batch
+    processing_guarantee: str = PROFILES["kafka"].processing_guarantee
     fast_handoff: bool = True
     security_protocol: str = "PLAINTEXT"
     sasl_mechanism: str = ""
@@ -75,14 +100,35 @@ class Settings:
     topics: Topics = field(default_factory=Topics)
 
     @classmethod
+    def for_profile(cls, profile: str, **overrides: object) -> Settings:
+        """The settings a broker profile implies, with explicit ``overrides`` on top."""
+        try:
+            chosen = PROFILES[profile]
+        except KeyError:
+            raise ValueError(
+                f"unknown broker profile {profile!r} (choose {' or '.join(PROFILES)})"
+            ) from None
+        defaults = asdict(chosen)
+        defaults["profile"] = defaults.pop("name")
+        return cls(**{**defaults, **overrides})  # type: ignore[arg-type]
+
+    @classmethod
     def from_env(cls) -> Settings:
+        profile = PROFILES.get(_env("BROKER_PROFILE", "kafka"))
+        if profile is None:
+            raise ValueError(
+                f"LOOPGUARD_BROKER_PROFILE={_env('BROKER_PROFILE', '')!r} is not a broker "
+                f"profile (choose {' or '.join(PROFILES)})"
+            )
         return cls(
+            profile=profile.name,
             app_id=_env("APP_ID", cls.app_id),
             broker=_env("BROKER", cls.broker),
             db_url=_env("DB_URL", cls.db_url),
             config_file=_env("CONFIG", ""),
             partitions=_int("PARTITIONS", cls.partitions),
-            replication=_int("REPLICATION", cls.replication),
+            replication=_int("REPLICATION", profile.replication),
+            min_insync_replicas=_int("MIN_INSYNC_REPLICAS", profile.min_insync_replicas),
             data_dir=_env("DATA_DIR", cls.data_dir),
             web_enabled=_env("WEB", "0") == "1",
             web_port=_int("WEB_PORT", cls.web_port),
@@ -92,11 +138,12 @@ class Settings:
             max_message_bytes=_int("MAX_MESSAGE_BYTES", cls.max_message_bytes),
             run_idle_ttl=_float("RUN_IDLE_TTL", cls.run_idle_ttl),
             audit_batch=_int("AUDIT_BATCH", cls.audit_batch),
-            fetch_max_wait_ms=_int("FETCH_MAX_WAIT_MS", cls.fetch_max_wait_ms),
+            fetch_max_wait_ms=_int("FETCH_MAX_WAIT_MS", profile.fetch_max_wait_ms),
             batch_size=_int("BATCH_SIZE", cls.batch_size),
             batch_window=_float("BATCH_WINDOW_MS", cls.batch_window * 1000) / 1000,
             commit_interval=_float("COMMIT_INTERVAL", cls.commit_interval),
-            producer_max_batch=_int("PRODUCER_MAX_BATCH", cls.producer_max_batch),
+            producer_max_batch=_int("PRODUCER_MAX_BATCH", profile.producer_max_batch),
+            processing_guarantee=_env("PROCESSING_GUARANTEE", profile.processing_guarantee),
             fast_handoff=_int("FAST_HANDOFF", int(cls.fast_handoff)) != 0,
             security_protocol=_env("SECURITY_PROTOCOL", cls.security_protocol),
             sasl_mechanism=_env("SASL_MECHANISM", ""),

@@ -57,7 +57,8 @@ class Pipeline:
 
     @property
     def settings(self) -> Settings:
-        return Settings(
+        return Settings.for_profile(
+            self.broker.profile,
             app_id=self.prefix,
             broker=self.broker.url,
             db_url=self.db_url,
@@ -78,6 +79,7 @@ class Pipeline:
             self.broker.url,
             self.db_url,
             app_id=self.prefix,
+            profile=self.broker.profile,
             log_path=self.workdir / f"worker-{len(self.workers)}.log",
             config_file=str(config_file) if config_file else None,
             partitions=self.partitions,

@@ -62,6 +62,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="topic name prefix: PREFIX.events, PREFIX.control, PREFIX.config, ... "
         "(env LOOPGUARD_TOPIC_PREFIX; default loopguard)",
     )
+    worker.add_argument(
+        "--broker-profile",
+        choices=["kafka", "tansu"],
+        default=os.environ.get("LOOPGUARD_BROKER_PROFILE", "kafka"),
+        help="what the broker can do: kafka (replication 3, min.insync.replicas 2, "
+        "exactly-once, batching) or tansu (the embedded broker: one node, at-least-once, "
+        "one record per batch) (env LOOPGUARD_BROKER_PROFILE; default kafka)",
+    )
     worker.add_argument("--partitions", type=int, help="partitions of topics it creates")
     worker.add_argument("--web-port", type=int, help="serve the HTTP API on this port")
     worker.add_argument("--data-dir", help="worker data directory (default ./loopguard-data)")
@@ -111,6 +119,7 @@ def run_worker(args: argparse.Namespace) -> int:
         "LOOPGUARD_DB_URL": args.db,
         "LOOPGUARD_APP_ID": args.app_id,
         "LOOPGUARD_TOPIC_PREFIX": args.topic_prefix,
+        "LOOPGUARD_BROKER_PROFILE": args.broker_profile,
     }
     if args.config:
         env["LOOPGUARD_CONFIG"] = args.config
@@ -123,12 +132,21 @@ def run_worker(args: argparse.Namespace) -> int:
         env["LOOPGUARD_DATA_DIR"] = args.data_dir
     os.environ.update(env)
     from streams.core.config import ConfigError
+    from streams.settings import Settings
+    from streams.worker.bootstrap import build_worker
+    from streams.worker.startup import StartupError, check_database_url, prepare_topics
 
+    settings = Settings.from_env()
     try:
-        from streams.worker.app import app
+        check_database_url(settings)
+        prepare_topics(settings)
+        app = build_worker(settings)
     except ConfigError as exc:
         print(f"loopguard worker: invalid config: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except StartupError as exc:
+        print(f"loopguard worker: {exc}", file=sys.stderr)
+        return EXIT_ERROR
     sys.argv = ["loopguard", "worker", "-l", args.loglevel]
     if args.web_port:
         sys.argv += ["--web-port", str(args.web_port), "--web-bind", "127.0.0.1"]

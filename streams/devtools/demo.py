@@ -115,11 +115,12 @@ def run_demo(db_url: str, keep_running: bool = False) -> int:
     print(f"  broker   {broker.url} (tansu, memory storage)", flush=True)
     migrate(db_url)
     print(f"  audit    {db_url}", flush=True)
-    settings = Settings(broker=broker.url, partitions=4)
+    settings = Settings.for_profile("tansu", broker=broker.url, partitions=4)
     ensure_topics(settings)
     worker = WorkerProcess(
         broker.url,
         db_url,
+        profile="tansu",
         log_path=DATA / "worker.log",
         config_file=str(config_path),
         partitions=4,

@@ -67,6 +67,7 @@ class EmbeddedBroker:
     """
 
     port: int = 0
+    profile = "tansu"  # the broker profile workers on it run (streams.settings.PROFILES)
     storage: str = "memory://tansu/"
     log_path: Path | None = None
     env: dict[str, str] = field(default_factory=dict)

@@ -29,6 +29,7 @@ class WorkerProcess:
     broker: str
     db_url: str
     app_id: str = "loopguard"
+    profile: str = "kafka"  # broker profile (streams.settings.PROFILES)
     log_path: Path | None = None
     config_file: str | None = None
     partitions: int | None = None
@@ -41,7 +42,7 @@ class WorkerProcess:
         # -P: import the installed loopguard (the compiled core, say), never a streams/
         # directory that happens to be in the working directory.
         cmd = [sys.executable, "-P", "-m", "streams.cli.main", "worker", "--broker", self.broker]
-        cmd += ["--db", self.db_url, "--app-id", self.app_id]
+        cmd += ["--db", self.db_url, "--app-id", self.app_id, "--broker-profile", self.profile]
         if self.config_file:
             cmd += ["--config", self.config_file]
         if self.partitions:

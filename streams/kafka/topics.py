@@ -22,11 +22,13 @@ log = logging.getLogger("loopguard.topics")
 def topic_specs(settings: Settings) -> list[NewTopic]:
     """Every topic the app reads or writes, with its partitions and topic configs."""
     parts, repl = settings.partitions, settings.replication
-    compacted = {"cleanup.policy": "compact"}
+    # With replicas, an acknowledged write must be on at least min.insync.replicas of them.
+    durable = {"min.insync.replicas": str(settings.min_insync_replicas)} if repl > 1 else {}
+    compacted = {**durable, "cleanup.policy": "compact"}
     return [
-        NewTopic(settings.topics.events, parts, repl),
-        NewTopic(settings.topics.control, parts, repl),
-        NewTopic(settings.topics.deadletter, parts, repl),
+        NewTopic(settings.topics.events, parts, repl, topic_configs=durable),
+        NewTopic(settings.topics.control, parts, repl, topic_configs=durable),
+        NewTopic(settings.topics.deadletter, parts, repl, topic_configs=durable),
         NewTopic(settings.topics.config, 1, repl, topic_configs=compacted),
         NewTopic(settings.topics.schemas, 1, repl, topic_configs=compacted),
         NewTopic(f"{settings.app_id}-runs-changelog", parts, repl, topic_configs=compacted),
@@ -41,6 +43,7 @@ def ensure_topics(settings: Settings, timeout: float = 30.0) -> list[str]:
             admin = KafkaAdminClient(
                 bootstrap_servers=settings.bootstrap_servers,
                 client_id="loopguard-admin",
+                bootstrap_timeout_ms=max(100, int((deadline - time.monotonic()) * 1000)),
                 **settings.kafka_client_options(),
             )
             break

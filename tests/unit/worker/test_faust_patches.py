@@ -1,7 +1,7 @@
 """The Faust patches of streams/worker/faust_patches.py, on stand-ins for Faust's objects.
 
-The end-to-end proof is tests/integration/test_reliability.py (a replacement worker restoring its table
-while gateways publish); these pin the two rules that make it hold.
+The end-to-end proof is tests/integration/test_reliability.py (a replacement worker restoring
+its table while gateways publish); these pin the two rules that make it hold.
 """
 
 from __future__ import annotations

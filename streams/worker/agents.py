@@ -1,0 +1,214 @@
+"""The worker's Faust agents, timers and tasks, over the objects :mod:`bootstrap` built.
+
+Data flow (one partition key everywhere: the run id)::
+
+    <prefix>.events ──guard_runs──► runs table (changelog) ──► <prefix>.control
+          │ bad input                                              │
+          └──────────────► <prefix>.deadletter ──audit_dead_letters──► SQL
+                                   <prefix>.control ──audit_decisions──► SQL
+
+The audit writers read the durable control/dead-letter topics, so a database outage only
+delays the audit trail: decisions keep flowing to gateways, and the SQL rows are written
+(idempotently) once the database is back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+import faust
+
+from streams.core.engine import core_build
+from streams.core.events import AgentEvent
+from streams.core.run_state import ACTIVE
+from streams.kafka.config_topic import ConfigWatcher
+from streams.kafka.schema_topic import SchemaTopic
+from streams.settings import Settings
+from streams.wire.avro import (
+    CodecError,
+    DeadLetterRecord,
+    decode_decision,
+    decode_event,
+    encode_dead_letter,
+    encode_decision,
+)
+from streams.wire.errors import UnknownSchemaError
+from streams.wire.schema_registry import SchemaRegistry
+from streams.worker.audit_writer import AuditWriter
+from streams.worker.expiry import RunExpiry
+from streams.worker.processor import EventProcessor
+
+log = logging.getLogger("loopguard.worker")
+
+DEAD_LETTER_PAYLOAD_LIMIT = 65_536
+
+
+@dataclass
+class WorkerParts:
+    """Everything the agents use; built once by :func:`streams.worker.bootstrap.build_worker`."""
+
+    settings: Settings
+    app: faust.App
+    events_topic: Any
+    control_topic: Any
+    deadletter_topic: Any
+    runs: Any  # the Faust table: run id (bytes) -> RunState
+    processor: EventProcessor
+    registry: SchemaRegistry
+    schema_topic: SchemaTopic
+    overrides: ConfigWatcher
+    audit: AuditWriter
+    expiry: RunExpiry
+
+
+class WorkerAgents:
+    """The agents' bodies; :meth:`register` attaches them to the app under stable names."""
+
+    def __init__(self, parts: WorkerParts) -> None:
+        self.parts = parts
+        self.settings = parts.settings
+
+    def register(self) -> None:
+        app, parts = self.parts.app, self.parts
+        app.agent(parts.events_topic, name="guard_runs")(self.guard_runs)
+        app.agent(parts.control_topic, name="audit_decisions")(self.audit_decisions)
+        app.agent(parts.deadletter_topic, name="audit_dead_letters")(self.audit_dead_letters)
+        app.timer(interval=10.0, name="expire_runs")(self.expire_runs)
+        app.task(self.announce)
+        app.on_partitions_assigned.connect(self.log_assignment)
+
+    async def guard_runs(self, stream: faust.StreamT) -> None:
+        """Apply events to their runs' state; publish decisions to the control topic.
+
+        Events are taken in small batches (bounded by ``LOOPGUARD_BATCH_WINDOW_MS``) so a run's
+        state is written to the changelog once per batch instead of once per event: the table
+        write, not the detector, is what bounds a Faust worker's throughput.
+        """
+        parts, settings = self.parts, self.settings
+        async for batch in stream.take_events(settings.batch_size, within=settings.batch_window):
+            for event in batch:
+                await self.guard_one(event.message)
+            now = time.time()
+            for key, state in parts.processor.take_touched().items():
+                parts.runs[key] = state
+                parts.expiry.touch(key, now)
+
+    async def guard_one(self, message: Any) -> None:
+        parts = self.parts
+        try:
+            agent_event = await self.decode(message.value)
+        except CodecError as exc:
+            await self.dead_letter(message, str(exc))
+            return
+        outcome = parts.processor.apply(message.key, agent_event)
+        if outcome.dead_letter is not None:
+            await self.dead_letter(message, outcome.dead_letter)
+        elif outcome.rekey is not None:
+            await parts.events_topic.send(key=outcome.rekey, value=message.value)
+        else:
+            parts.expiry.observe(agent_event.envelope.event_time, time.time())
+            for decision in outcome.decisions:
+                await parts.control_topic.send(
+                    key=decision.run_id.encode(), value=encode_decision(decision)
+                )
+
+    async def decode(self, value: bytes) -> AgentEvent:
+        """Decode an event; a writer schema we have not seen is looked up on the schemas topic."""
+        parts, limit = self.parts, self.settings.max_message_bytes
+        try:
+            return decode_event(value, parts.registry, max_size=limit)
+        except UnknownSchemaError as exc:
+            if not await asyncio.to_thread(parts.schema_topic.resolve, exc.fingerprint):
+                raise
+            return decode_event(value, parts.registry, max_size=limit)
+
+    async def dead_letter(self, message: Any, error: str) -> None:
+        """Park undecodable input with its original bytes; never stop the worker for it.
+
+        A payload larger than the message limit keeps only its first 64 KiB (the record names
+        the source topic, partition and offset, where the whole message still is): copying it
+        whole could exceed the broker's request size and take the worker down with it.
+        """
+        payload = message.value or b""
+        if len(payload) > self.settings.max_message_bytes:
+            error = (
+                f"{error} (payload truncated to its first {DEAD_LETTER_PAYLOAD_LIMIT} of "
+                f"{len(payload)} bytes; the whole message is at the source offset)"
+            )
+            payload = payload[:DEAD_LETTER_PAYLOAD_LIMIT]
+        log.warning(
+            "dead-lettered %s[%s]@%s: %s", message.topic, message.partition, message.offset, error
+        )
+        record = DeadLetterRecord(
+            source_topic=message.topic,
+            partition=message.partition,
+            offset=message.offset,
+            error=error,
+            key=message.key,
+            payload=payload,
+            event_time=int(time.time() * 1000),
+        )
+        await self.parts.deadletter_topic.send(key=message.key, value=encode_dead_letter(record))
+
+    async def audit_decisions(self, stream: faust.StreamT) -> None:
+        """Write every decision to SQL in batches; retries until the database takes them."""
+        async for batch in stream.take(self.settings.audit_batch, within=0.2):
+            decisions = []
+            for value in batch:
+                try:
+                    decisions.append(decode_decision(value))
+                except CodecError as exc:
+                    log.warning("skipping undecodable control message: %s", exc)
+            await self.parts.audit.write_decisions(decisions)
+
+    async def audit_dead_letters(self, stream: faust.StreamT) -> None:
+        async for event in stream.events():
+            await self.parts.audit.write_dead_letter(event.value)
+
+    async def expire_runs(self) -> None:
+        """Drop state of runs that ended or went idle (see streams.worker.expiry), and say so."""
+        runs, expiry = self.parts.runs, self.parts.expiry
+        now = time.time()
+        dropped: Counter[str] = Counter()
+        for run_id, state in list(runs.items()):
+            reason = expiry.reason(run_id, state.status == ACTIVE, state.last_event_time, now)
+            if reason:
+                del runs[run_id]
+                expiry.forget(run_id)
+                dropped[reason] += 1
+        expiry.retain(set(runs.keys()))
+        if dropped:
+            log.info(
+                "expired %d runs (%s); %d runs in this worker's table",
+                dropped.total(),
+                ", ".join(f"{n} {why}" for why, n in sorted(dropped.items())),
+                len(runs),
+            )
+
+    async def announce(self) -> None:
+        settings = self.settings
+        log.info(
+            "broker profile: %s (replication %d, min.insync.replicas %d, %s, producer batch %d "
+            "bytes, fetch wait %d ms)",
+            settings.profile,
+            settings.replication,
+            settings.min_insync_replicas,
+            settings.processing_guarantee,
+            settings.producer_max_batch,
+            settings.fetch_max_wait_ms,
+        )
+        log.info("loopguard worker settings: %s", settings.redacted())
+        log.info("detector core: %s", core_build())
+        self.parts.overrides.start()
+        await asyncio.sleep(0)
+
+    async def log_assignment(self, sender: faust.App, assigned: set[Any], **kwargs: Any) -> None:
+        """One line per rebalance saying which events partitions this worker now owns."""
+        events = self.settings.topics.events
+        mine = sorted(tp.partition for tp in assigned if tp.topic == events)
+        log.info("events partitions assigned to this worker: %s", mine)

@@ -1,0 +1,149 @@
+"""The composition root: :func:`build_worker` turns :class:`Settings` into a ready Faust app.
+
+Nothing in the worker reads the environment, patches Faust or opens a connection at import;
+it all happens here, once, in an order that matters: patches before the app exists, the
+state codec before the table, topics and services before the agents that use them.
+"""
+
+from __future__ import annotations
+
+import ssl
+from pathlib import Path
+from typing import Any
+
+import faust
+
+from streams.core.config import fleet_from_document, load_fleet_config
+from streams.kafka.config_topic import ConfigWatcher
+from streams.kafka.schema_topic import SchemaTopic
+from streams.settings import Settings
+from streams.wire.schema_registry import default_registry
+from streams.worker import state_codec
+from streams.worker.agents import WorkerAgents, WorkerParts
+from streams.worker.audit_writer import AuditWriter
+from streams.worker.config_book import ConfigBook
+from streams.worker.expiry import RunExpiry
+from streams.worker.faust_patches import (
+    fast_message_handoff,
+    ordered_recovery_resume,
+    set_fetch_max_wait,
+)
+from streams.worker.processor import EventProcessor
+from streams.worker.web import register_views
+
+
+def broker_credentials(settings: Settings) -> Any:
+    """SASL and/or TLS from settings; passwords go to the client, never to the log."""
+    ssl_context = None
+    if settings.security_protocol in ("SSL", "SASL_SSL"):
+        ssl_context = ssl.create_default_context(cafile=settings.ssl_cafile or None)
+    if settings.sasl_mechanism:
+        return faust.SASLCredentials(
+            username=settings.sasl_username,
+            password=settings.sasl_password,
+            mechanism=settings.sasl_mechanism,
+            ssl_context=ssl_context,
+        )
+    if ssl_context is not None:
+        return faust.SSLCredentials(ssl_context)
+    return None
+
+
+def apply_faust_patches(settings: Settings) -> None:
+    set_fetch_max_wait(settings.fetch_max_wait_ms)
+    ordered_recovery_resume()  # never lose events that arrive while a worker restores its tables
+    if settings.fast_handoff:
+        fast_message_handoff()
+
+
+def build_app(settings: Settings) -> faust.App:
+    return faust.App(
+        settings.app_id,
+        broker=settings.broker,
+        broker_credentials=broker_credentials(settings),
+        store="memory://",
+        topic_partitions=settings.partitions,
+        topic_replication_factor=settings.replication,
+        table_standby_replicas=0,
+        consumer_auto_offset_reset="earliest",
+        broker_session_timeout=settings.session_timeout,
+        broker_heartbeat_interval=settings.heartbeat_interval,
+        broker_rebalance_timeout=settings.rebalance_timeout,
+        broker_commit_interval=settings.commit_interval,
+        # Batching, fetch wait and exactly-once follow the broker profile (streams.settings).
+        producer_max_batch_size=settings.producer_max_batch,
+        processing_guarantee=settings.processing_guarantee,
+        web_enabled=settings.web_enabled,
+        web_port=settings.web_port,
+        web_bind="127.0.0.1",
+        datadir=f"{settings.data_dir}/{{conf.name}}",
+        producer_max_request_size=settings.max_message_bytes * 3,
+    )
+
+
+def build_worker(settings: Settings) -> faust.App:
+    """Build the worker's app, topics, table, services and agents from ``settings``."""
+    apply_faust_patches(settings)
+    state_codec.register()
+    Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
+    app = build_app(settings)
+
+    raw = {
+        "key_type": bytes,
+        "value_type": bytes,
+        "key_serializer": "raw",
+        "value_serializer": "raw",
+    }
+    events_topic = app.topic(settings.topics.events, **raw)
+    control_topic = app.topic(settings.topics.control, **raw)
+    deadletter_topic = app.topic(settings.topics.deadletter, **raw)
+    # The changelog carries RunState through our codec (Faust would pick JSON for a plain
+    # class and hand dicts back on recovery), so declare its topic explicitly.
+    runs_changelog = app.topic(
+        f"{settings.app_id}-runs-changelog",
+        key_type=bytes,
+        key_serializer="raw",
+        value_serializer=state_codec.CODEC_NAME,
+        partitions=settings.partitions,
+        compacting=True,
+        acks=False,
+        internal=True,
+        maxsize=131_072,
+        allow_empty=True,
+    )
+    runs = app.Table(
+        "runs",
+        default=None,
+        key_type=bytes,  # the raw run id, exactly the events topic's message key
+        use_partitioner=True,  # changelog partition = murmur2(run id), same as the events topic
+        changelog_topic=runs_changelog,
+    )
+    runs.value_serializer = state_codec.CODEC_NAME  # used when the table writes its changelog
+
+    kafka_options = settings.kafka_client_options()
+    # Per-agent overrides published at run time (`loopguard config set`): every worker reads all.
+    overrides = ConfigWatcher(settings.bootstrap_servers, settings.topics.config, **kafka_options)
+    fleet = (
+        load_fleet_config(settings.config_file) if settings.config_file else fleet_from_document({})
+    )
+    configs = ConfigBook(fleet, overrides)
+    registry = default_registry()
+    parts = WorkerParts(
+        settings=settings,
+        app=app,
+        events_topic=events_topic,
+        control_topic=control_topic,
+        deadletter_topic=deadletter_topic,
+        runs=runs,
+        processor=EventProcessor(runs.get, configs.for_agent),
+        registry=registry,
+        schema_topic=SchemaTopic(
+            settings.bootstrap_servers, settings.topics.schemas, registry, **kafka_options
+        ),
+        overrides=overrides,
+        audit=AuditWriter(settings.db_url),
+        expiry=RunExpiry(settings.run_idle_ttl),
+    )
+    WorkerAgents(parts).register()
+    register_views(app, settings.db_url)  # HTTP API, served with `loopguard worker --web-port`
+    return app

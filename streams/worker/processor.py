@@ -1,0 +1,67 @@
+"""One events-topic message in, its run's new state and decisions out; no Faust, no Kafka.
+
+The Faust agent (:mod:`streams.worker.agents`) only moves bytes between topics and the table;
+everything that decides what a message means is here, so it can be tested with plain values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from streams.core.config import LoopDetectionConfig
+from streams.core.events import AgentEvent, Decision
+from streams.core.run_state import RunState
+
+
+@dataclass
+class Outcome:
+    """What the agent must do for one decoded event: publish, dead-letter or re-key it."""
+
+    decisions: list[Decision] = field(default_factory=list)
+    dead_letter: str | None = None  # the reason, when the message is parked
+    rekey: bytes | None = None  # the run id key the message must be re-sent under
+    event: AgentEvent | None = None  # the decoded event, when it was applied
+
+
+class EventProcessor:
+    """Applies decoded events to per-run state, keeping the states it touched for one batch.
+
+    ``load_state`` reads a run's stored state (the Faust table, a dict in tests);
+    ``config_for`` resolves an agent's config.
+    """
+
+    def __init__(
+        self,
+        load_state: Callable[[bytes], RunState | None],
+        config_for: Callable[[str], LoopDetectionConfig],
+    ) -> None:
+        self.load_state = load_state
+        self.config_for = config_for
+        self.touched: dict[bytes, RunState] = {}
+
+    def take_touched(self) -> dict[bytes, RunState]:
+        """The states changed since the last call, to be written back once per batch."""
+        touched, self.touched = self.touched, {}
+        return touched
+
+    def apply(self, key: bytes | None, event: AgentEvent) -> Outcome:
+        envelope = event.envelope
+        if envelope.seq < 1:
+            return Outcome(
+                dead_letter=f"seq must be 1 or more (run sequences start at 1), got {envelope.seq}"
+            )
+        run_key = envelope.run_id.encode()
+        if key != run_key:
+            # Keyed by something else: re-key so the run's state lives on one partition.
+            return Outcome(rekey=run_key)
+        cfg = self.config_for(envelope.agent_id)
+        state = self.touched.get(run_key) or self.load_state(run_key)
+        if state is None:
+            state = RunState(envelope.run_id, cfg.history_size)
+        self.touched[run_key] = state
+        if state.is_duplicate(envelope.seq):
+            # Redelivered (e.g. after a crash): publish again what this event decided, with
+            # the same decision ids, in case the first publication died in the producer buffer.
+            return Outcome(decisions=state.decisions_for(envelope.seq), event=event)
+        return Outcome(decisions=state.apply(event, cfg), event=event)

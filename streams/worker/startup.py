@@ -1,0 +1,133 @@
+"""Checks a worker runs before it starts guarding, each failing in one line within seconds.
+
+A worker whose topics were created by someone else with other partition counts would keep a
+run's state on a different partition than its events (Faust's tables rely on co-partitioning)
+and stop guarding in ways no log line explains, so it refuses to start instead. The audit
+database is only checked for a usable URL: an outage at start is reported, not fatal, because
+decisions keep flowing to gateways and the audit rows wait in the control topic.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Iterator
+
+from kafka.admin import KafkaAdminClient
+from kafka.errors import KafkaError
+from sqlalchemy import text
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
+
+from streams.audit.store import create_audit_engine
+from streams.kafka.topics import ensure_topics, topic_specs
+from streams.settings import Settings, redact_url
+
+log = logging.getLogger("loopguard.worker")
+
+BROKER_TIMEOUT = 3.0  # a reachable broker answers in milliseconds; the 5 s budget includes start-up
+
+
+@contextlib.contextmanager
+def quiet(logger_name: str) -> Iterator[None]:
+    logger = logging.getLogger(logger_name)
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+class StartupError(RuntimeError):
+    """A reason not to start, phrased for the operator (one line, names what to check)."""
+
+
+def co_partitioned(settings: Settings) -> set[str]:
+    """Topics that must have as many partitions as the events topic."""
+    return {
+        settings.topics.events,
+        settings.topics.control,
+        settings.topics.deadletter,
+        f"{settings.app_id}-runs-changelog",
+    }
+
+
+def prepare_topics(settings: Settings, timeout: float = BROKER_TIMEOUT) -> list[str]:
+    """Create missing topics, then verify the partition counts of all of them."""
+    try:
+        with quiet("kafka"):  # the one-line reason below says it all
+            created = ensure_topics(settings, timeout=timeout)
+    except RuntimeError as exc:
+        raise StartupError(
+            f"{exc} (check --broker / LOOPGUARD_BROKER and that Kafka is running there)"
+        ) from None
+    counts = partition_counts(settings, [spec.name for spec in topic_specs(settings)])
+    events = counts.get(settings.topics.events)
+    for name in sorted(co_partitioned(settings)):
+        if counts.get(name) != events:
+            raise StartupError(
+                f"topic {name} has {counts.get(name)} partitions but {settings.topics.events} "
+                f"has {events}: a run's state, decisions and events must share a partition "
+                "number; recreate the topic with the same count or use another --topic-prefix"
+                " / --app-id"
+            )
+    return created
+
+
+def partition_counts(settings: Settings, names: list[str]) -> dict[str, int]:
+    deadline = time.monotonic() + BROKER_TIMEOUT
+    while True:
+        try:
+            admin = KafkaAdminClient(
+                bootstrap_servers=settings.bootstrap_servers,
+                client_id="loopguard-startup",
+                bootstrap_timeout_ms=int(BROKER_TIMEOUT * 1000),
+                **settings.kafka_client_options(),
+            )
+            try:
+                described = admin.describe_topics(names)
+            finally:
+                admin.close()
+            counts = {t["name"]: len(t["partitions"]) for t in described if not t.get("error_code")}
+            if set(names) <= set(counts) or time.monotonic() > deadline:
+                return counts
+        except KafkaError as exc:
+            if time.monotonic() > deadline:
+                raise StartupError(
+                    f"broker {settings.broker} unreachable: {exc} (check --broker / "
+                    "LOOPGUARD_BROKER)"
+                ) from None
+        time.sleep(0.2)
+
+
+def check_database_url(settings: Settings) -> str:
+    """Refuse an unusable URL; report (not refuse) a database that does not answer yet.
+
+    Returns "ok" or the reason the database is degraded, for the health view and the log.
+    """
+    shown = redact_url(settings.db_url)
+    timeout = {"connect_timeout": int(BROKER_TIMEOUT)}
+    try:
+        postgres = settings.db_url.startswith("postgresql")
+        engine = create_audit_engine(settings.db_url, connect_args=timeout if postgres else {})
+    except (ArgumentError, NoSuchModuleError, ValueError) as exc:
+        raise StartupError(
+            f"--db {shown} is not a usable database URL ({exc}); "
+            "use sqlite:///path.db or postgresql+psycopg://user@host/db"
+        ) from None
+    try:
+        with engine.connect() as connection:
+            connection.execute(text("SELECT 1"))
+        return "ok"
+    except SQLAlchemyError as exc:
+        reason = str(exc).splitlines()[0][:200]
+        log.warning(
+            "audit database %s unreachable at start (%s); decisions keep flowing, audit rows "
+            "wait in the control topic until it answers",
+            shown,
+            reason,
+        )
+        return f"unreachable: {reason}"
+    finally:
+        engine.dispose()

@@ -1,0 +1,64 @@
+"""The worker's per-message logic, without Faust: the same decisions as the pure core."""
+
+from __future__ import annotations
+
+from core_helpers import Run, fleet, guard, text_result
+
+from streams.core.run_state import RunState
+from streams.worker.config_book import ConfigBook
+from streams.worker.processor import EventProcessor
+
+
+class NoOverrides:
+    version = 0
+
+    def get(self, key: str) -> None:
+        return None
+
+
+def processor(table: dict[bytes, RunState]) -> EventProcessor:
+    return EventProcessor(table.get, ConfigBook(fleet({"enabled": True}), NoOverrides()).for_agent)
+
+
+def looping_events(run_id: str = "run-1", cycles: int = 30) -> list:
+    run = Run(run_id=run_id)
+    events = [run.make_start()]
+    for _ in range(cycles):
+        events.append(run.make_call("read", {"path": "a.txt"}))
+        events.append(run.make_result("read", {"path": "a.txt"}, text_result("same")))
+    return events
+
+
+def test_decisions_match_the_pure_core_and_states_are_handed_back_per_batch() -> None:
+    events = looping_events()
+    table: dict[bytes, RunState] = {}
+    proc = processor(table)
+    decisions = []
+    for i, event in enumerate(events):
+        decisions += proc.apply(b"run-1", event).decisions
+        if i % 7 == 6:  # a batch boundary: the agent writes the touched states back
+            table.update(proc.take_touched())
+    table.update(proc.take_touched())
+    core = guard({"enabled": True})
+    expected = [d for e in events for d in core.process(e)]
+    assert decisions == expected
+    assert {d.action.value for d in decisions} >= {"warn", "block"}
+    assert proc.take_touched() == {}
+
+
+def test_a_redelivered_event_publishes_the_same_decisions_again() -> None:
+    events = looping_events()
+    proc = processor({})
+    first = [proc.apply(b"run-1", e).decisions for e in events]
+    with_decisions = max(i for i, d in enumerate(first) if d)  # recent ones are kept
+    assert proc.apply(b"run-1", events[with_decisions]).decisions == first[with_decisions]
+
+
+def test_a_message_under_another_key_is_rekeyed_and_a_bad_seq_dead_lettered() -> None:
+    proc = processor({})
+    event = looping_events("run-9")[1]
+    outcome = proc.apply(b"other", event)
+    assert outcome.rekey == b"run-9" and not outcome.decisions
+    assert proc.take_touched() == {}
+    bad = Run(run_id="run-9", start_seq=0).make_call("read", {})
+    assert "seq must be 1 or more" in (proc.apply(b"run-9", bad).dead_letter or "")
