@@ -1,0 +1,105 @@
+#!/usr/bin/env node
+// Scripted OpenAI-compatible chat-completions server for the loopguard OpenClaw e2e harness.
+// Every request that offers tools is answered with the SAME tool call (same tool, same args),
+// so the agent is stuck in a tool loop until something (loopguard) stops it. After
+// MODEL_MAX_TOOL_CALLS tool results in the conversation it gives a final text answer, so a run with loopguard
+// failing open still ends. Node stdlib only; listens on 127.0.0.1 only.
+//
+// env: MODEL_PORT (0 = pick one; the chosen port is printed as JSON on stdout's first line)
+//      MODEL_TOOL (default "read"), MODEL_TOOL_ARGS (JSON, default {"path":"loop.txt"})
+//      MODEL_MAX_TOOL_CALLS (default 40), MODEL_LOG (optional JSONL file of requests)
+import http from "node:http";
+import fs from "node:fs";
+
+const tool = process.env.MODEL_TOOL || "read";
+const toolArgs = process.env.MODEL_TOOL_ARGS || JSON.stringify({ path: "loop.txt" });
+const maxToolCalls = Number(process.env.MODEL_MAX_TOOL_CALLS || 40);
+const logFile = process.env.MODEL_LOG;
+let toolCallsServed = 0;
+let requests = 0;
+
+function log(entry) {
+  if (logFile) fs.appendFileSync(logFile, JSON.stringify(entry) + "\n");
+}
+
+function answerFor(body) {
+  const tools = Array.isArray(body.tools) ? body.tools : [];
+  const names = tools.map((t) => t?.function?.name).filter(Boolean);
+  // Stateless: count the tool results already in the conversation (OpenClaw appends its own
+  // internal-context "user" message after them, so "since the last user message" would not work).
+  const messages = Array.isArray(body.messages) ? body.messages : [];
+  const toolResults = messages.filter((m) => m?.role === "tool").length;
+  if (names.includes(tool) && toolResults < maxToolCalls) {
+    toolCallsServed += 1;
+    return { kind: "tool", id: `call_${toolCallsServed}`, name: tool, args: toolArgs };
+  }
+  return { kind: "text", text: `done after ${toolResults} tool results` };
+}
+
+function sendJson(res, status, obj) {
+  const data = JSON.stringify(obj);
+  res.writeHead(status, { "content-type": "application/json", "content-length": Buffer.byteLength(data) });
+  res.end(data);
+}
+
+const server = http.createServer((req, res) => {
+  let raw = "";
+  req.on("data", (c) => (raw += c));
+  req.on("end", () => {
+    requests += 1;
+    const url = req.url || "";
+    if (req.method === "GET" && url.endsWith("/models")) {
+      return sendJson(res, 200, { object: "list", data: [{ id: "loop-model", object: "model", owned_by: "loopguard-e2e" }] });
+    }
+    if (req.method === "GET" && url === "/stats") {
+      return sendJson(res, 200, { requests, toolCallsServed });
+    }
+    if (req.method !== "POST" || !url.endsWith("/chat/completions")) {
+      log({ unexpected: `${req.method} ${url}` });
+      return sendJson(res, 404, { error: { message: `no route ${req.method} ${url}` } });
+    }
+    let body = {};
+    try { body = JSON.parse(raw || "{}"); } catch { return sendJson(res, 400, { error: { message: "bad json" } }); }
+    const answer = answerFor(body);
+    const text = (m) => (typeof m?.content === "string" ? m.content : Array.isArray(m?.content) ? m.content.map((p) => p?.text ?? "").join("") : "");
+    log({
+      n: requests, stream: !!body.stream, model: body.model, tools: (body.tools || []).map((t) => t?.function?.name),
+      toolResultsText: (body.messages || []).filter((m) => m?.role === "tool").map(text), answer,
+    });
+    const id = `chatcmpl-${requests}`;
+    const created = Math.floor(Date.now() / 1000);
+    const model = body.model || "loop-model";
+    const usage = { prompt_tokens: 100, completion_tokens: 10, total_tokens: 110 };
+    if (!body.stream) {
+      const message = answer.kind === "tool"
+        ? { role: "assistant", content: null, tool_calls: [{ id: answer.id, type: "function", function: { name: answer.name, arguments: answer.args } }] }
+        : { role: "assistant", content: answer.text };
+      return sendJson(res, 200, {
+        id, object: "chat.completion", created, model,
+        choices: [{ index: 0, message, finish_reason: answer.kind === "tool" ? "tool_calls" : "stop" }], usage,
+      });
+    }
+    res.writeHead(200, { "content-type": "text/event-stream", "cache-control": "no-cache", connection: "keep-alive" });
+    const chunk = (delta, finish = null, extra = {}) =>
+      res.write(`data: ${JSON.stringify({ id, object: "chat.completion.chunk", created, model, choices: [{ index: 0, delta, finish_reason: finish }], ...extra })}\n\n`);
+    chunk({ role: "assistant", content: "" });
+    if (answer.kind === "tool") {
+      chunk({ tool_calls: [{ index: 0, id: answer.id, type: "function", function: { name: answer.name, arguments: "" } }] });
+      chunk({ tool_calls: [{ index: 0, function: { arguments: answer.args } }] });
+      chunk({}, "tool_calls");
+    } else {
+      chunk({ content: answer.text });
+      chunk({}, "stop");
+    }
+    if (body.stream_options?.include_usage) {
+      res.write(`data: ${JSON.stringify({ id, object: "chat.completion.chunk", created, model, choices: [], usage })}\n\n`);
+    }
+    res.write("data: [DONE]\n\n");
+    res.end();
+  });
+});
+
+server.listen(Number(process.env.MODEL_PORT || 0), "127.0.0.1", () => {
+  process.stdout.write(JSON.stringify({ port: server.address().port }) + "\n");
+});
+for (const sig of ["SIGINT", "SIGTERM"]) process.on(sig, () => server.close(() => process.exit(0)));

@@ -1,0 +1,577 @@
+/**
+ * The plugin's logic, independent of how OpenClaw loads it: one LoopguardGuard per process
+ * (OpenClaw may call `register(api)` several times: full, discovery, tool-discovery modes) that
+ * owns the loopguard client connection and maps OpenClaw's agent runs to loopguard runs.
+ *
+ * Id mapping: one loopguard run per OpenClaw agent run. The loopguard run id is OpenClaw's
+ * `runId` (a UUID per agent turn, present on tool hooks, agent_end, model calls and agent
+ * events). Hooks that carry no runId (compaction, session hooks) are attributed to the run that
+ * is active on their `sessionKey` (or `sessionId`). The loopguard agent id is `ctx.agentId`,
+ * else the `<agentId>` of an `agent:<agentId>:...` session key, else "main".
+ *
+ * Failure policy: no hook ever throws. When loopguard cannot answer (not connected, verdict
+ * timed out, plugin error) `before_tool_call` allows the call under failMode 'open' and blocks
+ * it under 'closed'; the other hooks only log.
+ */
+import { type FailMode, type LoopguardPluginConfig } from './config.js';
+import type {
+  AfterCompactionEvent,
+  AfterToolCallEvent,
+  AgentContext,
+  AgentEndEvent,
+  AgentEventPayload,
+  BeforeToolCallEvent,
+  BeforeToolCallResult,
+  CompactionContext,
+  ModelCallStartedEvent,
+  PluginLogger,
+  SessionContext,
+  SessionEndEvent,
+  ToolContext,
+} from './openclaw-types.js';
+
+// -- the loopguard client surface the plugin uses (structurally @loopguard/client) ------------
+
+export interface DecisionLike {
+  action?: string;
+  detector?: string;
+  reason: string;
+  errorCode?: string;
+  toolName?: string;
+  count?: number;
+}
+
+export interface VerdictLike {
+  allowed: boolean;
+  warnings: DecisionLike[];
+  blockedBy?: DecisionLike;
+  reason?: string;
+  timedOut: boolean;
+}
+
+export interface RunLike {
+  readonly runId: string;
+  beforeTool(toolName: string, args: unknown, toolCallId?: string | null): Promise<VerdictLike>;
+  afterTool(
+    toolName: string,
+    args: unknown,
+    outcome?: { result?: unknown; error?: string | null; toolCallId?: string | null },
+  ): Promise<void>;
+  compaction(trigger?: string): Promise<void>;
+  end(status?: string): Promise<void>;
+}
+
+export interface ClientLike {
+  startRun(options: { agentId: string; runId?: string }): RunLike;
+  close(): Promise<void>;
+}
+
+export interface ConnectOptions {
+  brokers: string[];
+  gatewayId: string;
+  topicPrefix: string;
+  waitBudgetMs: number;
+  failMode: FailMode;
+  logger: PluginLogger;
+  onDecision: (decision: DecisionLike) => void;
+}
+
+export interface GuardDeps {
+  /** Make a connected client (default: `GatewayClient.connect` of @loopguard/client). */
+  connect: (options: ConnectOptions) => Promise<ClientLike>;
+  /** Abort OpenClaw's active run of a session (default: the plugin SDK's abortAgentHarnessRun). */
+  abortRun: (sessionId: string) => Promise<boolean>;
+  logger: PluginLogger;
+  now?: () => number;
+  /** Optional diagnostics sink: one record per decision the plugin takes (e2e harness, debugging). */
+  trace?: (record: Record<string, unknown>) => void;
+}
+
+/** Trigger published for a compaction inside a run (see README: OpenClaw retries the turn after it). */
+export const IN_RUN_COMPACTION_TRIGGER = 'context_overflow';
+
+const RUN_IDLE_DROP_MS = 6 * 60 * 60 * 1000;
+
+interface RunEntry {
+  key: string;
+  agentId: string;
+  sessionKey?: string;
+  sessionId?: string;
+  run?: RunLike;
+  /** Set once loopguard aborted the run: every further call is refused with this. */
+  aborted?: { reason: string; errorCode: string };
+  /** Tool calls this plugin refused (their outcome was published by the client already). */
+  refused: Set<string>;
+  /** A compaction started and has not been published yet. */
+  compactionPending: boolean;
+  ended: boolean;
+  lastSeen: number;
+}
+
+function isRunAborted(error: unknown): error is Error & { decision: DecisionLike } {
+  return (
+    typeof error === 'object' &&
+    error !== null &&
+    (error as { name?: unknown }).name === 'RunAborted' &&
+    typeof (error as { decision?: unknown }).decision === 'object'
+  );
+}
+
+function errorText(error: unknown): string {
+  return error instanceof Error ? `${error.name}: ${error.message}` : String(error);
+}
+
+/** Agent id from an `agent:<id>:...` session key. */
+export function agentIdFromSessionKey(sessionKey: string | undefined): string | undefined {
+  if (!sessionKey) return undefined;
+  const parts = sessionKey.split(':');
+  return parts[0] === 'agent' && parts[1] ? parts[1] : undefined;
+}
+
+/** JSON-safe copy of a tool result (drops what JSON cannot carry; never throws). */
+export function jsonSafe(value: unknown): unknown {
+  if (value === undefined) return undefined;
+  try {
+    const seen = new WeakSet<object>();
+    const text = JSON.stringify(value, (_key, v: unknown) => {
+      if (typeof v === 'bigint') return v.toString();
+      if (typeof v === 'object' && v !== null) {
+        if (seen.has(v)) return '[circular]';
+        seen.add(v);
+      }
+      return v;
+    });
+    return text === undefined ? null : JSON.parse(text);
+  } catch {
+    return String(value);
+  }
+}
+
+export class LoopguardGuard {
+  private client?: ClientLike;
+  private connecting?: Promise<ClientLike | undefined>;
+  private attemptStartedAt = 0;
+  private failedAt = 0;
+  private closed = false;
+  private warnedNoBrokers = false;
+  private readonly runs = new Map<string, RunEntry>();
+  /** sessionKey / sessionId -> key of the run active on it. */
+  private readonly sessionRuns = new Map<string, string>();
+  private subscribed = false;
+  private readonly now: () => number;
+  readonly log: PluginLogger;
+
+  constructor(
+    readonly config: LoopguardPluginConfig,
+    private readonly deps: GuardDeps,
+  ) {
+    this.now = deps.now ?? Date.now;
+    this.log = deps.logger;
+  }
+
+  private trace(record: Record<string, unknown>): void {
+    if (!this.deps.trace) return;
+    try {
+      this.deps.trace({ t: this.now(), ...record });
+    } catch {
+      // diagnostics must never break a hook
+    }
+  }
+
+  // -- connection ---------------------------------------------------------------------
+
+  /** Start a connection attempt if none is under way and the last failure is old enough. */
+  ensureConnecting(): void {
+    if (this.closed || this.client || this.connecting) return;
+    if (this.config.brokers.length === 0) {
+      if (!this.warnedNoBrokers) {
+        this.warnedNoBrokers = true;
+        this.log.warn('loopguard: no brokers configured (plugins.entries.loopguard.config.brokers); tool calls are not guarded');
+      }
+      return;
+    }
+    if (this.failedAt && this.now() - this.failedAt < this.config.reconnectMs) return;
+    this.attemptStartedAt = this.now();
+    const attempt = (async () => {
+      try {
+        const client = await this.deps.connect({
+          brokers: this.config.brokers,
+          gatewayId: this.config.gatewayId,
+          topicPrefix: this.config.topicPrefix,
+          waitBudgetMs: this.config.waitBudgetMs,
+          failMode: this.config.failMode,
+          logger: this.log,
+          onDecision: (d) => this.onDecision(d),
+        });
+        if (this.closed) {
+          await client.close().catch(() => undefined);
+          return undefined;
+        }
+        this.client = client;
+        this.failedAt = 0;
+        this.trace({ event: 'connected', brokers: this.config.brokers });
+        this.log.info?.(`loopguard: connected to ${this.config.brokers.join(',')} as gateway ${this.config.gatewayId}`);
+        return client;
+      } catch (error) {
+        this.failedAt = this.now();
+        this.trace({ event: 'connect_failed', error: errorText(error) });
+        this.log.warn(
+          `loopguard: cannot reach Kafka at ${this.config.brokers.join(',')} (${errorText(error)}); ` +
+            `failing ${this.config.failMode}, next attempt in ${this.config.reconnectMs} ms`,
+        );
+        return undefined;
+      } finally {
+        this.connecting = undefined;
+      }
+    })();
+    this.connecting = attempt;
+  }
+
+  /** The client, waiting at most until the current attempt's connect-wait deadline. */
+  private async clientFor(waitForConnection: boolean): Promise<ClientLike | undefined> {
+    this.ensureConnecting();
+    if (this.client || !this.connecting || !waitForConnection) return this.client;
+    const remaining = this.attemptStartedAt + this.config.connectWaitMs - this.now();
+    if (remaining <= 0) return this.client;
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<undefined>((resolve) => {
+      timer = setTimeout(() => resolve(undefined), remaining);
+      timer.unref?.();
+    });
+    try {
+      return (await Promise.race([this.connecting, timeout])) ?? this.client;
+    } finally {
+      if (timer) clearTimeout(timer);
+    }
+  }
+
+  private onDecision(decision: DecisionLike): void {
+    const text = `loopguard ${decision.action ?? 'decision'} (${decision.detector ?? '?'}) on ${decision.toolName ?? '?'}: ${decision.reason}`;
+    if (decision.action === 'warn') this.log.info?.(text);
+    else this.log.warn(text);
+  }
+
+  // -- runs -----------------------------------------------------------------------------
+
+  private keyFor(runId: string | undefined, ctx: { sessionKey?: string; sessionId?: string } | undefined): string | undefined {
+    if (runId) return runId;
+    if (ctx?.sessionKey && this.sessionRuns.has(ctx.sessionKey)) return this.sessionRuns.get(ctx.sessionKey);
+    if (ctx?.sessionId && this.sessionRuns.has(ctx.sessionId)) return this.sessionRuns.get(ctx.sessionId);
+    return undefined;
+  }
+
+  /** The entry of a run, created on first sight; starts the loopguard run once a client exists. */
+  private entryFor(key: string, ctx: { agentId?: string; sessionKey?: string; sessionId?: string } | undefined): RunEntry {
+    let entry = this.runs.get(key);
+    if (!entry) {
+      this.dropIdleRuns();
+      entry = {
+        key,
+        agentId: ctx?.agentId || agentIdFromSessionKey(ctx?.sessionKey) || 'main',
+        refused: new Set(),
+        compactionPending: false,
+        ended: false,
+        lastSeen: this.now(),
+      };
+      this.runs.set(key, entry);
+    }
+    if (ctx?.sessionKey && !entry.sessionKey) entry.sessionKey = ctx.sessionKey;
+    if (ctx?.sessionId && !entry.sessionId) entry.sessionId = ctx.sessionId;
+    if (ctx?.agentId && entry.agentId === 'main' && ctx.agentId !== 'main') entry.agentId = ctx.agentId;
+    if (!entry.ended) {
+      if (entry.sessionKey) this.sessionRuns.set(entry.sessionKey, key);
+      if (entry.sessionId) this.sessionRuns.set(entry.sessionId, key);
+    }
+    entry.lastSeen = this.now();
+    this.startLoopguardRun(entry);
+    return entry;
+  }
+
+  private startLoopguardRun(entry: RunEntry): void {
+    if (entry.run || entry.ended || !this.client) return;
+    try {
+      entry.run = this.client.startRun({ agentId: entry.agentId, runId: entry.key });
+      this.trace({ event: 'run_started', runId: entry.key, agentId: entry.agentId, sessionKey: entry.sessionKey });
+    } catch (error) {
+      this.log.warn(`loopguard: cannot start run ${entry.key}: ${errorText(error)}`);
+    }
+  }
+
+  private forget(entry: RunEntry): void {
+    entry.ended = true;
+    this.runs.delete(entry.key);
+    for (const id of [entry.sessionKey, entry.sessionId]) {
+      if (id && this.sessionRuns.get(id) === entry.key) this.sessionRuns.delete(id);
+    }
+  }
+
+  /** Runs OpenClaw never reported as ended (no agent_end access, crashed turn) are dropped locally. */
+  private dropIdleRuns(): void {
+    const cutoff = this.now() - RUN_IDLE_DROP_MS;
+    for (const entry of [...this.runs.values()]) if (entry.lastSeen < cutoff) this.forget(entry);
+  }
+
+  private async endRun(entry: RunEntry, status: string): Promise<void> {
+    if (entry.ended) return;
+    const run = entry.run;
+    this.forget(entry);
+    this.trace({ event: 'run_ended', runId: entry.key, status, published: Boolean(run) });
+    if (!run) return;
+    try {
+      await run.end(status);
+    } catch (error) {
+      this.log.warn(`loopguard: publishing the end of run ${entry.key} failed: ${errorText(error)}`);
+    }
+  }
+
+  private async publishPendingCompaction(entry: RunEntry): Promise<void> {
+    if (!entry.compactionPending) return;
+    entry.compactionPending = false;
+    this.trace({ event: 'compaction', runId: entry.key, trigger: IN_RUN_COMPACTION_TRIGGER, published: Boolean(entry.run) });
+    if (!entry.run) return;
+    await entry.run.compaction(IN_RUN_COMPACTION_TRIGGER);
+  }
+
+  private refuse(reason: string): BeforeToolCallResult {
+    return { block: true, blockReason: reason };
+  }
+
+  private failModeVerdict(why: string): BeforeToolCallResult | undefined {
+    if (this.config.failMode === 'closed') return this.refuse(`loopguard unavailable (${why}); failMode is closed`);
+    return undefined;
+  }
+
+  private async handleAbort(entry: RunEntry, decision: DecisionLike, ctx: ToolContext | undefined): Promise<BeforeToolCallResult> {
+    const errorCode = decision.errorCode || decision.detector || 'aborted';
+    const reason = `loopguard aborted this run (${errorCode}): ${decision.reason}`;
+    const first = !entry.aborted;
+    entry.aborted = { reason, errorCode };
+    if (first) {
+      this.trace({ event: 'aborted', runId: entry.key, errorCode, reason: decision.reason });
+      this.log.warn(`loopguard: run ${entry.key} aborted: ${decision.reason}`);
+      const run = entry.run;
+      entry.run = undefined; // nothing more is published for it but its end
+      if (run) void run.end('aborted').catch((e) => this.log.warn(`loopguard: ending aborted run failed: ${errorText(e)}`));
+      const sessionId = ctx?.sessionId ?? entry.sessionId;
+      if (this.config.abortStopsRun && sessionId) {
+        try {
+          const stopped = await this.deps.abortRun(sessionId);
+          this.trace({ event: 'openclaw_abort', runId: entry.key, sessionId, stopped });
+          this.log.info?.(`loopguard: asked OpenClaw to abort run ${entry.key} (session ${sessionId}): ${stopped ? 'aborted' : 'no active run'}`);
+        } catch (error) {
+          this.trace({ event: 'openclaw_abort', runId: entry.key, sessionId, error: errorText(error) });
+          this.log.warn(`loopguard: cannot abort OpenClaw run ${entry.key}; blocking its further tool calls instead (${errorText(error)})`);
+        }
+      }
+    }
+    return this.refuse(reason);
+  }
+
+  // -- hooks ----------------------------------------------------------------------------
+
+  async beforeToolCall(event: BeforeToolCallEvent, ctx: ToolContext | undefined): Promise<BeforeToolCallResult | undefined> {
+    try {
+      const key = this.keyFor(event?.runId ?? ctx?.runId, ctx) ?? `session:${ctx?.sessionKey ?? ctx?.sessionId ?? 'unknown'}`;
+      await this.clientFor(true);
+      const entry = this.entryFor(key, ctx);
+      const toolCallId = event.toolCallId ?? ctx?.toolCallId ?? null;
+      const base = { event: 'before_tool_call', runId: key, toolName: event.toolName, toolCallId };
+      if (entry.aborted) {
+        this.trace({ ...base, outcome: 'blocked_after_abort', reason: entry.aborted.reason });
+        return this.refuse(entry.aborted.reason);
+      }
+      if (!entry.run) {
+        const why = this.config.brokers.length ? 'not connected to Kafka' : 'no brokers configured';
+        const result = this.failModeVerdict(why);
+        this.trace({ ...base, outcome: result ? 'refused_fail_closed' : 'allowed_fail_open', reason: why });
+        return result;
+      }
+      await this.publishPendingCompaction(entry);
+      let verdict: VerdictLike;
+      try {
+        verdict = await entry.run.beforeTool(event.toolName, event.params ?? {}, toolCallId);
+      } catch (error) {
+        if (isRunAborted(error)) {
+          const result = await this.handleAbort(entry, error.decision, ctx);
+          this.trace({ ...base, outcome: 'aborted', reason: result.blockReason });
+          return result;
+        }
+        throw error;
+      }
+      const warnings = (verdict.warnings ?? []).map((w) => ({ detector: w.detector, reason: w.reason }));
+      for (const warning of verdict.warnings ?? []) {
+        this.log.warn(`loopguard warning for run ${key} (${warning.detector ?? '?'}): ${warning.reason}`);
+      }
+      if (!verdict.allowed) {
+        if (toolCallId) entry.refused.add(toolCallId);
+        const reason = verdict.blockedBy
+          ? `loopguard blocked this call: ${verdict.reason ?? verdict.blockedBy.reason}`
+          : `loopguard refused this call: ${verdict.reason ?? 'no verdict'}`;
+        this.trace({ ...base, outcome: verdict.blockedBy ? 'blocked' : 'refused_fail_closed', reason, warnings, timedOut: verdict.timedOut });
+        return this.refuse(reason);
+      }
+      this.trace({ ...base, outcome: verdict.timedOut ? 'allowed_fail_open' : 'allowed', warnings, timedOut: verdict.timedOut });
+      return undefined;
+    } catch (error) {
+      this.log.error(`loopguard: before_tool_call failed (${errorText(error)}); failing ${this.config.failMode}`);
+      const result = this.failModeVerdict('plugin error');
+      this.trace({ event: 'before_tool_call', toolName: event?.toolName, outcome: result ? 'refused_fail_closed' : 'allowed_fail_open', reason: errorText(error) });
+      return result;
+    }
+  }
+
+  async afterToolCall(event: AfterToolCallEvent, ctx: ToolContext | undefined): Promise<void> {
+    try {
+      const key = this.keyFor(event?.runId ?? ctx?.runId, ctx);
+      if (!key) return;
+      const entry = this.runs.get(key);
+      if (!entry || entry.ended) return;
+      entry.lastSeen = this.now();
+      const toolCallId = event.toolCallId ?? ctx?.toolCallId ?? null;
+      if (toolCallId && entry.refused.delete(toolCallId)) return; // the client published the refusal
+      this.trace({ event: 'after_tool_call', runId: key, toolName: event.toolName, toolCallId, error: event.error ?? null, published: Boolean(entry.run && !entry.aborted) });
+      if (entry.aborted || !entry.run) return;
+      await entry.run.afterTool(event.toolName, event.params ?? {}, {
+        result: event.error ? undefined : jsonSafe(event.result),
+        error: event.error ?? null,
+        toolCallId,
+      });
+    } catch (error) {
+      this.log.error(`loopguard: after_tool_call failed: ${errorText(error)}`);
+    }
+  }
+
+  /** A run's first sign of life (model call, lifecycle start): connect early and start the run. */
+  runSeen(runId: string | undefined, ctx: { agentId?: string; sessionKey?: string; sessionId?: string } | undefined): void {
+    try {
+      this.ensureConnecting();
+      if (runId) this.entryFor(runId, ctx);
+    } catch (error) {
+      this.log.error(`loopguard: tracking run ${runId} failed: ${errorText(error)}`);
+    }
+  }
+
+  async modelCallStarted(event: ModelCallStartedEvent, ctx: AgentContext | undefined): Promise<void> {
+    this.runSeen(event?.runId ?? ctx?.runId, { ...ctx, sessionKey: event?.sessionKey ?? ctx?.sessionKey, sessionId: event?.sessionId ?? ctx?.sessionId });
+  }
+
+  async agentEnd(event: AgentEndEvent, ctx: AgentContext | undefined): Promise<void> {
+    try {
+      const key = this.keyFor(event?.runId ?? ctx?.runId, ctx);
+      const entry = key ? this.runs.get(key) : undefined;
+      if (!entry) return;
+      await this.endRun(entry, entry.aborted ? 'aborted' : event?.success === false ? 'error' : 'completed');
+    } catch (error) {
+      this.log.error(`loopguard: agent_end failed: ${errorText(error)}`);
+    }
+  }
+
+  async beforeCompaction(_event: unknown, ctx: CompactionContext | undefined): Promise<void> {
+    try {
+      const key = this.keyFor(ctx?.runId, ctx);
+      const entry = key ? this.runs.get(key) : undefined;
+      if (!entry || entry.ended || entry.aborted) {
+        this.log.debug?.(`loopguard: compaction outside a tracked run (session ${ctx?.sessionKey ?? ctx?.sessionId}); not published`);
+        return;
+      }
+      entry.compactionPending = true;
+    } catch (error) {
+      this.log.error(`loopguard: before_compaction failed: ${errorText(error)}`);
+    }
+  }
+
+  async afterCompaction(event: AfterCompactionEvent | undefined, ctx: CompactionContext | undefined): Promise<void> {
+    try {
+      const key = this.keyFor(ctx?.runId, ctx) ?? this.keyFor(undefined, { sessionId: event?.previousSessionId });
+      const entry = key ? this.runs.get(key) : undefined;
+      if (!entry || entry.ended || entry.aborted) return;
+      if (ctx?.sessionId && ctx.sessionId !== entry.sessionId) {
+        // the compaction rotated the session generation: follow the run to the new id
+        entry.sessionId = ctx.sessionId;
+        this.sessionRuns.set(ctx.sessionId, entry.key);
+      }
+      entry.compactionPending = true; // after_compaction alone (no before) still counts
+      await this.publishPendingCompaction(entry);
+    } catch (error) {
+      this.log.error(`loopguard: after_compaction failed: ${errorText(error)}`);
+    }
+  }
+
+  async sessionStart(_event: unknown, _ctx: SessionContext | undefined): Promise<void> {
+    this.ensureConnecting();
+  }
+
+  async sessionEnd(event: SessionEndEvent, ctx: SessionContext | undefined): Promise<void> {
+    try {
+      const key = this.keyFor(undefined, { sessionKey: event?.sessionKey ?? ctx?.sessionKey, sessionId: event?.sessionId ?? ctx?.sessionId });
+      const entry = key ? this.runs.get(key) : undefined;
+      if (!entry) return;
+      await this.endRun(entry, entry.aborted ? 'aborted' : `session_${event?.reason ?? 'end'}`);
+    } catch (error) {
+      this.log.error(`loopguard: session_end failed: ${errorText(error)}`);
+    }
+  }
+
+  /** OpenClaw's agent event bus: run lifecycle and compaction phases, with the run id. */
+  onAgentEvent(event: AgentEventPayload): void {
+    try {
+      if (!event || typeof event !== 'object') return;
+      const data = (event.data ?? {}) as Record<string, unknown>;
+      const ctx = { agentId: event.agentId, sessionKey: event.sessionKey, sessionId: event.sessionId };
+      if (event.stream === 'lifecycle') {
+        if (data.phase === 'start') this.runSeen(event.runId, ctx);
+        else if (data.phase === 'end' || data.phase === 'error') {
+          const entry = this.runs.get(event.runId);
+          if (entry) {
+            const status = entry.aborted || data.aborted === true ? 'aborted' : data.phase === 'error' ? 'error' : 'completed';
+            void this.endRun(entry, status);
+          }
+        }
+      } else if (event.stream === 'compaction') {
+        const entry = this.runs.get(event.runId);
+        if (!entry || entry.ended || entry.aborted) return;
+        if (data.phase === 'start') entry.compactionPending = true;
+        else if (data.phase === 'end') {
+          if (data.completed === true) {
+            entry.compactionPending = true;
+            void this.publishPendingCompaction(entry).catch((e) => this.log.error(`loopguard: compaction publish failed: ${errorText(e)}`));
+          } else entry.compactionPending = false;
+        }
+      }
+    } catch (error) {
+      this.log.error(`loopguard: agent event handling failed: ${errorText(error)}`);
+    }
+  }
+
+  subscribe(onAgentEvent: ((listener: (event: AgentEventPayload) => void) => () => void) | undefined): void {
+    if (this.subscribed || typeof onAgentEvent !== 'function') return;
+    try {
+      onAgentEvent((event) => this.onAgentEvent(event));
+      this.subscribed = true;
+    } catch (error) {
+      this.log.warn(`loopguard: cannot subscribe to agent events: ${errorText(error)}`);
+    }
+  }
+
+  /** Gateway stop / plugin replaced: end the open runs and close the client. */
+  async close(status = 'interrupted'): Promise<void> {
+    if (this.closed) return;
+    try {
+      await Promise.all([...this.runs.values()].map((entry) => this.endRun(entry, status)));
+    } catch (error) {
+      this.log.warn(`loopguard: ending open runs failed: ${errorText(error)}`);
+    }
+    this.closed = true;
+    const client = this.client;
+    this.client = undefined;
+    if (client) await client.close().catch((e) => this.log.warn(`loopguard: closing the client failed: ${errorText(e)}`));
+  }
+
+  /** For tests and diagnostics. */
+  snapshot(): { connected: boolean; runs: Array<{ key: string; agentId: string; started: boolean; aborted: boolean }> } {
+    return {
+      connected: Boolean(this.client),
+      runs: [...this.runs.values()].map((e) => ({ key: e.key, agentId: e.agentId, started: Boolean(e.run), aborted: Boolean(e.aborted) })),
+    };
+  }
+}
