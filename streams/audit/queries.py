@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import ColumnElement, and_, case, distinct, func, select
-from sqlalchemy.orm import Session
 
 from streams.audit.store import (
     AuditStore,
@@ -29,7 +28,6 @@ from streams.audit.store import (
     DecisionRow,
     ProcessedEvent,
     RunProgress,
-    _row_to_decision,
 )
 from streams.core.events import Action, Decision
 
@@ -309,13 +307,7 @@ def facets(store: AuditStore, limit: int = 500) -> dict[str, list[str]]:
 
 def run_timeline(store: AuditStore, run_id: str) -> Timeline:
     """A run's decisions in the order the run produced them, and its progress record."""
-    stmt = (
-        select(DecisionRow)
-        .where(DecisionRow.run_id == run_id)
-        .order_by(DecisionRow.seq, DecisionRow.id)
-    )
-    with Session(store.engine) as session:
-        decisions = [_row_to_decision(row) for row in session.scalars(stmt)]
+    decisions = store.history(run_id)
     return Timeline(run_id=run_id, progress=store.run_progress(run_id), decisions=decisions)
 
 

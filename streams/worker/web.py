@@ -521,7 +521,7 @@ def render_runs_table(lines: list[RunLine], total: int, q: StatusQuery, now_ms: 
         more = f" +{line.detectors - 1}" if line.detectors > 1 else ""
         status = line.status or "–"
         if line.events is not None:
-            status = f"{status}, {line.events} events"
+            status = f"{status}, {line.events} event{'' if line.events == 1 else 's'}"
         rows.append(
             f'<tr class="run" data-run="{esc(line.run_id)}">'
             f'<td class="when" title="{esc(_when(line.last_seen))} UTC">'
