@@ -1,12 +1,15 @@
 """Stable hashes of tool calls and their outcomes: what counts as "the same call" and
 "the same result".
 
-Rules follow the reference runtime: canonical JSON (sorted keys) so key order never matters;
-``exec`` outcomes hash only status, exit code, timeout flag and output; outbound message sends
-drop per-call ids and timestamps; errors hash their message. Two loopguard fixes on top: exec
-output is normalised for clock times, durations and PIDs (changing timestamps kept the
-reference's loops at warning), and the loop detector's own veto is reported separately so the
-engine can count it as an outcome instead of freezing the streak.
+Rules follow the reference runtime: canonical JSON (sorted keys) so key order never matters,
+numbers canonicalised as JavaScript holds them (so ``1`` and ``1.0`` are one value, as for a
+TypeScript gateway); ``exec`` outcomes hash only status, exit code, timeout flag and trimmed
+output; outbound message sends drop per-call ids and timestamps; errors hash their message;
+a JSON ``null`` result is an outcome like any other. Two loopguard fixes on top: exec output
+is normalised for clock times, durations and PIDs (changing timestamps kept the reference's
+loops at warning), and the loop detector's own veto is reported separately so the engine can
+count it as an outcome instead of freezing the streak. Every rule accepts any JSON value in
+any field: an odd payload is hashed, never raised on.
 """
 
 from __future__ import annotations
@@ -101,16 +104,136 @@ def _value_depth(value: Any) -> int:
     return deepest
 
 
+# -- numbers as JavaScript holds them ---------------------------------------------------
+#
+# A TypeScript gateway parses JSON numbers into doubles and writes them back the way
+# JSON.stringify does: ``1.0`` is ``1``, ``12345678901234567890`` is the double nearest to it
+# (written ``12345678901234567000``), ``1e21`` is ``1e+21``, NaN and infinities are ``null``.
+# A Python gateway sends the same values as Python writes them. So decoded numbers are
+# canonicalised once, when the text is parsed: integral values a double holds exactly as an
+# integer (|n| <= 2**53) become ints, other finite values a JSNumber that serialises as
+# JavaScript writes it, non-finite values None. The same call then hashes the same whichever
+# gateway sent it, byte for byte as a JavaScript implementation of these rules would.
+
+_SAFE_INTEGER = 2**53
+_INFINITY = float("inf")
+# Only texts with a number token that has a fraction, an exponent or 16+ digits can hold a
+# value that changes: texts without one skip the walk (a string like "v1.2" only costs it).
+_NUMBER_HINT = re.compile(r"[0-9][.eE]|[0-9]{16}")
+
+
+@mypyc_attr(native_class=False)  # builtin base: a plain Python class in the compiled build
+class JSNumber(float):
+    """A JSON number JavaScript does not write as a plain integer (``0.5``, ``1e+21``)."""
+
+    __slots__ = ()
+
+
+def js_number_text(value: float) -> str:
+    """``Number.prototype.toString`` of a finite double (ECMAScript Number::toString).
+
+    Python's ``repr`` gives the same shortest round-trip digits JavaScript uses; only where
+    the decimal point goes and how the exponent is written differ.
+    """
+    if value == 0:
+        return "0"
+    if value < 0:
+        return "-" + js_number_text(-value)
+    mantissa, _, exponent = repr(value).partition("e")
+    whole, _, fraction = mantissa.partition(".")
+    digits = whole + fraction
+    significant = digits.lstrip("0")
+    # value = 0.<significant> * 10**point
+    point = len(whole) + (int(exponent) if exponent else 0) - (len(digits) - len(significant))
+    significant = significant.rstrip("0")
+    count = len(significant)
+    if count <= point <= 21:
+        return significant + "0" * (point - count)
+    if 0 < point <= 21:
+        return significant[:point] + "." + significant[point:]
+    if -6 < point <= 0:
+        return "0." + "0" * -point + significant
+    shown = point - 1
+    sign = "+" if shown >= 0 else "-"
+    head = significant if count == 1 else significant[0] + "." + significant[1:]
+    return f"{head}e{sign}{abs(shown)}"
+
+
+def js_number(value: Any) -> Any:
+    """A decoded JSON number (int or float) as the core keeps it: see above."""
+    number: float
+    if type(value) is int:
+        if -_SAFE_INTEGER <= value <= _SAFE_INTEGER:
+            return value
+        try:
+            number = float(value)
+        except OverflowError:  # beyond any double: JavaScript reads Infinity, writes null
+            return None
+    else:
+        number = float(value)
+    if number != number or number == _INFINITY or number == -_INFINITY:
+        return None
+    if number.is_integer() and -_SAFE_INTEGER <= number <= _SAFE_INTEGER:
+        return int(number)
+    return JSNumber(number)
+
+
+def _is_number(value: Any) -> bool:
+    t = type(value)
+    return t is int or t is float or t is JSNumber
+
+
+def canonical_numbers(value: Any) -> Any:
+    """``value`` with every number canonicalised (lists and dicts are changed in place)."""
+    if _is_number(value):
+        return js_number(value)
+    stack: list[Any] = [value]
+    while stack:
+        node = stack.pop()
+        if type(node) is dict:
+            for key, item in node.items():  # replaces values only: the size never changes
+                if _is_number(item):
+                    node[key] = js_number(item)
+                elif type(item) is dict or type(item) is list:
+                    stack.append(item)
+        elif type(node) is list:
+            for index, item in enumerate(node):
+                if _is_number(item):
+                    node[index] = js_number(item)
+                elif type(item) is dict or type(item) is list:
+                    stack.append(item)
+    return value
+
+
+# JavaScript's ``undefined`` where a reference rule hashes a field without a ``?? null``:
+# stable stringify writes it as the bare word, distinct from ``null`` and from any string.
+UNDEFINED = orjson.Fragment(b"undefined")
+_UNDEFINED_FALLBACK = "\x00undefined"  # the standard library path cannot write bare words
+
+
+def _js_default(value: Any) -> Any:
+    if type(value) is JSNumber:
+        return orjson.Fragment(js_number_text(value).encode())
+    raise TypeError(f"not JSON: {type(value).__name__}")
+
+
+def _fallback_default(value: Any) -> Any:
+    if value is UNDEFINED:
+        return _UNDEFINED_FALLBACK
+    return str(value)
+
+
 def canonical_json(value: Any) -> bytes:
     """Key-order independent, whitespace free UTF-8 JSON.
 
     orjson does the common case several times faster than the standard library; values it
     refuses (lone surrogates, integers beyond 64 bits, non-string keys, nesting past 254)
-    take the standard library's path, so every input still has exactly one canonical form;
-    past ``MAX_FALLBACK_DEPTH`` that path raises :class:`NestedTooDeepError`.
+    take the standard library's path, so every input still has exactly one canonical form
+    (a JSNumber is written there as Python writes the float); past ``MAX_FALLBACK_DEPTH``
+    that path raises :class:`NestedTooDeepError`.
     """
     try:
-        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+        return orjson.dumps(value, default=_js_default, option=orjson.OPT_SORT_KEYS)
     except (TypeError, orjson.JSONEncodeError):
         if _value_depth(value) > MAX_FALLBACK_DEPTH:
             raise NestedTooDeepError(f"JSON nested deeper than {MAX_FALLBACK_DEPTH}") from None
@@ -120,33 +243,48 @@ def canonical_json(value: Any) -> bytes:
             sort_keys=True,
             separators=(",", ":"),
             ensure_ascii=False,
-            default=str,
+            default=_fallback_default,
         )
         return text.encode("utf-8", "surrogatepass")
 
 
 def digest(value: Any) -> str:
     try:  # canonical_json inlined: this runs several times per event
-        data = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+        data = orjson.dumps(value, default=_js_default, option=orjson.OPT_SORT_KEYS)
     except (TypeError, orjson.JSONEncodeError):
         data = canonical_json(value)
     return _sha256(data).hexdigest()
 
 
 def parse_json(text: str | None) -> Any:
-    """Decode a JSON payload; text that is not JSON is hashed as the plain string it is."""
+    """Decode a JSON payload, numbers canonicalised (:func:`js_number`); text that is not
+    JSON is hashed as the plain string it is."""
     if text is None:
         return _MISSING
     try:
-        return orjson.loads(text)
+        value = orjson.loads(text)
     except orjson.JSONDecodeError:
         pass  # may still be JSON orjson refuses (NaN, lone surrogates, huge ints)
+    else:
+        return canonical_numbers(value) if _NUMBER_HINT.search(text) else value
     if _text_depth(text) > MAX_FALLBACK_DEPTH:
         return text
     try:
-        return _with_headroom(json.loads, text)
+        return canonical_numbers(_with_headroom(json.loads, text))
     except (ValueError, RecursionError):
         return text
+
+
+# What JavaScript's String.prototype.trim removes (WhiteSpace and LineTerminator): unlike
+# str.strip, U+FEFF but not U+001C-U+001F or U+0085.
+JS_WHITESPACE = (
+    "\t\n\v\f\r \u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006"
+    "\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
+)
+
+
+def js_trim(text: str) -> str:
+    return text.strip(JS_WHITESPACE)
 
 
 def _normalize_update_plan(value: Any) -> Any:
@@ -161,8 +299,10 @@ def _normalize_update_plan(value: Any) -> Any:
     return {
         "planLength": len(steps),
         "statuses": [s.get("status") if isinstance(s.get("status"), str) else None for s in steps],
-        "stepPresence": [isinstance(s.get("step"), str) and bool(s["step"].strip()) for s in steps],
-        "hasExplanation": isinstance(explanation, str) and bool(explanation.strip()),
+        "stepPresence": [
+            isinstance(s.get("step"), str) and bool(js_trim(s["step"])) for s in steps
+        ],
+        "hasExplanation": isinstance(explanation, str) and bool(js_trim(explanation)),
     }
 
 
@@ -333,7 +473,7 @@ def _text_content(result: dict[str, Any]) -> str:
         and isinstance(entry.get("type"), str)
         and isinstance(text := entry.get("text"), str)
     ]
-    return "\n".join(parts).strip()
+    return js_trim("\n".join(parts))
 
 
 def _str_or_none(value: Any) -> str | None:
@@ -341,18 +481,26 @@ def _str_or_none(value: Any) -> str | None:
 
 
 def _exec_outcome(details: dict[str, Any], result: dict[str, Any]) -> str | None:
-    """Stable command outcome only: duration, PID, session id and cwd are ignored."""
+    """Stable command outcome only: duration, PID, session id and cwd are ignored.
+
+    As the reference: the output is ``aggregated`` trimmed, or the text content when that is
+    blank; any number is an exit code (``1.0`` is ``1``, see :func:`js_number`). Then
+    loopguard masks clock times, durations and PIDs in it (:func:`normalize_output`).
+    """
     status = _str_or_none(details.get("status"))
     if status == "running":
-        return digest({"status": status, "tail": normalize_output(details.get("tail") or "")})
+        tail = details.get("tail")
+        return digest(
+            {"status": status, "tail": normalize_output(tail if isinstance(tail, str) else "")}
+        )
     if status in ("completed", "failed"):
-        output = details.get("aggregated") if isinstance(details.get("aggregated"), str) else ""
+        aggregated = details.get("aggregated")
+        output = js_trim(aggregated) if isinstance(aggregated, str) else ""
+        exit_code = details.get("exitCode")
         return digest(
             {
                 "status": status,
-                "exitCode": details.get("exitCode")
-                if isinstance(details.get("exitCode"), int)
-                else None,
+                "exitCode": exit_code if _is_number(exit_code) else None,
                 "timedOut": details.get("timedOut") is True,
                 "output": normalize_output(output or _text_content(result)),
             }
@@ -408,12 +556,18 @@ VOLATILE_SEND_KEYS = frozenset(
 
 
 def is_outbound_send(tool_name: str, params: Any) -> bool:
-    """Tools whose results carry fresh ids per call: sessions_send, message sends, *_send."""
+    """Tools whose results carry fresh ids per call: sessions_send, conversations_send and
+    conversations_turn, message sends, and (standing in for the reference's channel plugins,
+    which a worker cannot see) ``*_send`` tools and sends of ``*_message`` tools."""
     return _is_send_action(tool_name, params.get("action") if isinstance(params, dict) else None)
 
 
+# Tools whose every call is an outbound send, whatever its action (the reference's list).
+ALWAYS_SEND_TOOLS = frozenset({"sessions_send", "conversations_send", "conversations_turn"})
+
+
 def _is_send_action(tool_name: str, action: Any) -> bool:
-    if tool_name == "sessions_send":
+    if tool_name in ALWAYS_SEND_TOOLS:
         return True
     if not isinstance(action, str):  # agents send anything; a list is not hashable
         action = None
@@ -515,8 +669,10 @@ def _result_outcome(
 def _outcome(tool_name: str, action: Any, result: Any, error: str | None) -> Outcome:
     """The outcome rules; of the call's params only ``action`` ever matters."""
     if error is not None:
-        return Outcome(f"error:{digest(error)}", unknown_tool_name(error))
-    if result is _MISSING or result is None:
+        return Outcome(
+            f"error:{digest(error)}", unknown_tool_name(error) if isinstance(error, str) else None
+        )
+    if result is _MISSING:  # no result at all; JSON null is an outcome like any other
         return Outcome(None)
     if not isinstance(result, dict):
         return Outcome(digest(result))
@@ -537,6 +693,8 @@ def _outcome(tool_name: str, action: Any, result: Any, error: str | None) -> Out
             else ("status", "totalLines", "totalChars", "truncated", "exitCode", "exitSignal")
         )
         fields = {key: details.get(key) for key in keys}
+        if "status" not in details:  # the reference hashes a missing status as undefined
+            fields["status"] = UNDEFINED
         return Outcome(digest({"action": action, **fields, "text": _text_content(result)}))
     if _is_send_action(tool_name, action):
         return Outcome(digest(strip_volatile_send_ids(details)))

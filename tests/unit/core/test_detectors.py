@@ -12,6 +12,7 @@ import pytest
 from core_helpers import (
     VETO,
     Run,
+    dumps,
     exec_result,
     guard,
     loop_guard,
@@ -21,7 +22,7 @@ from core_helpers import (
     text_result,
 )
 
-from streams.core.events import Action
+from streams.core.events import Action, ToolResult
 from streams.core.hashing import args_hash
 
 READ = {"path": "/etc/hosts"}
@@ -128,6 +129,67 @@ def test_exec_timestamps_do_not_keep_a_loop_at_warning():
         return exec_result(f"2024-01-01T00:00:{i:02d}Z FAIL test_x (pid {1000 + i})", exit_code=1)
 
     got = repeat(Run(on(**SMALL)), 6, "exec", {"command": "pytest"}, stamped)
+    assert got[6] == ("block", "generic_repeat", 5)
+
+
+def test_exec_output_that_differs_only_by_a_newline_blocks_at_critical():
+    outputs = ["ok", "ok\n", "ok \n", "\nok"]
+    got = repeat(Run(on()), 21, "exec", {"command": "make"}, lambda i: exec_result(outputs[i % 4]))
+    assert got[11] == ("warn", "generic_repeat", 10)
+    assert got[21] == ("block", "generic_repeat", 20)
+
+
+def test_exec_exit_code_written_as_a_float_is_still_progress():
+    codes = [1.0, 2.0]
+    got = repeat(
+        Run(on(**SMALL)),
+        8,
+        "exec",
+        {"command": "make"},
+        lambda i: exec_result("boom", status="failed", exit_code=codes[i % 2]),
+    )
+    assert all(action == "warn" for action, _, _ in got.values())
+
+
+def null_result(run, tool="lookup", args=None):
+    return ToolResult(run.envelope(), tool, dumps({"id": 1} if args is None else args), "null")
+
+
+def test_a_tool_that_keeps_returning_null_blocks():
+    run = Run(on(**SMALL))
+    got = {}
+    for i in range(7):
+        decided = run.call("lookup", {"id": 1})
+        if decided:
+            got[i + 1] = summary(decided)[0]
+        result = VETO if decided and decided[0].action is not Action.WARN else None
+        run.feed(run.make_result("lookup", {"id": 1}, result) if result else null_result(run))
+    assert got[4] == ("warn", "generic_repeat", 3)
+    assert got[6] == ("block", "generic_repeat", 5)
+    assert got[7] == ("block", "generic_repeat", 6)
+
+
+def test_update_plan_wording_churn_is_no_progress():
+    # A deliberate deviation (README): loopguard hashes update_plan by its status pattern,
+    # a newer upstream rule the reference build does not have, so reworded plans still block.
+    def plan(i):
+        return {"plan": [{"step": f"try approach {i}", "status": "in_progress"}]}
+
+    run = Run(on(**SMALL))
+    got = {}
+    for i in range(6):
+        decided = run.cycle("update_plan", plan(i), text_result(f"Plan updated ({i})", **plan(i)))
+        if decided:
+            got[i + 1] = summary(decided)[0]
+    assert got[4] == ("warn", "generic_repeat", 3)
+    assert got[6] == ("block", "generic_repeat", 5)
+
+
+def test_conversations_turn_replies_with_fresh_ids_block():
+    def turn(i):
+        return {"details": {"status": "replied", "messageId": f"m-{i}", "reply": "same"}}
+
+    got = repeat(Run(on(**SMALL)), 6, "conversations_turn", {"conversationRef": "c"}, turn)
     assert got[6] == ("block", "generic_repeat", 5)
 
 

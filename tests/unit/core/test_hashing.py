@@ -12,12 +12,14 @@ from hypothesis import strategies as st
 from streams.core.events import ToolCall, ToolResult
 from streams.core.hashing import (
     MAX_FALLBACK_DEPTH,
+    UNDEFINED,
     NestedTooDeepError,
     args_hash,
     canonical_json,
     digest,
     is_known_poll_call,
     is_outbound_send,
+    js_number_text,
     outcome_hash,
     parse_json,
     unknown_tool_name,
@@ -97,6 +99,7 @@ def test_args_hash_names_the_tool():
 # -- exec --------------------------------------------------------------------------------
 
 EXEC = {"command": "make test"}
+POLL = {"action": "poll", "sessionId": "s-1"}
 
 
 def test_exec_ignores_volatile_metadata():
@@ -150,6 +153,54 @@ def test_exec_uses_text_when_aggregated_is_missing():
         "content": [{"type": "text", "text": "bye"}],
     }
     assert rh("exec", EXEC, a) == rh("exec", EXEC, b) != rh("exec", EXEC, c)
+
+
+def test_exec_output_is_trimmed_as_the_reference_does():
+    assert rh("exec", EXEC, exec_result("ok")) == rh("exec", EXEC, exec_result("ok\n"))
+    assert rh("exec", EXEC, exec_result("ok")) == rh("exec", EXEC, exec_result("  ok \r\n"))
+    # JavaScript's trim: U+FEFF is whitespace, U+001C and U+0085 are not (unlike str.strip)
+    assert rh("exec", EXEC, exec_result("ok")) == rh("exec", EXEC, exec_result("\ufeffok"))
+    assert rh("exec", EXEC, exec_result("ok")) != rh("exec", EXEC, exec_result("ok\x1c"))
+    assert rh("exec", EXEC, exec_result("ok")) != rh("exec", EXEC, exec_result("ok\x85"))
+    assert rh("exec", EXEC, exec_result("ok")) != rh("exec", EXEC, exec_result("o k"))
+
+
+@pytest.mark.parametrize("blank", ["", "   ", "\n\t", None, 5, ["x"]])
+def test_exec_blank_aggregated_falls_back_to_the_text_content(blank):
+    def result(aggregated, text):
+        return {
+            "details": {"status": "completed", "exitCode": 0, "aggregated": aggregated},
+            "content": [{"type": "text", "text": text}],
+        }
+
+    assert rh("exec", EXEC, result(blank, "hello")) == rh("exec", EXEC, result("hello", "x"))
+    assert rh("exec", EXEC, result(blank, "hello")) != rh("exec", EXEC, result(blank, "bye"))
+
+
+def test_exec_exit_codes_are_numbers_as_in_javascript():
+    def code(value):
+        return rh("exec", EXEC, exec_result("boom", status="failed", exit_code=value))
+
+    assert code(1.0) == code(1) != code(2.0) == code(2)  # 1.0 was read as null
+    assert code(1) != code(None) and code(2) != code(None)
+    assert code(1.5) != code(1) and code(1.5) != code(None)
+    assert code(True) == code(None) == code("1")  # not numbers: null, as typeof says
+
+
+def test_exec_rules_accept_any_json_in_any_field():
+    # was TypeError: argument of type 'int' is not iterable (normalize_output)
+    for details in (
+        {"status": "running", "tail": 5},
+        {"status": "running", "tail": None},
+        {"status": "running", "tail": {"a": [1]}},
+        {"status": "completed", "aggregated": 5, "exitCode": "x", "timedOut": "yes"},
+        {"status": ["completed"]},
+        {"status": "approval-pending", "command": 5, "host": [1], "reason": {}},
+    ):
+        assert rh("exec", EXEC, {"details": details, "content": 7}) is not None
+    assert rh("exec", EXEC, {"details": {"status": "running", "tail": 5}}) == rh(
+        "exec", EXEC, {"details": {"status": "running"}}
+    )
 
 
 def test_exec_approval_pending_hashes_its_facts():
@@ -209,6 +260,10 @@ def test_known_poll_classification():
         ("message", {"action": "send", "to": "#ops", "text": "deploy done"}),
         ("message", {"action": "reply", "to": "#ops"}),
         ("sessions_send", {"sessionKey": "s", "message": "hi"}),
+        ("conversations_send", {"conversationRef": "c", "text": "hi"}),
+        ("conversations_turn", {"conversationRef": "c", "text": "hi"}),
+        ("conversations_turn", {}),  # always a send, as in the reference, whatever its args
+        ("conversations_turn", []),
         ("telegram_send", {"chatId": 1, "text": "hi"}),
         ("slack_message", {"action": "send"}),
     ],
@@ -351,12 +406,29 @@ def test_other_tools_hash_details_and_text():
     assert rh("read", {}, image) == rh("read", {}, image2)  # only text content counts
 
 
+def test_process_poll_missing_status_is_not_a_null_status():
+    # The reference hashes ``status: details.status`` without ``?? null``: a missing status
+    # is JavaScript's undefined, not null (its other fields do use ``?? null``).
+    missing = {"details": {"exitCode": None}, "content": []}
+    null = {"details": {"status": None, "exitCode": None}, "content": []}
+    assert rh("process", POLL, missing) != rh("process", POLL, null)
+    assert rh("process", POLL, missing) == rh("process", POLL, {"details": {}})
+    assert rh("process", {"action": "log"}, missing) != rh("process", {"action": "log"}, null)
+    assert canonical_json({"status": UNDEFINED}) == b'{"status":undefined}'
+
+
 def test_non_object_results():
     assert rh("t", {}, "plain") == rh("t", {}, "plain") != rh("t", {}, "other")
     assert rh("t", {}, [1, 2]) != rh("t", {}, [2, 1])
     assert outcome_hash("t", {}, parse_json("not json at all"), None).result_hash is not None
-    assert outcome_hash("t", {}, parse_json(None), None).result_hash is None
-    assert outcome_hash("t", {}, None, None).result_hash is None
+    assert outcome_hash("t", {}, parse_json(None), None).result_hash is None  # no result
+    # JSON null is an outcome (the reference hashes it): a tool that keeps returning null
+    # can block and trip the breaker like any other
+    assert rh("t", {}, None) is None
+    null = outcome_hash("t", {}, parse_json("null"), None).result_hash
+    assert null is not None and null == outcome_hash("t", {}, None, None).result_hash
+    assert null != outcome_hash("t", {}, parse_json('"null"'), None).result_hash
+    assert null != outcome_hash("t", {}, parse_json("{}"), None).result_hash
 
 
 def test_loop_veto_is_reported_not_hashed():
@@ -412,6 +484,58 @@ def test_non_json_args_text():
     assert ah("t", "not json {") != ah("t", "not json }")
     assert ah("t", '"{}"') != ah("t", "{}")  # a JSON string is not an object
     assert parse_json("{broken") == "{broken"
+
+
+# -- numbers, as JavaScript holds them ---------------------------------------------------
+
+
+def test_integral_floats_are_the_same_call_as_ints():
+    # {limit: 1} from a TypeScript gateway, {limit: 1.0} from a Python one: one call
+    assert ah("read", '{"limit": 1}') == ah("read", '{"limit": 1.0}') == ah("read", '{"limit":1e0}')
+    assert ah("read", '{"limit": 1}') != ah("read", '{"limit": 1.5}')
+    assert ah("read", '{"limit": [2.0, {"n": -0.0}]}') == ah("read", '{"limit": [2, {"n": 0}]}')
+    assert ah("read", '{"n": 10000000000000000}') == ah("read", '{"n": 1e16}')
+    # beyond 2**53 JavaScript reads the nearest double: these two are one number there
+    assert ah("t", '{"n": 12345678901234567890}') == ah("t", '{"n": 12345678901234567000}')
+    assert ah("t", '{"n": 9007199254740993}') == ah("t", '{"n": 9007199254740992}')
+    assert ah("t", '{"n": 9007199254740991}') != ah("t", '{"n": 9007199254740992}')
+    # NaN, Infinity (standard library path) and 1e400 are written null by JSON.stringify
+    assert ah("t", '{"n": NaN}') == ah("t", '{"n": 1e400}') == ah("t", '{"n": null}')
+    assert rh("t", {}, {"details": {"n": 3.0}}) == rh("t", {}, {"details": {"n": 3}})
+
+
+@pytest.mark.parametrize(
+    ("text", "javascript"),
+    [  # right-hand sides: JSON.stringify(JSON.parse(text)) in Node
+        ("1.0", "1"),
+        ("-0.0", "0"),
+        ("0.1", "0.1"),
+        ("1.5", "1.5"),
+        ("123.456", "123.456"),
+        ("1e21", "1e+21"),
+        ("1e20", "100000000000000000000"),
+        ("1e-7", "1e-7"),
+        ("0.000001", "0.000001"),
+        ("1152921504606846976", "1152921504606847000"),
+        ("12345678901234567890", "12345678901234567000"),
+        ("-2.5e-10", "-2.5e-10"),
+        ("5e-324", "5e-324"),
+        ("1.7976931348623157e308", "1.7976931348623157e+308"),
+        ("1e400", "null"),
+        ("[1.0, 2.5e300]", "[1,2.5e+300]"),
+        ('{"b": 1.0, "a": 0.5}', '{"a":0.5,"b":1}'),
+    ],
+)
+def test_numbers_are_written_as_javascript_writes_them(text, javascript):
+    assert canonical_json(parse_json(text)).decode() == javascript
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.floats(allow_nan=False, allow_infinity=False))
+def test_js_number_text_round_trips(value):
+    text = js_number_text(value)
+    assert float(text) == value
+    assert ("e" in text) == (value != 0 and not 1e-6 <= abs(value) < 1e21)
 
 
 def test_canonical_json_is_compact_and_sorted():
