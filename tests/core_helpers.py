@@ -1,6 +1,7 @@
 """Builders for driving the detector core in tests: events for one run, payloads, guards.
 
-``Run`` numbers its events (seq 1, 2, 3 … per run) and, when bound to a :class:`LoopGuard`,
+``Run`` numbers its events (seq 1, 2, 3 … per run, ``time_step`` ms of event time apart) and,
+when bound to a :class:`LoopGuard`,
 feeds each event through it and keeps every decision. ``make_*`` methods only build events,
 for tests that deliver them in their own order.
 """
@@ -114,6 +115,7 @@ class Run:
         gateway_id: str = "gw-1",
         start_seq: int = 1,
         start_time: int = 1_700_000_000_000,
+        time_step: int = 1000,
     ) -> None:
         self.lg = lg
         self.run_id = run_id
@@ -121,6 +123,7 @@ class Run:
         self.gateway_id = gateway_id
         self.seq = start_seq - 1
         self.start_time = start_time
+        self.time_step = time_step
         self.events: list[AgentEvent] = []
         self.decisions: list[Decision] = []
         self.last_result_decisions: list[Decision] = []
@@ -134,7 +137,7 @@ class Run:
             agent_id=self.agent_id,
             gateway_id=self.gateway_id,
             seq=self.seq,
-            event_time=self.start_time + 1000 * self.seq,
+            event_time=self.start_time + self.time_step * self.seq,
         )
 
     def _keep(self, event: AgentEvent) -> AgentEvent:

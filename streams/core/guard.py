@@ -1,8 +1,10 @@
-"""The post-compaction guard: a short window armed right after a context-overflow compaction.
+"""The post-compaction guard: a short window armed right after every compaction retry.
 
 If the next ``windowSize`` tool outcomes include the same ``(toolName, argsHash, resultHash)``
 triple ``windowSize`` times, compaction did not break the loop and the run is aborted with
-``compaction_loop_persisted``. Outcomes that change never abort.
+``compaction_loop_persisted``. Outcomes that change never abort. As in the reference runtime,
+every compaction retry arms it, whatever its trigger (context overflow, timeout, continuation),
+and only outcomes with a result hash spend its window: a result with nothing in it does not.
 """
 
 from __future__ import annotations
@@ -12,8 +14,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 log = logging.getLogger("loopguard.compaction")
-
-ARMING_TRIGGER = "context_overflow"
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,16 +41,15 @@ class PostCompactionGuard:
 
     def observe(self, tool_name: str, sig: str, result_hash: str | None) -> CompactionLoop | None:
         """Count one tool outcome inside the window; return the loop once it persists."""
-        if not self.armed:
+        if not self.armed or result_hash is None:
             return None
         self.remaining -= 1
         hit = None
-        if result_hash is not None:
-            triple = f"{sig}\x00{result_hash}"
-            seen = self.counts.get(triple, 0) + 1
-            self.counts[triple] = seen
-            if seen >= self.window:
-                hit = CompactionLoop(tool_name, sig, result_hash, seen)
+        triple = f"{sig}\x00{result_hash}"
+        seen = self.counts.get(triple, 0) + 1
+        self.counts[triple] = seen
+        if seen >= self.window:
+            hit = CompactionLoop(tool_name, sig, result_hash, seen)
         if hit is not None or self.remaining == 0:
             self.remaining = 0
             self.counts = {}

@@ -2,8 +2,11 @@
 guard, and turns what they find into decisions for the gateway.
 
 Pure and deterministic: the same events in give the same decisions out and the same
-serialised state, byte for byte; delivered in another order (within the reorder limit) or
+serialised state, byte for byte; delivered in another order (within the reorder limits) or
 with duplicates, they still give the same decisions (only the delivery counters differ).
+A lost event holds the run's later events for a bounded wait, in event count and in event
+time (the events' own ``event_time``, never the worker's clock, so replay decides the same),
+after which the run moves on without it; a RunEnded processes whatever waits.
 This is the one object the Faust agents keep in their table, the replay tool re-runs and the
 tests drive directly.
 """
@@ -27,13 +30,18 @@ from streams.core.events import (
     event_from_dict,
     event_to_dict,
 )
-from streams.core.guard import ARMING_TRIGGER, PostCompactionGuard
+from streams.core.guard import PostCompactionGuard
 from streams.core.hashing import MEMO_MAX_CHARS, call_info, result_outcome
 from streams.core.history import RunHistory
 
-# Out-of-order events wait for the gap to fill; past this many the gap is given up on so one
-# lost event cannot stall a run forever (deterministically: always the lowest waiting seq).
+# Out-of-order events wait for the gap before them to fill. The wait is bounded so one lost
+# event cannot stall a run: once more than REORDER_LIMIT events wait, or the waiting events
+# span REORDER_MAX_WAIT_MS of event time (newest waiting event_time minus that of the first
+# event after the gap), the gap is given up on and the run moves on from the lowest waiting
+# seq. Measured on event time, the same events in the same order give the same decisions in
+# a worker and in replay, however fast either reads them.
 REORDER_LIMIT = 64
+REORDER_MAX_WAIT_MS = 5_000
 # ... and past this many payload characters waiting, so the state (written to the changelog as
 # one message) stays well under the broker's request size whatever the events carry.
 REORDER_MAX_CHARS = 262_144
@@ -68,10 +76,11 @@ class RunState:
     history_size: int = 30
     agent_id: str = ""
     gateway_id: str = ""
-    last_seq: int = 0
+    last_seq: int = 0  # highest seq processed; every seq before it processed or given up
     status: str = ACTIVE
     blocks: int = 0
-    last_event_time: int = 0
+    last_event_time: int = 0  # newest event_time seen (run expiry)
+    last_seq_time: int = 0  # event_time of the event at last_seq (run progress)
     waiting: dict[int, AgentEvent] = field(default_factory=dict)
     history: RunHistory = field(init=False)
     guard: PostCompactionGuard = field(default_factory=PostCompactionGuard)
@@ -82,6 +91,11 @@ class RunState:
 
     def __post_init__(self) -> None:
         self.history = RunHistory(self.history_size)
+
+    @property
+    def event_count(self) -> int:
+        """Events applied so far (duplicates and lost seqs not counted)."""
+        return self.stats.events
 
     def is_duplicate(self, seq: int) -> bool:
         """Already processed (or already waiting for its turn)."""
@@ -112,14 +126,13 @@ class RunState:
             self.stats.duplicates += 1
             return []
         self.waiting[seq] = event
+        if isinstance(event, RunEnded):  # nothing comes after the end: stop waiting
+            return self.flush(cfg)
         decisions: list[Decision] = []
         while self.waiting:
             following = self.last_seq + 1
             if following not in self.waiting:
-                if (
-                    len(self.waiting) <= REORDER_LIMIT
-                    and self._waiting_chars() <= REORDER_MAX_CHARS
-                ):
+                if not self._gap_expired():
                     break
                 following = min(self.waiting)
                 self.stats.gaps += following - self.last_seq - 1
@@ -127,6 +140,17 @@ class RunState:
             self.last_seq = following
             decisions.extend(self._remember(following, self._process(ready, cfg)))
         return decisions
+
+    def _gap_expired(self) -> bool:
+        """Whether the events waiting behind a gap have waited long enough (see above)."""
+        waiting = self.waiting
+        if len(waiting) > REORDER_LIMIT:
+            return True
+        first = waiting[min(waiting)].envelope.event_time
+        newest = max(event.envelope.event_time for event in waiting.values())
+        if newest - first >= REORDER_MAX_WAIT_MS:
+            return True
+        return self._waiting_chars() > REORDER_MAX_CHARS
 
     def _remember(self, seq: int, decisions: list[Decision]) -> list[Decision]:
         if decisions:
@@ -157,6 +181,7 @@ class RunState:
             self.gateway_id = env.gateway_id
         if env.event_time > self.last_event_time:
             self.last_event_time = env.event_time
+        self.last_seq_time = env.event_time
         if self.history.max_size != cfg.history_size:
             self.history.resize(cfg.history_size)
         if self.status != ACTIVE:
@@ -169,7 +194,9 @@ class RunState:
         if isinstance(event, ToolResult):
             return self._on_result(event, cfg)
         if isinstance(event, CompactionRetry):
-            if event.trigger == ARMING_TRIGGER and cfg.compaction_guard_on:
+            # Every compaction retry arms the guard, whatever its trigger (overflow, timeout,
+            # continuation), as in the reference runtime.
+            if cfg.compaction_guard_on:
                 self.guard.arm(cfg.compaction_window_size, self.run_id)
             return []
         if isinstance(event, RunEnded):
@@ -220,6 +247,10 @@ class RunState:
                 record = self.history.find_pending(tool_name, info.sig, event.tool_call_id)
             sig, known_poll, action = info.sig, info.known_poll, info.action
         outcome = result_outcome(tool_name, action, event.result_json, event.error)
+        if outcome.result_hash is None and not outcome.loop_veto:
+            # No result and no error: nothing to compare, so, as in the reference, it is not
+            # an outcome at all; the call stays open for a result that says something.
+            return []
         if record is not None:
             self.history.attach_result(record, outcome)
         else:
@@ -327,6 +358,7 @@ class RunState:
             "status": self.status,
             "blocks": self.blocks,
             "last_event_time": self.last_event_time,
+            "last_seq_time": self.last_seq_time,
             "waiting": [event_to_dict(self.waiting[seq]) for seq in sorted(self.waiting)],
             "history_size": self.history.max_size,
             "next_index": self.history.next_index,
@@ -347,6 +379,8 @@ class RunState:
             status=data["status"],
             blocks=data["blocks"],
             last_event_time=data["last_event_time"],
+            # States written before it was kept: the newest event time is the best guess.
+            last_seq_time=data.get("last_seq_time", data["last_event_time"]),
         )
         for item in data["waiting"]:
             event = event_from_dict(item)

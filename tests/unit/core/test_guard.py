@@ -1,14 +1,14 @@
-"""The post-compaction guard: armed right after a context-overflow compaction retry, aborts the
-run when the same (tool, args, result) triple fills its window."""
+"""The post-compaction guard: armed right after every compaction retry, aborts the run when the
+same (tool, args, result) triple fills its window; only outcomes with a result hash count."""
 
 from __future__ import annotations
 
 import logging
 
 import pytest
-from core_helpers import Run, guard, loop_guard, one, text_result
+from core_helpers import Run, dumps, guard, loop_guard, one, text_result
 
-from streams.core.events import Action
+from streams.core.events import Action, ToolResult
 from streams.core.guard import PostCompactionGuard
 from streams.core.hashing import args_hash
 
@@ -58,12 +58,37 @@ def test_nothing_arms_without_a_compaction():
     assert guard_decisions(run) == []
 
 
-@pytest.mark.parametrize("trigger", ["manual", "threshold", "timeout", "", "Context_Overflow"])
-def test_other_triggers_do_not_arm(trigger):
+@pytest.mark.parametrize(
+    "trigger", ["timeout", "continuation", "manual", "threshold", "", "Context_Overflow"]
+)
+def test_every_compaction_retry_arms(trigger):
+    # The reference arms after overflow auto-compaction, timeout compaction and the
+    # compaction-continuation retry alike: a timeout compaction then 3 identical reads aborts.
     run = Run(guard())
     run.compaction(trigger)
-    assert not armed(run)
-    assert results(run, ["same"] * 10) is None
+    assert armed(run)
+    assert results(run, ["same"] * 3) == 2
+    assert one(guard_decisions(run)).error_code == "compaction_loop_persisted"
+
+
+def test_only_outcomes_with_a_result_hash_spend_the_window():
+    # compaction, one read with no result, then 3 identical reads: the reference aborts
+    run = Run(guard())
+    run.compaction()
+    run.call("read", ARGS)
+    run.result("read", ARGS)  # neither a result nor an error: nothing to compare
+    assert armed(run) and run.lg.runs[run.run_id].guard.remaining == 3
+    assert results(run, ["same"] * 3) == 2
+    assert one(guard_decisions(run)).count == 3
+
+
+def test_a_null_result_is_an_outcome_for_the_guard():
+    run = Run(guard())
+    run.compaction()
+    for _ in range(3):
+        run.call("read", ARGS)
+        run.feed(ToolResult(run.envelope(), "read", dumps(ARGS), "null"))
+    assert one(guard_decisions(run)).count == 3
 
 
 def test_arms_only_after_the_compaction():
@@ -85,8 +110,8 @@ def test_arming_log_line(caplog):
     run2.compaction()
     assert "post-compaction guard armed for 7 attempts" in caplog.text
     caplog.clear()
-    Run(guard(), run_id="r-manual").compaction("manual")
-    assert "armed" not in caplog.text
+    Run(guard(), run_id="r-timeout").compaction("timeout")
+    assert "post-compaction guard armed for 3 attempts (run r-timeout)" in caplog.text
 
 
 def test_no_log_when_disabled(caplog):
@@ -153,13 +178,13 @@ def test_identical_errors_abort():
     assert d.tool_name == "exec" and d.error_code == "compaction_loop_persisted"
 
 
-def test_results_without_payload_use_up_the_window_without_counting():
+def test_results_without_payload_neither_count_nor_spend_the_window():
     run = Run(guard())
     run.compaction()
     for _ in range(3):
         run.call("read", ARGS)
         run.result("read", ARGS)  # no result, no error: nothing to compare
-    assert not armed(run)
+    assert armed(run) and run.lg.runs[run.run_id].guard.remaining == 3
     assert guard_decisions(run) == []
 
 

@@ -8,7 +8,17 @@ import json
 from dataclasses import replace
 from typing import Any
 
-from core_helpers import VETO, Run, exec_result, loop_guard, poll_result, sent_result, text_result
+import pytest
+from core_helpers import (
+    VETO,
+    Run,
+    exec_result,
+    loop_guard,
+    one,
+    poll_result,
+    sent_result,
+    text_result,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -17,7 +27,7 @@ from streams.core.engine import LoopGuard
 from streams.core.events import AgentEvent, Decision
 from streams.core.hashing import Outcome, args_hash
 from streams.core.history import RunHistory
-from streams.core.run_state import REORDER_LIMIT, RunState
+from streams.core.run_state import REORDER_LIMIT, REORDER_MAX_WAIT_MS, RunState
 
 SETTINGS = settings(
     max_examples=60,
@@ -67,8 +77,10 @@ CONFIGS = [
 @st.composite
 def run_events(draw, run_id: str = "r1", max_ops: int = 50, distinct_results: bool = False):
     """A plausible event list for one run, in seq order: calls (some parallel, with or
-    without call ids), results arriving out of order, compactions."""
-    run = Run(None, run_id=run_id, agent_id="agent")
+    without call ids), results arriving out of order, compactions. Events are 50 ms of event
+    time apart, so a delivery delay of up to REORDER_LIMIT - 1 events stays within
+    REORDER_MAX_WAIT_MS and the order-independence tests test the count bound."""
+    run = Run(None, run_id=run_id, agent_id="agent", time_step=50)
     pending: list[tuple[str, dict[str, Any], str | None]] = []
     recent: list[int] = []  # call pool indices, newest last: loops repeat these
     sticky: dict[str, int] = {}  # each tool keeps answering the same until it changes
@@ -491,8 +503,10 @@ def test_run_isolation(ci, runs):
 GAP_CONFIG = {"enabled": True, "warningThreshold": 2, "criticalThreshold": 50}
 
 
-def looping_events(n_cycles: int) -> list[AgentEvent]:
-    run = Run(None)
+def looping_events(n_cycles: int, time_step: int = 10) -> list[AgentEvent]:
+    """Identical read cycles, ``time_step`` ms of event time apart (by default close enough
+    that only the count bound releases a gap)."""
+    run = Run(None, time_step=time_step)
     for _ in range(n_cycles):
         run.make_call("read", {"path": "a"})
         run.make_result("read", {"path": "a"}, text_result("same"))
@@ -574,6 +588,152 @@ def test_flush_counts_every_missing_seq():
     state.flush(lg.config_for("agent-1"))
     assert state.stats.gaps == 3
     assert state.stats.events == 17
+
+
+# -- gaps bounded in event time, RunEnded flushes ----------------------------------------
+
+
+def first_decision_arrival(lg, events):
+    """(index in ``events`` whose processing published the first decision, all decisions)."""
+    first, out = None, []
+    for i, event in enumerate(events):
+        decided = lg.process(event)
+        if decided and first is None:
+            first = i
+        out.extend(decided)
+    return first, out
+
+
+def test_a_gap_is_given_up_after_its_wait_in_event_time():
+    # 40 identical cycles, one a second, seq 2 lost: decisions come once the events behind
+    # the gap span REORDER_MAX_WAIT_MS of event time, not after REORDER_LIMIT of them
+    events = looping_events(40, time_step=1000)
+    kept = [e for e in events if e.envelope.seq != 2]
+    lg = loop_guard(**GAP_CONFIG)
+    first, decisions = first_decision_arrival(lg, kept)
+    state = lg.runs["run-1"]
+    behind = REORDER_MAX_WAIT_MS // 1000  # seq 3 is the first event behind the gap
+    assert kept[first].envelope.seq == 3 + behind  # seq 8, not seq 66
+    assert state.waiting == {} and state.last_seq == 80 and state.stats.gaps == 1
+    # the same decisions as if seq 2 had arrived, but for the call whose result was lost
+    full = process(GAP_CONFIG, events)[0]
+    assert [d.seq for d in decisions] == [d.seq for d in full]
+    assert [d.decision_id for d in decisions] == [d.decision_id for d in full]
+
+
+def test_events_closer_in_event_time_wait_for_the_count_bound():
+    events = looping_events(40, time_step=10)
+    kept = [e for e in events if e.envelope.seq != 2]
+    first, _ = first_decision_arrival(loop_guard(**GAP_CONFIG), kept)
+    assert kept[first].envelope.seq == 3 + REORDER_LIMIT
+
+
+def test_the_wait_is_measured_from_the_first_event_after_the_gap():
+    # a long tool run before the lost event does not count: only the waiting events' span
+    run = Run(None, time_step=10)
+    run.make_call("exec", {"command": "make"})
+    run.seq += 1  # seq 2 lost
+    run.start_time += 60_000  # ... a minute after seq 1
+    for _ in range(10):
+        run.make_call("read", {"path": "a"})
+    lg = loop_guard(**GAP_CONFIG)
+    assert [d for e in run.events for d in lg.process(e)] == []
+    assert len(lg.runs["run-1"].waiting) == 10
+
+
+def test_a_lost_event_in_a_long_run_stays_deterministic():
+    events = looping_events(200, time_step=700)
+    kept = [e for i, e in enumerate(events) if i % 37 != 5]  # a few lost events
+    first, lg1 = process(GAP_CONFIG, kept)
+    second, lg2 = process(GAP_CONFIG, kept)
+    assert first == second and state_json(lg1) == state_json(lg2)
+    assert lg1.runs["run-1"].waiting == {}
+    # and persisted and restored at every step, as a restarted worker would be
+    lg3 = loop_guard(**GAP_CONFIG)
+    third: list[Decision] = []
+    for event in kept:
+        third.extend(lg3.process(event))
+        state = lg3.runs["run-1"]
+        lg3.runs["run-1"] = RunState.from_dict(json.loads(json.dumps(state.to_dict())))
+    assert third == first and state_json(lg3) == state_json(lg1)
+
+
+@pytest.mark.parametrize("time_step", [1000, 10])
+def test_seq_2_lost_then_a_post_compaction_loop_still_aborts(time_step):
+    run = Run(None, time_step=time_step)
+    run.make_call("read", {"path": "a"})
+    run.make_result("read", {"path": "a"}, text_result("first"))  # seq 2: lost
+    run.make_compaction()
+    for _ in range(3):
+        run.make_call("read", {"path": "a"})
+        run.make_result("read", {"path": "a"}, text_result("same"))
+    run.make_end()
+    lg = loop_guard()  # defaults: rolling detectors off, the guard on
+    decided = [d for e in run.events if e.envelope.seq != 2 for d in lg.process(e)]
+    d = one(decided)
+    assert (d.action.value, d.error_code, d.seq) == ("abort", "compaction_loop_persisted", 9)
+    state = lg.runs["run-1"]
+    assert state.status == "aborted" and state.waiting == {} and state.last_seq == 10
+
+
+def test_run_ended_flushes_what_waits_in_seq_order():
+    events = looping_events(10, time_step=10)
+    end = Run(None, time_step=10, start_seq=21).make_end()
+    lg = loop_guard(**GAP_CONFIG)
+    lg.process(events[0])
+    for event in events[2:9]:  # seq 2 lost; seqs 3..9 wait
+        assert lg.process(event) == []
+    for event in events[10:]:  # seq 10 lost too; seqs 11..20 wait
+        assert lg.process(event) == []
+    flushed = lg.process(end)
+    state = lg.runs["run-1"]
+    assert state.waiting == {} and state.status == "ended"
+    assert (state.last_seq, state.stats.gaps, state.event_count) == (21, 2, 19)
+    assert [d.seq for d in flushed] == sorted(d.seq for d in flushed)
+    assert {d.seq for d in flushed} <= {5, 7, 9, 11, 13, 15, 17, 19}
+    # the lost events arrive at last: too late
+    assert lg.process(events[1]) == [] and lg.process(events[9]) == []
+    assert state.stats.duplicates == 2
+
+
+def test_run_progress_fields():
+    events = looping_events(3, time_step=1000)  # seqs 1..6
+    state = RunState("run-1")
+    cfg = resolve(GAP_CONFIG)
+    assert (state.last_seq, state.status, state.event_count, state.last_seq_time) == (
+        0,
+        "active",
+        0,
+        0,
+    )
+    state.apply(events[0], cfg)
+    state.apply(events[2], cfg)  # waits for seq 2
+    assert (state.last_seq, state.event_count) == (1, 1)
+    assert state.last_seq_time == events[0].envelope.event_time
+    assert state.last_event_time == events[0].envelope.event_time  # seq 3 is not applied yet
+    state.apply(events[1], cfg)
+    assert (state.last_seq, state.event_count) == (3, 3)
+    assert state.last_seq_time == events[2].envelope.event_time
+    end = Run(None, start_seq=7).make_end()
+    state.apply(end, cfg)
+    assert (state.last_seq, state.status, state.event_count) == (7, "ended", 4)
+    assert state.last_seq_time == end.envelope.event_time
+
+
+def test_a_state_written_before_last_seq_time_still_loads():
+    events = looping_events(3, time_step=1000)
+    state = RunState("run-1")
+    for event in events:
+        state.apply(event, resolve(GAP_CONFIG))
+    old = json.loads(json.dumps(state.to_dict()))
+    del old["last_seq_time"]  # as written by the previous release
+    loaded = RunState.from_dict(old)
+    assert loaded.last_seq_time == state.last_event_time == events[-1].envelope.event_time
+    assert loaded.to_dict() == state.to_dict()
+    more = looping_events(5, time_step=1000)[6:]
+    assert [loaded.apply(e, resolve(GAP_CONFIG)) for e in more] == [
+        state.apply(e, resolve(GAP_CONFIG)) for e in more
+    ]
 
 
 def test_duplicates_are_dropped_and_counted():
