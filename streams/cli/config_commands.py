@@ -16,14 +16,19 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from streams.cli.main import EXIT_ERROR, EXIT_OK, EXIT_USAGE
+from streams.cli.common import (
+    EXIT_OK,
+    InputError,
+    add_topic_args,
+    run_reporting_errors,
+    settings_from_args,
+)
+from streams.core.config import ConfigError, FleetConfig, _check_block, load_fleet_config, resolve
 
 GLOBAL_KEY = "*"
 
 
 def add_config_parser(sub: Any) -> argparse.ArgumentParser:
-    from streams.replay.replay import add_topic_args
-
     parser = sub.add_parser(
         "config",
         help="set, remove or show per-agent config overrides on the config topic",
@@ -117,8 +122,6 @@ def check_agent_id(agent_id: str) -> None:
 
 def validate_override(agent_id: str, doc: Any) -> dict[str, Any]:
     """The block to publish, checked exactly as a worker and a config file would check it."""
-    from streams.core.config import ConfigError, FleetConfig, _check_block, resolve
-
     check_agent_id(agent_id)
     if isinstance(doc, dict) and "agents" in doc:
         raise OverrideError(
@@ -149,8 +152,6 @@ def validate_override(agent_id: str, doc: Any) -> dict[str, Any]:
 
 def effective_versions(fleet: Any, overrides: dict[str, dict[str, Any]]) -> dict[str, str]:
     """Config version per override key, resolved the way the workers' ConfigBook does."""
-    from streams.core.config import FleetConfig, resolve
-
     base = fleet
     if GLOBAL_KEY in overrides:
         base = FleetConfig(overrides[GLOBAL_KEY], fleet.agent_blocks)
@@ -163,7 +164,7 @@ def effective_versions(fleet: Any, overrides: dict[str, dict[str, Any]]) -> dict
 
 def read_overrides(settings: Any) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
     """Current override per key from the config topic, and keys whose latest record is bad."""
-    from streams.core.config import ConfigError, _check_block
+    # Deferred, as every Kafka import here: kafka-python takes most of a second to import.
     from streams.kafka.reader import TopicReader
 
     blocks: dict[str, dict[str, Any]] = {}
@@ -190,12 +191,6 @@ def read_overrides(settings: Any) -> tuple[dict[str, dict[str, Any]], dict[str, 
                 continue
             blocks[key] = block
     return blocks, invalid
-
-
-def _settings(args: argparse.Namespace) -> Any:
-    from streams.replay.replay import _settings as replay_settings
-
-    return replay_settings(args)
 
 
 def _ensure_config_topic(settings: Any) -> None:
@@ -236,27 +231,16 @@ def _publish(settings: Any, key: str, value: bytes | None) -> Any:
 
 
 def run_config(args: argparse.Namespace) -> int:
-    from kafka.errors import KafkaError
-
-    from streams.replay.replay import quiet_kafka
-
-    quiet_kafka()
     handler = {"set": _set, "rm": _rm, "show": _show}[args.config_command]
-    try:
-        return handler(args)
-    except OverrideError as exc:
-        print(f"loopguard config {args.config_command}: invalid override: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except KafkaError as exc:
-        print(
-            f"loopguard config {args.config_command}: broker {args.broker}: {exc}", file=sys.stderr
-        )
-        return EXIT_ERROR
+    return run_reporting_errors(f"config {args.config_command}", handler, args)
 
 
 def _set(args: argparse.Namespace) -> int:
-    block = validate_override(args.agent_id, load_block(args.file))
-    settings = _settings(args)
+    try:
+        block = validate_override(args.agent_id, load_block(args.file))
+    except OverrideError as exc:
+        raise InputError(f"invalid override: {exc}") from None
+    settings = settings_from_args(args)
     value = json.dumps(block, sort_keys=True, separators=(",", ":")).encode()
     meta = _publish(settings, args.agent_id, value)
     what = "the global block" if args.agent_id == GLOBAL_KEY else f"agent {args.agent_id}"
@@ -268,8 +252,11 @@ def _set(args: argparse.Namespace) -> int:
 
 
 def _rm(args: argparse.Namespace) -> int:
-    check_agent_id(args.agent_id)
-    settings = _settings(args)
+    try:
+        check_agent_id(args.agent_id)
+    except OverrideError as exc:
+        raise InputError(f"invalid override: {exc}") from None
+    settings = settings_from_args(args)
     meta = _publish(settings, args.agent_id, None)
     what = "the global block" if args.agent_id == GLOBAL_KEY else f"agent {args.agent_id}"
     print(
@@ -280,20 +267,12 @@ def _rm(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from streams.core.config import ConfigError, FleetConfig, load_fleet_config
-    from streams.kafka.reader import ReaderError
-
     try:
         fleet = load_fleet_config(args.config) if args.config else FleetConfig()
     except ConfigError as exc:
-        print(f"loopguard config show: invalid config: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    settings = _settings(args)
-    try:
-        overrides, invalid = read_overrides(settings)
-    except ReaderError as exc:
-        print(f"loopguard config show: {exc}", file=sys.stderr)
-        return EXIT_ERROR
+        raise InputError(f"invalid config: {exc}") from None
+    settings = settings_from_args(args)
+    overrides, invalid = read_overrides(settings)
     versions = effective_versions(fleet, overrides)
     if args.json:
         doc = {

@@ -10,25 +10,15 @@ import sys
 from collections.abc import Sequence
 from dataclasses import asdict
 
+from streams.cli.common import EXIT_ERROR, EXIT_OK, EXIT_USAGE, add_db_arg, add_topic_args
+from streams.cli.config_commands import add_config_parser, run_config
+from streams.cli.replay_commands import (
+    add_export_parser,
+    add_replay_parser,
+    run_export,
+    run_replay,
+)
 from streams.settings import DEFAULT_DB_URL
-
-EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_DIVERGED = 0, 1, 2, 3
-
-
-def _add_broker(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--broker",
-        default=os.environ.get("LOOPGUARD_BROKER", "kafka://127.0.0.1:9092"),
-        help="Kafka bootstrap URL, e.g. kafka://host:9092 (env LOOPGUARD_BROKER)",
-    )
-
-
-def _add_db(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--db",
-        default=os.environ.get("LOOPGUARD_DB_URL", DEFAULT_DB_URL),
-        help=f"SQLAlchemy URL of the audit trail (env LOOPGUARD_DB_URL; default {DEFAULT_DB_URL})",
-    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -47,20 +37,14 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run a Faust worker: consumes the events topic, keeps per-run state, "
         "publishes decisions to the control topic and writes the audit trail.",
     )
-    _add_broker(worker)
-    _add_db(worker)
+    add_topic_args(worker)
+    add_db_arg(worker)
     worker.add_argument("--config", help="tools.loopDetection config file (JSON5, JSON, YAML)")
     worker.add_argument(
         "--app-id",
         default=os.environ.get("LOOPGUARD_APP_ID", "loopguard"),
         help="Faust app id = consumer group; workers with the same id share the work "
         "(env LOOPGUARD_APP_ID; default loopguard)",
-    )
-    worker.add_argument(
-        "--topic-prefix",
-        default=os.environ.get("LOOPGUARD_TOPIC_PREFIX", "loopguard"),
-        help="topic name prefix: PREFIX.events, PREFIX.control, PREFIX.config, ... "
-        "(env LOOPGUARD_TOPIC_PREFIX; default loopguard)",
     )
     worker.add_argument(
         "--broker-profile",
@@ -87,11 +71,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     history = sub.add_parser("history", help="loop history of one run from the audit trail")
     history.add_argument("run_id", help="the run id (the events' message key)")
-    _add_db(history)
+    add_db_arg(history)
     history.add_argument("--json", action="store_true", help="print JSON lines")
 
     runs = sub.add_parser("runs", help="runs with loop decisions, newest first")
-    _add_db(runs)
+    add_db_arg(runs)
     runs.add_argument("--agent", help="only decisions of this agent id")
     runs.add_argument("--gateway", help="only decisions of this gateway id")
     runs.add_argument("--detector", help="only decisions of this detector, e.g. ping_pong")
@@ -102,12 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
     runs.add_argument("--json", action="store_true", help="print JSON")
 
     migrate = sub.add_parser("migrate", help="create or upgrade the audit schema (Alembic)")
-    _add_db(migrate)
+    add_db_arg(migrate)
 
-    from streams.cli.config_commands import add_config_parser
-    from streams.replay.replay import add_export_parser, add_replay_parser
-
-    _add_db(add_replay_parser(sub))
+    add_db_arg(add_replay_parser(sub))
     add_export_parser(sub)
     add_config_parser(sub)
     return parser
@@ -157,6 +138,7 @@ def run_worker(args: argparse.Namespace) -> int:
 
 
 def run_history(args: argparse.Namespace) -> int:
+    # Deferred, as in every query command: SQLAlchemy is not loaded for the other commands.
     from streams.audit.store import AuditStore
 
     with AuditStore(args.db) as store:
@@ -219,27 +201,10 @@ def run_migrate(args: argparse.Namespace) -> int:
 
 
 def run_demo(args: argparse.Namespace) -> int:
+    # Deferred: the demo pulls in the broker, the worker process and the gateway client.
     from streams.devtools.demo import run_demo as demo
 
     return demo(db_url=args.db, keep_running=args.keep_running)
-
-
-def run_replay(args: argparse.Namespace) -> int:
-    from streams.replay.replay import run_replay as replay
-
-    return replay(args)
-
-
-def run_export(args: argparse.Namespace) -> int:
-    from streams.replay.replay import run_export as export
-
-    return export(args)
-
-
-def run_config(args: argparse.Namespace) -> int:
-    from streams.cli.config_commands import run_config as config
-
-    return config(args)
 
 
 COMMANDS = {

@@ -1,31 +1,29 @@
-"""``loopguard replay`` and ``loopguard export``: re-run the detector core over recorded events.
+"""Re-run the detector core over recorded events and compare with the audit trail.
 
 Replay reads a run's (several runs', a time range's) events from the events topic or from a
 JSON-lines export file, feeds them through :class:`streams.core.engine.LoopGuard` with the config
 file given, and compares what the core decides with the SQL audit trail:
 
 * per run, the decisions are compared field by field (everything but ``config_version``) in
-  ``(seq, detector, action)`` order; the first difference is printed with the event at its
-  seq, and the exit code is :data:`streams.cli.main.EXIT_DIVERGED`;
+  ``(seq, detector, action)`` order; the first difference is reported with the event at its
+  seq (``loopguard replay`` then exits with code 3);
 * when the recorded decisions carry another ``config_version`` than the replay config
   resolves to for that agent, a note says so: the config in force then was different;
 * a run whose first event (seq 1) is not in the selection cannot be re-derived and is
   reported as incomplete instead of being compared; recorded decisions for seqs past the
   last replayed event (a run still going, an ``--until`` cut) are left out and counted.
 
-Nothing is written anywhere unless ``--publish-to TOPIC`` is given. Reading the topic uses no
-consumer group (see :mod:`streams.kafka.reader`), so replays never disturb the workers.
+Nothing is written anywhere unless a publish topic is given. Reading the topic uses no
+consumer group (see :mod:`streams.kafka.reader`), so replays never disturb the workers. The
+command line (flags, exit codes) is :mod:`streams.cli.replay_commands`.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import logging
 import os
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from dataclasses import fields as dataclass_fields
@@ -33,7 +31,6 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, TextIO
 
-from streams.cli.main import EXIT_DIVERGED, EXIT_ERROR, EXIT_OK, EXIT_USAGE
 from streams.core.events import (
     EVENT_KINDS,
     AgentEvent,
@@ -42,7 +39,6 @@ from streams.core.events import (
     event_to_dict,
 )
 
-DEFAULT_PROGRESS = 10_000
 # Fields a replayed decision must reproduce; ``config_version`` is reported separately.
 COMPARED_FIELDS = tuple(f.name for f in dataclass_fields(Decision) if f.name != "config_version")
 MAX_SAMPLES = 5
@@ -50,167 +46,8 @@ MAX_SAMPLES = 5
 MATCH, DIVERGED, INCOMPLETE, NOT_FOUND = "match", "diverged", "incomplete", "not_found"
 
 
-class InputError(Exception):
-    """Bad flags or a bad input file; reported in one line, exit code 2."""
-
-
-# ------------------------------------------------------------------------------ arguments
-
-
-def _epoch_ms(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected epoch milliseconds, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected epoch milliseconds >= 0, got {value}")
-    return value
-
-
-def _offset_spec(text: str) -> tuple[int | None, int]:
-    """``OFFSET`` (every partition) or ``PARTITION:OFFSET``."""
-    part, sep, offset = text.rpartition(":")
-    try:
-        value = int(offset)
-        partition = int(part) if sep else None
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected OFFSET or PARTITION:OFFSET, got {text!r}"
-        ) from None
-    if value < 0 or (partition is not None and partition < 0):
-        raise argparse.ArgumentTypeError(f"offsets and partitions are >= 0, got {text!r}")
-    return partition, value
-
-
-def _non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value}")
-    return value
-
-
-def add_topic_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--broker",
-        default=os.environ.get("LOOPGUARD_BROKER", "kafka://127.0.0.1:9092"),
-        help="Kafka bootstrap URL, e.g. kafka://host:9092 (env LOOPGUARD_BROKER); security "
-        "options come from LOOPGUARD_SECURITY_PROTOCOL, LOOPGUARD_SASL_* as for workers",
-    )
-    parser.add_argument(
-        "--topic-prefix",
-        metavar="PREFIX",
-        default=os.environ.get("LOOPGUARD_TOPIC_PREFIX", "loopguard"),
-        help="topic name prefix: topics are PREFIX.events, PREFIX.control, PREFIX.config, ... "
-        "(env LOOPGUARD_TOPIC_PREFIX; default loopguard)",
-    )
-
-
-def _add_selection(parser: argparse.ArgumentParser, verb: str) -> None:
-    parser.add_argument(
-        "--run",
-        action="append",
-        default=[],
-        metavar="RUN_ID",
-        help=f"only {verb} this run's events; repeat for several runs (default: every run)",
-    )
-    parser.add_argument(
-        "--since",
-        type=_epoch_ms,
-        metavar="EPOCH_MS",
-        help="only events with event_time >= this (epoch ms); on the topic, reading starts "
-        "at the matching offsets (offsets_for_times, with a one-minute margin)",
-    )
-    parser.add_argument(
-        "--until",
-        type=_epoch_ms,
-        metavar="EPOCH_MS",
-        help="only events with event_time < this (epoch ms)",
-    )
-    parser.add_argument(
-        "--from-offset",
-        type=_offset_spec,
-        action="append",
-        default=[],
-        metavar="[PARTITION:]OFFSET",
-        help="start reading the events topic at this offset: OFFSET for every partition, or "
-        "PARTITION:OFFSET for one (repeatable); default: the beginning. Reading always "
-        "stops at the end offsets taken when the command starts",
-    )
-    parser.add_argument(
-        "--progress",
-        type=_non_negative,
-        default=DEFAULT_PROGRESS,
-        metavar="N",
-        help=f"print progress to stderr every N messages read (default {DEFAULT_PROGRESS}; "
-        "0 turns it off)",
-    )
-
-
-def add_replay_parser(sub: Any) -> argparse.ArgumentParser:
-    """The ``replay`` subparser; the caller adds ``--db`` (shared with history/runs)."""
-    parser = sub.add_parser(
-        "replay",
-        help="re-run the detector core over recorded events and check the audit trail",
-        description="Re-run the pure detector core (LoopGuard) over the events of one or "
-        "more runs, or of a time range, read from the events topic or from an export file, "
-        "then compare the decisions it makes with the SQL audit trail. Prints a per-run "
-        "summary; for a divergence, the first differing decision (seq, expected vs recorded "
-        "fields) and the event at that seq; and a note when the recorded decisions were made "
-        "under another config version than --config resolves to. Exit code 0 when every "
-        "compared run matches, 3 on any divergence, 1 when a --run could not be verified "
-        "(no events, or its first events are not in the selection), 2 for bad input. "
-        "Never writes to any topic unless --publish-to is given.",
-    )
-    parser.add_argument(
-        "--config",
-        default=os.environ.get("LOOPGUARD_CONFIG") or None,
-        metavar="FILE",
-        help="tools.loopDetection config file (JSON5, JSON, YAML) to replay with, as given to "
-        "`loopguard worker --config` (env LOOPGUARD_CONFIG; default: the built-in defaults)",
-    )
-    parser.add_argument(
-        "--from-file",
-        metavar="FILE",
-        help="read events from this JSON-lines export (`loopguard export`) instead of the "
-        "events topic",
-    )
-    add_topic_args(parser)
-    _add_selection(parser, "replay")
-    parser.add_argument(
-        "--publish-to",
-        metavar="TOPIC",
-        help="also publish the replayed decisions (Avro, key = run id) of the runs in scope "
-        "(incomplete ones excepted) to this topic; only ever done when given, and the "
-        "control topic is never implied",
-    )
-    parser.add_argument(
-        "--json", action="store_true", help="print the report as one JSON document on stdout"
-    )
-    return parser
-
-
-def add_export_parser(sub: Any) -> argparse.ArgumentParser:
-    parser = sub.add_parser(
-        "export",
-        help="dump events from the events topic to a JSON-lines file (for audits, replay)",
-        description="Read events from the events topic (same selection flags as replay) and "
-        "write them to a JSON-lines file, one event per line in `event_to_dict` form, in "
-        "the order read. The file is written atomically. Undecodable messages are counted "
-        "and reported, not written. `loopguard replay --from-file` reads the file back.",
-    )
-    parser.add_argument(
-        "-o",
-        "--out",
-        required=True,
-        metavar="FILE",
-        help="output file ('-' for stdout; the summary then goes to stderr)",
-    )
-    add_topic_args(parser)
-    _add_selection(parser, "export")
-    return parser
+class SourceError(Exception):
+    """An event source cannot be read as asked (a missing file, a bad line): bad input."""
 
 
 # -------------------------------------------------------------------------------- sources
@@ -251,8 +88,12 @@ class ReadStats:
         if len(self.samples) < MAX_SAMPLES:
             self.samples.append(f"{where}: {error}")
 
-
-Progress = Callable[[ReadStats], None]
+    def print_undecodable(self, out: TextIO) -> None:
+        """How many messages were skipped as undecodable, with a few samples (if any)."""
+        if self.undecodable:
+            print(f"{self.undecodable} undecodable message(s) skipped, e.g.:", file=out)
+            for sample in self.samples:
+                print(f"  {sample}", file=out)
 
 
 def _check_types(data: dict[str, Any]) -> None:
@@ -301,7 +142,7 @@ class FileSource:
     def __init__(self, path: str) -> None:
         self.path = path
         if not Path(path).is_file():
-            raise InputError(f"{path}: not a readable file")
+            raise SourceError(f"{path}: not a readable file")
 
     def describe(self) -> str:
         return f"file {self.path}"
@@ -310,20 +151,20 @@ class FileSource:
         try:
             handle = open(self.path, "rb")  # noqa: SIM115 (closed below, generator)
         except OSError as exc:
-            raise InputError(f"{self.path}: cannot read ({exc.strerror})") from None
+            raise SourceError(f"{self.path}: cannot read ({exc.strerror})") from None
         with handle:
             for number, raw in enumerate(handle, start=1):
                 stats.tick()
                 try:
                     text = raw.decode("utf-8")
                 except UnicodeDecodeError:
-                    raise InputError(f"{self.path}:{number}: not UTF-8 text") from None
+                    raise SourceError(f"{self.path}:{number}: not UTF-8 text") from None
                 if not text.strip():
                     continue
                 try:
                     event = parse_event_line(text)
                 except ValueError as exc:
-                    raise InputError(f"{self.path}:{number}: invalid event: {exc}") from None
+                    raise SourceError(f"{self.path}:{number}: invalid event: {exc}") from None
                 if selection.wants(event):
                     stats.selected += 1
                     yield event
@@ -610,44 +451,25 @@ def _find_events(
     return found
 
 
-# ---------------------------------------------------------------------------- entrypoints
+# ------------------------------------------------------------------------------- running
 
 
-def _settings(args: argparse.Namespace) -> Any:
-    from dataclasses import replace
-
-    from streams.settings import Settings, Topics
-
-    return replace(
-        Settings.from_env(), broker=args.broker, topics=Topics.with_prefix(args.topic_prefix)
-    )
-
-
-def _check_range(args: argparse.Namespace) -> None:
-    if args.since is not None and args.until is not None and args.since >= args.until:
-        raise InputError(f"--since {args.since} must be before --until {args.until}")
-
-
-def _selection(args: argparse.Namespace) -> Selection:
-    return Selection(frozenset(args.run), args.since, args.until)
-
-
-def _open_topic(args: argparse.Namespace, settings: Any) -> Any:
+def open_topic_reader(
+    settings: Any, from_offsets: dict[int | None, int], since_ms: int | None
+) -> Any:
+    """A group-less reader of the events topic, its slice fixed now (see TopicReader)."""
     from streams.kafka.reader import TopicReader
 
-    offsets: dict[int | None, int] = {}
-    for partition, offset in args.from_offset:
-        offsets[partition] = offset
     return TopicReader(
         settings.bootstrap_servers,
         settings.topics.events,
         kafka_options=settings.kafka_client_options(),
-        from_offsets=offsets,
-        since_ms=args.since,
+        from_offsets=from_offsets,
+        since_ms=since_ms,
     ).open()
 
 
-def _progress_line(verb: str, stats: ReadStats, reader: Any, extra: str = "") -> str:
+def progress_line(verb: str, stats: ReadStats, reader: Any, extra: str = "") -> str:
     done = ""
     if reader is not None and reader.total:
         done = f" (~{min(100, stats.messages * 100 // reader.total)}% of the slice)"
@@ -657,134 +479,50 @@ def _progress_line(verb: str, stats: ReadStats, reader: Any, extra: str = "") ->
     )
 
 
-def quiet_kafka() -> None:
-    """These commands report broker trouble themselves, in one line; no client log spam."""
-    logging.getLogger("kafka").setLevel(logging.CRITICAL)
-
-
-def _run_reporting_errors(
-    command: str, work: Callable[[argparse.Namespace], int], args: argparse.Namespace
-) -> int:
-    """Run a subcommand; bad input and broker trouble end it with one line, not a trace."""
-    from kafka.errors import KafkaError
-
-    from streams.kafka.reader import ReaderError
-
-    quiet_kafka()
-    try:
-        return work(args)
-    except InputError as exc:
-        print(f"loopguard {command}: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except ReaderError as exc:
-        print(f"loopguard {command}: {exc}", file=sys.stderr)
-        return EXIT_ERROR
-    except KafkaError as exc:
-        print(f"loopguard {command}: broker {args.broker}: {exc}", file=sys.stderr)
-        return EXIT_ERROR
-
-
-def run_replay(args: argparse.Namespace) -> int:
-    return _run_reporting_errors("replay", _replay, args)
-
-
-def _replay(args: argparse.Namespace) -> int:
-    from streams.audit.store import AuditStore
-    from streams.core.config import ConfigError, FleetConfig, load_fleet_config
-    from streams.core.engine import LoopGuard
-    from streams.settings import redact_url
-
-    _check_range(args)
-    if args.from_file and args.from_offset:
-        raise InputError("--from-offset applies to the events topic, not to --from-file")
-    try:
-        fleet = load_fleet_config(args.config) if args.config else FleetConfig()
-    except ConfigError as exc:
-        raise InputError(f"invalid config: {exc}") from None
-    selection = _selection(args)
-    settings = _settings(args)
-    reader = None
-    if args.from_file:
-        source: Any = FileSource(args.from_file)
-    else:
-        reader = _open_topic(args, settings)
-        source = TopicSource(reader, settings.max_message_bytes)
-    store = AuditStore(args.db)
-    try:
-        try:
-            store.decision_count()  # fail before a long replay, not after it
-        except Exception as exc:  # SQLAlchemy errors vary by driver; one line is enough
-            print(
-                f"loopguard replay: cannot read the audit trail at {redact_url(args.db)}: "
-                f"{str(exc).splitlines()[0]}",
-                file=sys.stderr,
+def compare_with_audit(
+    guard: Any,
+    runs: dict[str, RunReplay],
+    scope: list[str],
+    history: Callable[[str], list[Decision]],
+    requested: bool,
+) -> list[RunReport]:
+    """One report per run in ``scope``: its replay against ``history(run_id)``."""
+    reports = []
+    for run_id in scope:
+        replay = runs.get(run_id)
+        agent = replay.agent_id if replay else ""
+        recorded = history(run_id)
+        if not agent and recorded:
+            agent = recorded[0].agent_id
+        reports.append(
+            compare_run(
+                run_id,
+                replay,
+                guard.runs.get(run_id),
+                recorded,
+                guard.config_for(agent).version,
+                requested=requested,
             )
-            return EXIT_ERROR
-        guard = LoopGuard(fleet)
-        stats = ReadStats(progress_every=args.progress)
-        stats.progress_line = lambda: _progress_line(
-            "replay", stats, reader, f", {len(guard.runs)} runs so far"
         )
-        started = time.monotonic()
-        runs = replay_events(guard, source.events(stats, selection))
-        scope = list(args.run) if args.run else sorted(runs)
-        reports = []
-        for run_id in scope:
-            replay = runs.get(run_id)
-            agent = replay.agent_id if replay else ""
-            recorded = store.history(run_id)
-            if not agent and recorded:
-                agent = recorded[0].agent_id
-            reports.append(
-                compare_run(
-                    run_id,
-                    replay,
-                    guard.runs.get(run_id),
-                    recorded,
-                    guard.config_for(agent).version,
-                    requested=bool(args.run),
-                )
-            )
-    finally:
-        store.close()
+    return reports
+
+
+def attach_divergence_events(source: Any, selection: Selection, reports: list[RunReport]) -> None:
+    """Give each divergence the event at its seq, read again from the source."""
     wanted: dict[str, set[int]] = {}
     for report in reports:
         if report.divergence is not None:
             wanted.setdefault(report.run_id, set()).add(report.divergence.seq)
-    if wanted:
-        found = _find_events(source, selection, wanted)
-        for report in reports:
-            if report.divergence is not None:
-                report.divergence.event = found.get((report.run_id, report.divergence.seq))
-    published = 0
-    if args.publish_to:
-        published = _publish(settings, args.publish_to, reports)
-    if reader is not None:
-        reader.close()
-    code = _exit_code(reports)
-    elapsed = time.monotonic() - started
-    if args.json:
-        print(
-            json.dumps(
-                _report_dict(args, source, stats, reports, published, code, elapsed),
-                ensure_ascii=False,
-                indent=2,
-            )
-        )
-    else:
-        _print_report(args, source, stats, reports, published, elapsed, sys.stdout)
-    return code
+    if not wanted:
+        return
+    found = _find_events(source, selection, wanted)
+    for report in reports:
+        if report.divergence is not None:
+            report.divergence.event = found.get((report.run_id, report.divergence.seq))
 
 
-def _exit_code(reports: list[RunReport]) -> int:
-    if any(r.status == DIVERGED for r in reports):
-        return EXIT_DIVERGED
-    if any(r.requested and r.status in (INCOMPLETE, NOT_FOUND) for r in reports):
-        return EXIT_ERROR
-    return EXIT_OK
-
-
-def _publish(settings: Any, topic: str, reports: list[RunReport]) -> int:
+def publish_decisions(settings: Any, topic: str, reports: list[RunReport]) -> int:
+    """Publish the replayed decisions (Avro, key = run id) of complete runs; how many."""
     from kafka import KafkaProducer
 
     from streams.wire.avro import encode_decision
@@ -815,18 +553,19 @@ def _counts(reports: list[RunReport]) -> dict[str, int]:
     return counts
 
 
-def _report_dict(
-    args: argparse.Namespace,
-    source: Any,
+def report_dict(
+    source: str,
+    config: str,
     stats: ReadStats,
     reports: list[RunReport],
     published: int,
+    publish_topic: str | None,
     code: int,
     elapsed: float,
 ) -> dict[str, Any]:
     return {
-        "source": source.describe(),
-        "config": args.config or "(built-in defaults)",
+        "source": source,
+        "config": config,
         "messages": stats.messages,
         "events": stats.selected,
         "undecodable": stats.undecodable,
@@ -834,30 +573,29 @@ def _report_dict(
         "runs": [r.to_dict() for r in reports],
         "summary": _counts(reports),
         "published": published,
-        "publish_topic": args.publish_to,
+        "publish_topic": publish_topic,
         "exit_code": code,
         "seconds": round(elapsed, 3),
     }
 
 
-def _print_report(
-    args: argparse.Namespace,
-    source: Any,
+def print_report(
+    source: str,
+    config: str,
     stats: ReadStats,
     reports: list[RunReport],
     published: int,
+    publish_topic: str | None,
     elapsed: float,
-    out: TextIO,
+    out: TextIO | None = None,
 ) -> None:
+    out = out or sys.stdout
     print(
-        f"replayed {stats.selected} events of {len(reports)} run(s) from {source.describe()} "
-        f"with config {args.config or '(built-in defaults)'} in {elapsed:.1f}s",
+        f"replayed {stats.selected} events of {len(reports)} run(s) from {source} "
+        f"with config {config} in {elapsed:.1f}s",
         file=out,
     )
-    if stats.undecodable:
-        print(f"{stats.undecodable} undecodable message(s) skipped, e.g.:", file=out)
-        for sample in stats.samples:
-            print(f"  {sample}", file=out)
+    stats.print_undecodable(out)
     for report in reports:
         for line in report.describe():
             print(line, file=out)
@@ -867,58 +605,31 @@ def _print_report(
         f"{counts[INCOMPLETE]} incomplete, {counts[NOT_FOUND]} without events",
         file=out,
     )
-    if args.publish_to:
-        print(f"published {published} replayed decision(s) to {args.publish_to}", file=out)
+    if publish_topic:
+        print(f"published {published} replayed decision(s) to {publish_topic}", file=out)
 
 
-def run_export(args: argparse.Namespace) -> int:
-    return _run_reporting_errors("export", _export, args)
+# --------------------------------------------------------------------------------- export
 
 
-def _export(args: argparse.Namespace) -> int:
-    _check_range(args)
-    settings = _settings(args)
-    reader = _open_topic(args, settings)
-    selection = _selection(args)
-    stats = ReadStats(progress_every=args.progress)
-    stats.progress_line = lambda: _progress_line("export", stats, reader)
+def write_event_lines(events: Iterable[AgentEvent], out: TextIO) -> set[str]:
+    """Write events as JSON lines (``event_to_dict`` form); returns the run ids written."""
     runs: set[str] = set()
-    to_stdout = args.out == "-"
-    try:
-        events = TopicSource(reader, settings.max_message_bytes).events(stats, selection)
-        if to_stdout:
-            for event in events:
-                runs.add(event.envelope.run_id)
-                sys.stdout.write(json.dumps(event_to_dict(event), ensure_ascii=False) + "\n")
-            sys.stdout.flush()
-        else:
-            _write_atomically(Path(args.out), events, runs)
-    except OSError as exc:
-        print(f"loopguard export: cannot write {args.out}: {exc.strerror}", file=sys.stderr)
-        return EXIT_ERROR
-    finally:
-        reader.close()
-    summary = sys.stderr if to_stdout else sys.stdout
-    print(
-        f"exported {stats.selected} events of {len(runs)} run(s) from {reader.topic} to {args.out}",
-        file=summary,
-    )
-    if stats.undecodable:
-        print(f"{stats.undecodable} undecodable message(s) skipped, e.g.:", file=summary)
-        for sample in stats.samples:
-            print(f"  {sample}", file=summary)
-    return EXIT_OK
+    for event in events:
+        runs.add(event.envelope.run_id)
+        out.write(json.dumps(event_to_dict(event), ensure_ascii=False) + "\n")
+    return runs
 
 
-def _write_atomically(path: Path, events: Iterable[AgentEvent], runs: set[str]) -> None:
+def write_events_atomically(path: Path, events: Iterable[AgentEvent]) -> set[str]:
+    """:func:`write_event_lines` to ``path`` through a temporary file, renamed when complete."""
     directory = path.resolve().parent
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=directory)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            for event in events:
-                runs.add(event.envelope.run_id)
-                handle.write(json.dumps(event_to_dict(event), ensure_ascii=False) + "\n")
+            runs = write_event_lines(events, handle)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    return runs

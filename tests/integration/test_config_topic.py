@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from services import ENABLED, Pipeline
 
-from streams.cli.main import EXIT_OK, EXIT_USAGE, main
+from streams.cli.common import EXIT_OK, EXIT_USAGE
+from streams.cli.main import main
 from streams.core.config import fleet_from_document
 from streams.core.events import Action, Decision
 from streams.gateway.client import GatewayClient

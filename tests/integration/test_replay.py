@@ -19,7 +19,8 @@ from sqlalchemy import text
 from test_pipeline import drive_ping_pong, expected_decisions, wait_for_audit
 
 from streams.audit.store import AuditStore
-from streams.cli.main import EXIT_DIVERGED, EXIT_ERROR, EXIT_OK, EXIT_USAGE, main
+from streams.cli.common import EXIT_DIVERGED, EXIT_ERROR, EXIT_OK, EXIT_USAGE
+from streams.cli.main import main
 from streams.core.config import fleet_from_document
 from streams.core.events import Action, Decision, event_to_dict
 from streams.gateway.client import GatewayClient, GatewayRun

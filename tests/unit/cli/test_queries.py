@@ -12,7 +12,8 @@ import pytest
 from core_helpers import Run, loop_guard
 
 from streams.audit.store import AuditStore, RunUpdate
-from streams.cli.main import EXIT_ERROR, EXIT_OK, build_parser, main
+from streams.cli.common import EXIT_ERROR, EXIT_OK
+from streams.cli.main import build_parser, main
 from streams.core.events import Action, Decision
 
 START = 1_700_000_000_000
