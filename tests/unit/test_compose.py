@@ -32,8 +32,8 @@ COMPOSE_FILE = COMPOSE_DIR / "docker-compose.yml"
 ENV_EXAMPLE = COMPOSE_DIR / ".env.example"
 DOCKERFILE = COMPOSE_DIR / "Dockerfile"
 
-# What an operator's compose/.env provides (only the required variable; the rest default).
-TEST_ENV = {"POSTGRES_PASSWORD": "pw-from-dot-env"}
+# What an operator's compose/.env provides (only the required variables; the rest default).
+TEST_ENV = {"POSTGRES_PASSWORD": "pw-from-dot-env", "GRAFANA_ADMIN_PASSWORD": "gf-from-dot-env"}
 
 # ------------------------------------------------------------------ Compose interpolation
 
