@@ -31,7 +31,7 @@ def _sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'audit.db'}"
 
 
-def _fresh_pg_database() -> Iterator[str]:
+def fresh_pg_database() -> Iterator[str]:
     server = os.environ.get(PG_URL_ENV)
     if not server:
         why = (
@@ -61,7 +61,7 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
         yield _sqlite_url(tmp_path)
     else:
-        yield from _fresh_pg_database()
+        yield from fresh_pg_database()
 
 
 @pytest.fixture

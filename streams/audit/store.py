@@ -240,7 +240,8 @@ def _decision_values(decision: Decision) -> dict[str, Any]:
     return values
 
 
-def _row_to_decision(row: DecisionRow) -> Decision:
+def row_to_decision(row: DecisionRow) -> Decision:
+    """The :class:`Decision` a stored row holds (every query that returns decisions uses this)."""
     values = {f.name: getattr(row, f.name) for f in dataclasses.fields(Decision)}
     values["extra"] = dict(row.extra or {})
     return Decision.from_dict(values)
@@ -403,7 +404,7 @@ class AuditStore:
             .order_by(DecisionRow.seq, DecisionRow.id)
         )
         with Session(self.engine) as session:
-            return [_row_to_decision(row) for row in session.scalars(stmt)]
+            return [row_to_decision(row) for row in session.scalars(stmt)]
 
     def run_progress(self, run_id: str) -> RunProgress | None:
         """The stored high-water mark for a run, or None if it was never seen."""

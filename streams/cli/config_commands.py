@@ -23,7 +23,7 @@ from streams.cli.common import (
     run_reporting_errors,
     settings_from_args,
 )
-from streams.core.config import ConfigError, FleetConfig, _check_block, load_fleet_config, resolve
+from streams.core.config import ConfigError, FleetConfig, check_block, load_fleet_config, resolve
 
 GLOBAL_KEY = "*"
 
@@ -140,7 +140,7 @@ def validate_override(agent_id: str, doc: Any) -> dict[str, Any]:
         raise OverrideError(f"{block_path(agent_id)}: expected an object, got {type(doc).__name__}")
     path = block_path(agent_id)
     try:
-        _check_block(doc, path)
+        check_block(doc, path)
         if agent_id == GLOBAL_KEY:
             resolve(doc, path)
         else:
@@ -184,7 +184,7 @@ def read_overrides(settings: Any) -> tuple[dict[str, dict[str, Any]], dict[str, 
                 continue
             try:
                 block = json.loads(record.value)
-                _check_block(block, block_path(key))
+                check_block(block, block_path(key))
             except (ValueError, ConfigError) as exc:
                 # Workers ignore such a record and keep the previous block for the key.
                 invalid[key] = str(exc)

@@ -77,7 +77,13 @@ class LoopDetectionConfig:
         return self.enabled is not False
 
 
-def _check_block(block: Any, path: str) -> dict[str, Any]:
+def check_block(block: Any, path: str) -> dict[str, Any]:
+    """Validate one raw ``tools.loopDetection`` block (unknown fields, types, ranges).
+
+    Returns the block itself (``{}`` for ``None``), unchanged: defaults and clamping are
+    :func:`resolve`'s job. Raises :class:`ConfigError` naming ``path`` plus the bad field, so a
+    config file, an override on the config topic and ``loopguard config set`` all fail alike.
+    """
     if block is None:
         return {}
     if not isinstance(block, dict):
@@ -129,7 +135,7 @@ def merge_blocks(base: dict[str, Any], override: dict[str, Any]) -> dict[str, An
 
 def resolve(block: dict[str, Any] | None, path: str = "tools.loopDetection") -> LoopDetectionConfig:
     """Apply defaults and the runtime's clamping rules to one raw block."""
-    raw = merge_blocks(DEFAULTS, _check_block(block, path))
+    raw = merge_blocks(DEFAULTS, check_block(block, path))
     warning = raw["warningThreshold"]
     # Misconfigured thresholds are raised, never lowered: critical > warning > 0,
     # breaker > critical, so the severities always come in order.
@@ -174,7 +180,7 @@ class FleetConfig:
         if override is None:
             return resolve(self.global_block)
         path = f"agents.list[id={agent_id}].tools.loopDetection"
-        return resolve(merge_blocks(self.global_block, _check_block(override, path)), path)
+        return resolve(merge_blocks(self.global_block, check_block(override, path)), path)
 
     def with_agent(self, agent_id: str, block: dict[str, Any] | None) -> FleetConfig:
         """A copy with one agent's override replaced (``None`` removes it)."""
@@ -182,7 +188,7 @@ class FleetConfig:
         if block is None:
             agents.pop(agent_id, None)
         else:
-            _check_block(block, f"agents.list[id={agent_id}].tools.loopDetection")
+            check_block(block, f"agents.list[id={agent_id}].tools.loopDetection")
             agents[agent_id] = block
         return FleetConfig(self.global_block, agents)
 
@@ -214,7 +220,7 @@ def fleet_from_document(doc: Any) -> FleetConfig:
     if not isinstance(doc, dict):
         raise ConfigError(f"config: expected an object at the top level, got {type(doc).__name__}")
     tools = _object_or_empty(doc.get("tools"), "tools")
-    global_block = _check_block(tools.get("loopDetection"), "tools.loopDetection")
+    global_block = check_block(tools.get("loopDetection"), "tools.loopDetection")
     agents: dict[str, dict[str, Any]] = {}
     agent_list = _object_or_empty(doc.get("agents"), "agents").get("list")
     if agent_list is None:
@@ -228,7 +234,7 @@ def fleet_from_document(doc: Any) -> FleetConfig:
         block = agent_tools.get("loopDetection")
         if block is not None:
             path = f"agents.list[{index}].tools.loopDetection"
-            agents[entry["id"]] = _check_block(block, path)
+            agents[entry["id"]] = check_block(block, path)
     fleet = FleetConfig(global_block, agents)
     for agent_id in agents:  # surface merge errors at load time, not on the first event
         fleet.for_agent(agent_id)

@@ -16,7 +16,7 @@ from typing import Any
 
 from kafka import KafkaConsumer
 
-from streams.core.config import ConfigError, _check_block
+from streams.core.config import ConfigError, check_block
 from streams.kafka.topics import all_partitions
 
 log = logging.getLogger("loopguard.config")
@@ -56,7 +56,7 @@ class ConfigWatcher:
             else:
                 try:
                     block = json.loads(value)
-                    _check_block(block, f"{self.topic}[{key}]")
+                    check_block(block, f"{self.topic}[{key}]")
                 except (ValueError, ConfigError) as exc:
                     log.error("ignoring invalid config override for %s: %s", key, exc)
                     return

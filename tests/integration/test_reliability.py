@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Iterator
 
 import pytest
-from db_fixtures import _fresh_pg_database
+from db_fixtures import fresh_pg_database
 from kafka import KafkaConsumer, TopicPartition
 from services import ENABLED
 from sqlalchemy.engine import make_url
@@ -167,7 +167,7 @@ def test_a_second_worker_joins_mid_stream_and_takes_half_the_partitions(
 @pytest.fixture
 def proxied_pg() -> Iterator[tuple[str, str, TcpProxy]]:
     """A fresh PostgreSQL database, plus a URL to it that goes through a cuttable proxy."""
-    for direct in _fresh_pg_database():
+    for direct in fresh_pg_database():
         url = make_url(direct)
         proxy = TcpProxy(url.host or "127.0.0.1", url.port or 5432)
         proxied = url.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)

@@ -12,7 +12,7 @@ from itertools import zip_longest
 from pathlib import Path
 
 import pytest
-from db_fixtures import BACKENDS, _fresh_pg_database
+from db_fixtures import BACKENDS, fresh_pg_database
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from services import ENABLED, Pipeline
 from sqlalchemy import text
@@ -84,7 +84,7 @@ def recorded(request, broker, tmp_path_factory):
     if request.param == "sqlite":
         db_url = f"sqlite:///{workdir / 'audit.db'}"
     else:
-        pg = _fresh_pg_database()
+        pg = fresh_pg_database()
         db_url = next(pg)
     with AuditStore(db_url) as store:
         store.migrate()
