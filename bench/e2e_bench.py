@@ -1,11 +1,12 @@
-"""End-to-end figures through one real worker on the embedded tansu broker.
+"""End-to-end figures through one real worker on tansu or a 3-node Apache Kafka cluster.
 
 Prints: sustained events/s through one worker (produce → worker → control topic), decision
 latency p50/p99 at a fixed offered rate (event produced → decision received by the gateway
 client), and the ratio of end-to-end throughput to the bare detector core on the same
 events, so a regression anywhere in the pipeline shows up as a ratio.
 
-    python bench/e2e_bench.py [--events 40000] [--rate 1000] [--seconds 10] [--db URL] [--json]
+    python bench/e2e_bench.py [--broker tansu|kafka] [--events 40000] [--rate 1000]
+                              [--seconds 10] [--db URL] [--json]
 
 Everything runs on loopback and stops by itself.
 """
@@ -25,13 +26,13 @@ from pathlib import Path
 # Appended, not prepended: an installed build (the compiled core, setup.py) comes first.
 sys.path.append(str(Path(__file__).resolve().parent.parent))
 
+from brokers import add_broker_arg, start_broker  # noqa: E402  (this directory)
 from kafka import KafkaProducer  # noqa: E402
 from load_gen import sentinel_ids  # noqa: E402  (this directory is on sys.path)
 
 from streams.core.config import fleet_from_document  # noqa: E402
 from streams.core.engine import LoopGuard  # noqa: E402
 from streams.core.events import CompactionRetry, Decision, Envelope, ToolCall, ToolResult  # noqa: E402
-from streams.devtools.embedded_broker import EmbeddedBroker  # noqa: E402
 from streams.devtools.worker_process import WorkerProcess, wait_until_processing  # noqa: E402
 from streams.gateway.client import GatewayClient  # noqa: E402
 from streams.kafka.topics import ensure_topics  # noqa: E402
@@ -86,13 +87,14 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=10.0, help="latency phase duration")
     parser.add_argument("--db", help="audit DB URL (default: SQLite in a temp dir)")
     parser.add_argument("--json", action="store_true", help="also print one JSON line")
+    add_broker_arg(parser)
     args = parser.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="loopguard-bench-"))
     db_url = args.db or f"sqlite:///{tmp / 'audit.db'}"
     config_file = tmp / "config.json"
     config_file.write_text(json.dumps(CONFIG))
-    broker = EmbeddedBroker(log_path=tmp / "tansu.log").start()
+    broker = start_broker(args.broker, tmp)
     worker = WorkerProcess(
         broker.url,
         db_url,
@@ -117,7 +119,7 @@ def main() -> int:
         worker.start()
         client = GatewayClient(broker.bootstrap, "bench-gw", on_decision=on_decision)
         wait_until_processing(client, workers=[worker])
-        producer = KafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=5, acks=1)
+        producer = KafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=5, acks="all")
         topic = Settings().topics.events
 
         # -- throughput: pre-encoded events as fast as the producer goes ------------------
@@ -183,7 +185,7 @@ def main() -> int:
         worker.stop()
         broker.stop()
 
-    print("loopguard end-to-end benchmark (1 worker, tansu memory broker, loopback)")
+    print(f"loopguard end-to-end benchmark (1 worker, broker: {args.broker}, loopback)")
     print(f"  throughput: {len(encoded)} events in {elapsed:.2f}s = {e2e_rate:,.0f} events/s")
     print(f"              (producer alone took {produced_in:.2f}s)")
     print(

@@ -1,6 +1,8 @@
-"""Service fixtures for integration tests: a real tansu broker and real loopguard workers.
+"""Service fixtures for integration tests: a real broker and real loopguard workers.
 
-One broker per test session (memory storage); every pipeline gets its own app id and topic
+The ``broker`` fixture runs the suite on the embedded tansu broker (memory storage) and on a
+3-node Apache Kafka cluster (tests/kafka_cluster), or on the ones ``LOOPGUARD_TEST_BROKER``
+names (``tansu``, ``kafka`` or ``tansu,kafka``). One broker per test session; every pipeline gets its own app id and topic
 prefix, so tests never see each other's events, groups or tables. Workers are child
 processes started exactly as an operator would (``loopguard worker``), with short broker
 session timeouts so a restarted worker takes over quickly. Readiness is a canary run whose
@@ -10,6 +12,7 @@ decision must come back, never a fixed sleep.
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -17,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kafka_cluster.cluster import KafkaCluster
 
 from streams.audit.store import AuditStore
 from streams.devtools.embedded_broker import EmbeddedBroker
@@ -35,8 +39,48 @@ FAST_GROUP_ENV = {
 ENABLED = {"tools": {"loopDetection": {"enabled": True}}}
 
 
+def chosen_brokers() -> list[str]:
+    """``LOOPGUARD_TEST_BROKER``: which brokers the integration suite runs on (default both)."""
+    chosen = [b.strip() for b in os.environ.get("LOOPGUARD_TEST_BROKER", "tansu,kafka").split(",")]
+    unknown = set(chosen) - {"tansu", "kafka"}
+    if unknown or not chosen:
+        raise pytest.UsageError(f"LOOPGUARD_TEST_BROKER: unknown broker(s) {sorted(unknown)}")
+    return chosen
+
+
+@dataclass
+class KafkaClusterBroker:
+    """A 3-node Apache Kafka (KRaft) cluster on loopback, with EmbeddedBroker's interface."""
+
+    cluster: KafkaCluster
+    profile = "kafka"
+
+    @property
+    def url(self) -> str:
+        return ";".join(f"kafka://{address}" for address in self.cluster.bootstrap.split(","))
+
+    @property
+    def bootstrap(self) -> str:
+        return self.cluster.bootstrap
+
+
 @pytest.fixture(scope="session")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]:
+def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
+    """Fetched with Maven into a cache outside the repo; a failure fails the tests loudly."""
+    data = tmp_path_factory.mktemp("kafka")
+    # Workers in tests use 2 s group sessions (FAST_GROUP_ENV) so a killed one is replaced fast.
+    fast_groups = {"group.min.session.timeout.ms": "1000"}
+    with KafkaCluster(nodes=3, base_port=0, data_dir=data, extra_config=fast_groups) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session", params=chosen_brokers())
+def broker(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[EmbeddedBroker | KafkaClusterBroker]:
+    if request.param == "kafka":
+        yield KafkaClusterBroker(request.getfixturevalue("kafka_cluster"))
+        return
     log = tmp_path_factory.mktemp("tansu") / "tansu.log"
     with EmbeddedBroker(log_path=log) as running:
         yield running
@@ -46,7 +90,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]
 class Pipeline:
     """Topics, workers and a gateway client of one isolated loopguard deployment."""
 
-    broker: EmbeddedBroker
+    broker: EmbeddedBroker | KafkaClusterBroker
     db_url: str
     workdir: Path
     config: dict[str, Any] | None = None
@@ -129,7 +173,9 @@ class Pipeline:
 
 
 @pytest.fixture
-def pipeline_factory(broker: EmbeddedBroker, tmp_path: Path) -> Iterator[Callable[..., Pipeline]]:
+def pipeline_factory(
+    broker: EmbeddedBroker | KafkaClusterBroker, tmp_path: Path
+) -> Iterator[Callable[..., Pipeline]]:
     """Build isolated pipelines: ``pipeline_factory(db_url, config=..., partitions=...)``."""
     made: list[Pipeline] = []
 

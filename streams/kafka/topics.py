@@ -25,8 +25,11 @@ def topic_specs(settings: Settings) -> list[NewTopic]:
     # With replicas, an acknowledged write must be on at least min.insync.replicas of them.
     durable = {"min.insync.replicas": str(settings.min_insync_replicas)} if repl > 1 else {}
     compacted = {**durable, "cleanup.policy": "compact"}
+    events_size = {"max.message.bytes": str(2 * settings.max_message_bytes)}
     return [
-        NewTopic(settings.topics.events, parts, repl, topic_configs=durable),
+        # Events up to twice the worker's limit reach it, so an oversized one is dead-lettered
+        # (and audited) instead of failing in the gateway's producer.
+        NewTopic(settings.topics.events, parts, repl, topic_configs={**durable, **events_size}),
         NewTopic(settings.topics.control, parts, repl, topic_configs=durable),
         NewTopic(settings.topics.deadletter, parts, repl, topic_configs=durable),
         NewTopic(settings.topics.config, 1, repl, topic_configs=compacted),

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """End-to-end check of cluster.py against real Kafka, with timings. Not collected by pytest.
 
-    python tests/kafka/smoke.py [--nodes 3] [--keep]
+    python tests/kafka_cluster/smoke.py [--nodes 3] [--keep]
 
 Needs kafka-python and aiokafka (the project's venv has both). Steps: fetch, start, a topic
 with RF 3 / min.insync.replicas 2, produce + consume, SIGKILL the leader and produce with

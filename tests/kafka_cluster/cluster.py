@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """A real Apache Kafka 4.x cluster on loopback: N combined broker+controller KRaft nodes.
 
-Stdlib only. The server jars come from Maven (``tests/kafka/pom.xml``) into a cache outside
+Stdlib only. The server jars come from Maven (``tests/kafka_cluster/pom.xml``) into a cache outside
 the repo; each node is one JVM (``kafka.Kafka``) with its config, data and log under the
 data directory. Used by hand, by ``.ci/run`` and by pytest fixtures::
 
-    python tests/kafka/cluster.py start            # prints 127.0.0.1:19392,...:19393,...:19394
-    python tests/kafka/cluster.py status
-    python tests/kafka/cluster.py stop
+    python tests/kafka_cluster/cluster.py start            # prints 127.0.0.1:19392,...:19393,...:19394
+    python tests/kafka_cluster/cluster.py status
+    python tests/kafka_cluster/cluster.py stop
 
     with KafkaCluster(nodes=3, base_port=0, data_dir=tmp_path) as cluster:
         cluster.bootstrap          # "127.0.0.1:p0,127.0.0.1:p1,127.0.0.1:p2"
