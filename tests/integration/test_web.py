@@ -1,10 +1,12 @@
 """The worker's HTTP API (``loopguard worker --web-port``) against a real worker, on SQLite and
 PostgreSQL: the JSON endpoints answer exactly what the audit store (and the CLI) answer, and
-the status page lists recent loop decisions with every value escaped."""
+the status page groups runs with every value escaped, the run page shows a run's timeline, and
+/metrics answers in Prometheus' format."""
 
 from __future__ import annotations
 
 import json
+import re
 import time
 import urllib.error
 import urllib.request
@@ -155,9 +157,32 @@ def test_http_api(web_pipeline, capsys) -> None:
 
     status, ctype, page = get(f"{base}/status")
     assert status == 200 and ctype.startswith("text/html")
-    assert run.run_id in page
+    assert f'data-run="{run.run_id}"' in page  # one line per run
+    assert page.count(f'data-run="{run.run_id}"') == 1
     assert "&lt;script&gt;alert(&#x27;loop&#x27;)&lt;/script&gt;" in page
     assert XSS not in page and "<i>agent</i>" not in page and "<b>&" not in page
     assert "odd run &lt;b&gt;&amp;&quot;x&quot;" in page
-    assert 'href="/runs/odd%20run%20%3Cb%3E%26%22x%22/history"' in page
+    assert 'href="/status/run?id=odd+run+%3Cb%3E%26%22x%22"' in page
+    assert 'id="decisions-chart"' in page and 'class="bar abort"' in page
     assert get(f"{base}/status?limit=0")[0] == 400
+
+    # the run page: the run's decisions in the order it produced them
+    status, _, page = get(f"{base}/status/run?{urlencode({'id': run.run_id})}")
+    assert status == 200
+    seqs = [int(s) for s in re.findall(r'<tr class="decision \w+"><td class="num">(\d+)<', page)]
+    assert seqs == sorted(d.seq for d in expected)
+    assert "not written to the database" in page  # says what the trail does not hold
+    status, _, page = get(f"{base}/status/run?{urlencode({'id': ODD_RUN})}")
+    assert status == 200 and XSS not in page and "&lt;i&gt;agent&lt;/i&gt;" in page
+
+    # Prometheus metrics from the same web server
+    status, ctype, text = get(f"{base}/metrics")
+    assert status == 200 and ctype == "text/plain; version=0.0.4; charset=utf-8"
+    assert "# TYPE loopguard_decisions_total counter" in text
+    decided = sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("loopguard_decisions_total{")
+    )
+    # zero until the worker reports its decisions to WorkerMetrics; then at least this run's
+    assert decided == 0 or decided >= len(expected)
