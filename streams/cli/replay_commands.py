@@ -24,26 +24,26 @@ from streams.cli.common import (
     run_reporting_errors,
     settings_from_args,
 )
-from streams.replay.replay import (
+from streams.replay.compare import (
     DIVERGED,
     INCOMPLETE,
     NOT_FOUND,
+    RunReport,
+    attach_divergence_events,
+    compare_with_audit,
+    replay_events,
+)
+from streams.replay.event_file import write_event_lines, write_events_atomically
+from streams.replay.publish import publish_decisions
+from streams.replay.report import print_report, report_dict
+from streams.replay.sources import (
     FileSource,
     ReadStats,
-    RunReport,
     Selection,
     SourceError,
     TopicSource,
-    attach_divergence_events,
-    compare_with_audit,
     open_topic_reader,
-    print_report,
     progress_line,
-    publish_decisions,
-    replay_events,
-    report_dict,
-    write_event_lines,
-    write_events_atomically,
 )
 
 DEFAULT_PROGRESS = 10_000
