@@ -2,18 +2,23 @@
 // Scripted OpenAI-compatible chat-completions server for the loopguard OpenClaw e2e harness.
 // Every request that offers tools is answered with the SAME tool call (same tool, same args),
 // so the agent is stuck in a tool loop until something (loopguard) stops it. After
-// MODEL_MAX_TOOL_CALLS tool results in the conversation it gives a final text answer, so a run with loopguard
-// failing open still ends. Node stdlib only; listens on 127.0.0.1 only.
+// MODEL_MAX_TOOL_CALLS tool-call answers it gives a final text answer, so a run with loopguard
+// failing open still ends. With MODEL_OVERFLOW_AT=N it answers the first request that carries N
+// tool results with an OpenAI-style context_length_exceeded error (once), so OpenClaw compacts
+// the session and retries. Node stdlib only; listens on 127.0.0.1 only. One server per run.
 //
 // env: MODEL_PORT (0 = pick one; the chosen port is printed as JSON on stdout's first line)
 //      MODEL_TOOL (default "read"), MODEL_TOOL_ARGS (JSON, default {"path":"loop.txt"})
-//      MODEL_MAX_TOOL_CALLS (default 40), MODEL_LOG (optional JSONL file of requests)
+//      MODEL_MAX_TOOL_CALLS (default 40), MODEL_OVERFLOW_AT (default 0: never),
+//      MODEL_LOG (optional JSONL file of requests)
 import http from "node:http";
 import fs from "node:fs";
 
 const tool = process.env.MODEL_TOOL || "read";
 const toolArgs = process.env.MODEL_TOOL_ARGS || JSON.stringify({ path: "loop.txt" });
 const maxToolCalls = Number(process.env.MODEL_MAX_TOOL_CALLS || 40);
+const overflowAt = Number(process.env.MODEL_OVERFLOW_AT || 0);
+let overflowed = false;
 const logFile = process.env.MODEL_LOG;
 let toolCallsServed = 0;
 let requests = 0;
@@ -25,15 +30,19 @@ function log(entry) {
 function answerFor(body) {
   const tools = Array.isArray(body.tools) ? body.tools : [];
   const names = tools.map((t) => t?.function?.name).filter(Boolean);
-  // Stateless: count the tool results already in the conversation (OpenClaw appends its own
-  // internal-context "user" message after them, so "since the last user message" would not work).
   const messages = Array.isArray(body.messages) ? body.messages : [];
   const toolResults = messages.filter((m) => m?.role === "tool").length;
-  if (names.includes(tool) && toolResults < maxToolCalls) {
+  if (overflowAt > 0 && !overflowed && toolResults >= overflowAt) {
+    // once: claim the context is full, so OpenClaw compacts the session and retries the turn
+    overflowed = true;
+    return { kind: "overflow" };
+  }
+  if (names.includes(tool) && toolCallsServed < maxToolCalls) {
     toolCallsServed += 1;
     return { kind: "tool", id: `call_${toolCallsServed}`, name: tool, args: toolArgs };
   }
-  return { kind: "text", text: `done after ${toolResults} tool results` };
+  // no tools offered (a compaction summary request) or the budget is spent: plain text
+  return { kind: "text", text: names.length ? `done after ${toolCallsServed} tool calls` : `Summary: the user asked to read ${toolArgs}; the assistant kept calling ${tool}.` };
 }
 
 function sendJson(res, status, obj) {
@@ -70,6 +79,14 @@ const server = http.createServer((req, res) => {
     const created = Math.floor(Date.now() / 1000);
     const model = body.model || "loop-model";
     const usage = { prompt_tokens: 100, completion_tokens: 10, total_tokens: 110 };
+    if (answer.kind === "overflow") {
+      return sendJson(res, 400, {
+        error: {
+          message: "This model's maximum context length is 8192 tokens. However, your messages resulted in 9100 tokens. Please reduce the length of the messages.",
+          type: "invalid_request_error", param: "messages", code: "context_length_exceeded",
+        },
+      });
+    }
     if (!body.stream) {
       const message = answer.kind === "tool"
         ? { role: "assistant", content: null, tool_calls: [{ id: answer.id, type: "function", function: { name: answer.name, arguments: answer.args } }] }

@@ -6,17 +6,24 @@
 // over and over, and loopguard's Kafka at $LOOPGUARD_TEST_BOOTSTRAP. Runs one agent turn and
 // prints one JSON document on stdout: what OpenClaw executed, what loopguard blocked, the abort.
 //
-//   node e2e/run-e2e.mjs [--prompt TEXT] [--max-tool-calls N] [--timeout SECONDS] [--keep]
+//   node e2e/run-e2e.mjs [--prompt TEXT] [--max-tool-calls N] [--overflow-at N] [--timeout SECONDS] [--keep]
+//
+//   --max-tool-calls N  the model asks for the tool N times, then answers in text (default 30)
+//   --overflow-at N     the model's first request carrying N tool results fails with
+//                       context_length_exceeded (once): OpenClaw compacts and retries the turn
 //
 // env:
 //   LOOPGUARD_TEST_BOOTSTRAP   Kafka bootstrap (host:port[,host:port]); unset: the plugin is inert
 //   LOOPGUARD_TOPIC_PREFIX     topic prefix (default loopguard)
 //   LOOPGUARD_GATEWAY_ID       gateway id (default openclaw-e2e)
-//   LOOPGUARD_WAIT_BUDGET_MS   plugin waitBudgetMs (default 50)
+//   LOOPGUARD_WAIT_BUDGET_MS   plugin waitBudgetMs (default 1000 here, so verdicts are deterministic;
+//                              the plugin's own default is 50)
 //   LOOPGUARD_FAIL_MODE        open | closed (default open)
 //   LOOPGUARD_AGENT_ID         OpenClaw agent id (default main)
 //   LOOPGUARD_RUN_SESSION_ID   OpenClaw session id (default a fresh one)
 //   MODEL_TOOL, MODEL_TOOL_ARGS  the looping tool call (default read {"path":"loop.txt"})
+//   E2E_OPENCLAW_LOOP_DETECTION  on: keep OpenClaw's own tools.loopDetection (default: enabled=false)
+//   E2E_FILE_BYTES             size of loop.txt (default 40000 with --overflow-at, else one line)
 //   E2E_DIR                    scratch directory (default a fresh one under the OS temp dir)
 //   OPENCLAW_RUNTIME_DIR, OPENCLAW_NODE, OPENCLAW_VERSION: see setup-openclaw.mjs
 //
@@ -33,11 +40,12 @@ import { PLUGIN_DIR, ensureOpenClawRuntime } from './setup-openclaw.mjs';
 const here = path.dirname(fileURLToPath(import.meta.url));
 
 function parseArgs(argv) {
-  const args = { prompt: 'Read loop.txt and tell me what it says.', maxToolCalls: 30, timeout: 240, keep: false };
+  const args = { prompt: 'Read loop.txt and tell me what it says.', maxToolCalls: 30, overflowAt: 0, timeout: 240, keep: false };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
     if (a === '--prompt') args.prompt = argv[++i];
     else if (a === '--max-tool-calls') args.maxToolCalls = Number(argv[++i]);
+    else if (a === '--overflow-at') args.overflowAt = Number(argv[++i]);
     else if (a === '--timeout') args.timeout = Number(argv[++i]);
     else if (a === '--keep') args.keep = true;
     else throw new Error(`unknown argument ${a}`);
@@ -144,7 +152,12 @@ async function main() {
   const home = path.join(dir, 'home');
   const workspace = path.join(dir, 'workspace');
   for (const d of [stateDir, home, workspace]) fs.mkdirSync(d, { recursive: true });
-  fs.writeFileSync(path.join(workspace, 'loop.txt'), 'hello from the loop\n');
+  // With --overflow-at the file is large, so the history is big enough for OpenClaw to compact
+  // (it keeps the most recent ~20k tokens and refuses to compact a smaller session).
+  const fileBytes = Number(process.env.E2E_FILE_BYTES || (args.overflowAt > 0 ? 40_000 : 0));
+  let content = 'hello from the loop\n';
+  for (let i = 0; content.length < fileBytes; i++) content += `line ${i}: the same content every time, nothing changes here\n`;
+  fs.writeFileSync(path.join(workspace, 'loop.txt'), content);
   const tracePath = path.join(dir, 'plugin-trace.jsonl');
   const modelLog = path.join(dir, 'model-requests.jsonl');
   for (const f of [tracePath, modelLog]) fs.rmSync(f, { force: true });
@@ -153,6 +166,7 @@ async function main() {
   const { child: model, port } = await startModelServer({
     MODEL_LOG: modelLog,
     MODEL_MAX_TOOL_CALLS: String(args.maxToolCalls),
+    MODEL_OVERFLOW_AT: String(args.overflowAt),
   });
   try {
     const brokers = (process.env.LOOPGUARD_TEST_BOOTSTRAP || '').split(',').map((s) => s.trim()).filter(Boolean);
@@ -161,7 +175,7 @@ async function main() {
       brokers,
       topicPrefix: process.env.LOOPGUARD_TOPIC_PREFIX || 'loopguard',
       gatewayId: process.env.LOOPGUARD_GATEWAY_ID || 'openclaw-e2e',
-      waitBudgetMs: Number(process.env.LOOPGUARD_WAIT_BUDGET_MS || 50),
+      waitBudgetMs: Number(process.env.LOOPGUARD_WAIT_BUDGET_MS || 1000),
       failMode: process.env.LOOPGUARD_FAIL_MODE || 'open',
     };
     if (brokers.length === 0) delete pluginConfig.brokers;
@@ -188,6 +202,9 @@ async function main() {
         },
       },
       agents: { defaults: { model: { primary: 'loopmodel/loop-model' }, workspace } },
+      // OpenClaw's own loop detection and post-compaction guard off, so loopguard is the only guard
+      // (E2E_OPENCLAW_LOOP_DETECTION=on keeps OpenClaw's defaults)
+      ...(process.env.E2E_OPENCLAW_LOOP_DETECTION === 'on' ? {} : { tools: { loopDetection: { enabled: false } } }),
       plugins: {
         load: { paths: [PLUGIN_DIR] },
         entries: {
@@ -246,6 +263,7 @@ async function main() {
     };
     result.toolCalls = {
       requestedByModel: requests.filter((r) => r.answer?.kind === 'tool').length,
+      contextOverflowsServed: requests.filter((r) => r.answer?.kind === 'overflow').length,
       seenByPlugin: before.length,
       executed: trace.filter((r) => r.event === 'after_tool_call' && !r.error).length,
       failed: trace.filter((r) => r.event === 'after_tool_call' && r.error).length,

@@ -92,6 +92,22 @@ export const IN_RUN_COMPACTION_TRIGGER = 'context_overflow';
 
 const RUN_IDLE_DROP_MS = 6 * 60 * 60 * 1000;
 
+/**
+ * OpenClaw reports the end of each *attempt* of a run (agent_end, the embedded runner's
+ * lifecycle end/error) and may then retry the same run (after a context-overflow compaction,
+ * a timeout compaction, a model fallback). Those ends are applied after this grace period,
+ * and any activity of the run in between cancels them. The agent command's own terminal
+ * lifecycle event (it carries `startedAt`) is final and applied at once.
+ */
+export const ATTEMPT_END_GRACE_MS = 3000;
+
+/** Compactions run as derived runs `<runId>:compaction:<id>` on the agent event bus. */
+export function baseRunId(runId: string | undefined): string | undefined {
+  if (!runId) return runId;
+  const i = runId.indexOf(':compaction:');
+  return i >= 0 ? runId.slice(0, i) : runId;
+}
+
 interface RunEntry {
   key: string;
   agentId: string;
@@ -104,6 +120,10 @@ interface RunEntry {
   refused: Set<string>;
   /** A compaction started and has not been published yet. */
   compactionPending: boolean;
+  /** The run already waited once for a connection attempt. */
+  waitedForConnection: boolean;
+  /** An attempt ended: the run ends with this status unless it shows activity first. */
+  pendingEnd?: { status: string; timer: NodeJS.Timeout };
   ended: boolean;
   lastSeen: number;
 }
@@ -150,7 +170,6 @@ export function jsonSafe(value: unknown): unknown {
 export class LoopguardGuard {
   private client?: ClientLike;
   private connecting?: Promise<ClientLike | undefined>;
-  private attemptStartedAt = 0;
   private failedAt = 0;
   private closed = false;
   private warnedNoBrokers = false;
@@ -191,7 +210,6 @@ export class LoopguardGuard {
       return;
     }
     if (this.failedAt && this.now() - this.failedAt < this.config.reconnectMs) return;
-    this.attemptStartedAt = this.now();
     const attempt = (async () => {
       try {
         const client = await this.deps.connect({
@@ -227,11 +245,16 @@ export class LoopguardGuard {
     this.connecting = attempt;
   }
 
-  /** The client, waiting at most until the current attempt's connect-wait deadline. */
-  private async clientFor(waitForConnection: boolean): Promise<ClientLike | undefined> {
+  /**
+   * The client. A run's first tool call waits (at most connectWaitMs) for a connection attempt
+   * that is under way, so a run is guarded from its first call once Kafka is reachable; later
+   * calls never wait for a connection, so an unreachable broker costs a run that wait once.
+   */
+  private async clientFor(entry: RunEntry): Promise<ClientLike | undefined> {
     this.ensureConnecting();
-    if (this.client || !this.connecting || !waitForConnection) return this.client;
-    const remaining = this.attemptStartedAt + this.config.connectWaitMs - this.now();
+    if (this.client || !this.connecting || entry.waitedForConnection) return this.client;
+    entry.waitedForConnection = true;
+    const remaining = this.config.connectWaitMs;
     if (remaining <= 0) return this.client;
     let timer: NodeJS.Timeout | undefined;
     const timeout = new Promise<undefined>((resolve) => {
@@ -254,7 +277,7 @@ export class LoopguardGuard {
   // -- runs -----------------------------------------------------------------------------
 
   private keyFor(runId: string | undefined, ctx: { sessionKey?: string; sessionId?: string } | undefined): string | undefined {
-    if (runId) return runId;
+    if (runId) return baseRunId(runId);
     if (ctx?.sessionKey && this.sessionRuns.has(ctx.sessionKey)) return this.sessionRuns.get(ctx.sessionKey);
     if (ctx?.sessionId && this.sessionRuns.has(ctx.sessionId)) return this.sessionRuns.get(ctx.sessionId);
     return undefined;
@@ -270,6 +293,7 @@ export class LoopguardGuard {
         agentId: ctx?.agentId || agentIdFromSessionKey(ctx?.sessionKey) || 'main',
         refused: new Set(),
         compactionPending: false,
+        waitedForConnection: false,
         ended: false,
         lastSeen: this.now(),
       };
@@ -283,8 +307,29 @@ export class LoopguardGuard {
       if (entry.sessionId) this.sessionRuns.set(entry.sessionId, key);
     }
     entry.lastSeen = this.now();
+    this.cancelPendingEnd(entry);
     this.startLoopguardRun(entry);
     return entry;
+  }
+
+  private cancelPendingEnd(entry: RunEntry): void {
+    if (!entry.pendingEnd) return;
+    clearTimeout(entry.pendingEnd.timer);
+    this.trace({ event: 'run_resumed', runId: entry.key, cancelledStatus: entry.pendingEnd.status });
+    entry.pendingEnd = undefined;
+  }
+
+  /** An attempt of the run ended: end the run after the grace period unless it goes on. */
+  private scheduleEnd(entry: RunEntry, status: string, source: string): void {
+    if (entry.ended) return;
+    if (entry.pendingEnd) clearTimeout(entry.pendingEnd.timer);
+    const timer = setTimeout(() => {
+      if (entry.pendingEnd?.timer !== timer) return;
+      entry.pendingEnd = undefined;
+      void this.endRun(entry, status, `${source} (after grace)`);
+    }, ATTEMPT_END_GRACE_MS);
+    timer.unref?.();
+    entry.pendingEnd = { status, timer };
   }
 
   private startLoopguardRun(entry: RunEntry): void {
@@ -311,11 +356,13 @@ export class LoopguardGuard {
     for (const entry of [...this.runs.values()]) if (entry.lastSeen < cutoff) this.forget(entry);
   }
 
-  private async endRun(entry: RunEntry, status: string): Promise<void> {
+  private async endRun(entry: RunEntry, status: string, source = 'unknown'): Promise<void> {
     if (entry.ended) return;
+    if (entry.pendingEnd) clearTimeout(entry.pendingEnd.timer);
+    entry.pendingEnd = undefined;
     const run = entry.run;
     this.forget(entry);
-    this.trace({ event: 'run_ended', runId: entry.key, status, published: Boolean(run) });
+    this.trace({ event: 'run_ended', runId: entry.key, status, source, published: Boolean(run) });
     if (!run) return;
     try {
       await run.end(status);
@@ -351,7 +398,10 @@ export class LoopguardGuard {
       this.log.warn(`loopguard: run ${entry.key} aborted: ${decision.reason}`);
       const run = entry.run;
       entry.run = undefined; // nothing more is published for it but its end
-      if (run) void run.end('aborted').catch((e) => this.log.warn(`loopguard: ending aborted run failed: ${errorText(e)}`));
+      if (run) {
+        this.trace({ event: 'run_end_published', runId: entry.key, status: 'aborted' });
+        void run.end('aborted').catch((e) => this.log.warn(`loopguard: ending aborted run failed: ${errorText(e)}`));
+      }
       const sessionId = ctx?.sessionId ?? entry.sessionId;
       if (this.config.abortStopsRun && sessionId) {
         try {
@@ -372,8 +422,11 @@ export class LoopguardGuard {
   async beforeToolCall(event: BeforeToolCallEvent, ctx: ToolContext | undefined): Promise<BeforeToolCallResult | undefined> {
     try {
       const key = this.keyFor(event?.runId ?? ctx?.runId, ctx) ?? `session:${ctx?.sessionKey ?? ctx?.sessionId ?? 'unknown'}`;
-      await this.clientFor(true);
-      const entry = this.entryFor(key, ctx);
+      let entry = this.entryFor(key, ctx);
+      if (!this.client && !entry.aborted) {
+        await this.clientFor(entry);
+        entry = this.entryFor(key, ctx); // starts the loopguard run if the client just connected
+      }
       const toolCallId = event.toolCallId ?? ctx?.toolCallId ?? null;
       const base = { event: 'before_tool_call', runId: key, toolName: event.toolName, toolCallId };
       if (entry.aborted) {
@@ -445,7 +498,8 @@ export class LoopguardGuard {
   runSeen(runId: string | undefined, ctx: { agentId?: string; sessionKey?: string; sessionId?: string } | undefined): void {
     try {
       this.ensureConnecting();
-      if (runId) this.entryFor(runId, ctx);
+      const key = baseRunId(runId);
+      if (key) this.entryFor(key, ctx);
     } catch (error) {
       this.log.error(`loopguard: tracking run ${runId} failed: ${errorText(error)}`);
     }
@@ -460,7 +514,8 @@ export class LoopguardGuard {
       const key = this.keyFor(event?.runId ?? ctx?.runId, ctx);
       const entry = key ? this.runs.get(key) : undefined;
       if (!entry) return;
-      await this.endRun(entry, entry.aborted ? 'aborted' : event?.success === false ? 'error' : 'completed');
+      if (entry.aborted) await this.endRun(entry, 'aborted', 'agent_end');
+      else this.scheduleEnd(entry, event?.success === false ? 'error' : 'completed', 'agent_end');
     } catch (error) {
       this.log.error(`loopguard: agent_end failed: ${errorText(error)}`);
     }
@@ -470,10 +525,12 @@ export class LoopguardGuard {
     try {
       const key = this.keyFor(ctx?.runId, ctx);
       const entry = key ? this.runs.get(key) : undefined;
+      this.trace({ event: 'compaction_hook', hook: 'before_compaction', runId: entry?.key ?? null, sessionKey: ctx?.sessionKey });
       if (!entry || entry.ended || entry.aborted) {
         this.log.debug?.(`loopguard: compaction outside a tracked run (session ${ctx?.sessionKey ?? ctx?.sessionId}); not published`);
         return;
       }
+      this.cancelPendingEnd(entry);
       entry.compactionPending = true;
     } catch (error) {
       this.log.error(`loopguard: before_compaction failed: ${errorText(error)}`);
@@ -484,12 +541,14 @@ export class LoopguardGuard {
     try {
       const key = this.keyFor(ctx?.runId, ctx) ?? this.keyFor(undefined, { sessionId: event?.previousSessionId });
       const entry = key ? this.runs.get(key) : undefined;
+      this.trace({ event: 'compaction_hook', hook: 'after_compaction', runId: entry?.key ?? null, sessionKey: ctx?.sessionKey });
       if (!entry || entry.ended || entry.aborted) return;
       if (ctx?.sessionId && ctx.sessionId !== entry.sessionId) {
         // the compaction rotated the session generation: follow the run to the new id
         entry.sessionId = ctx.sessionId;
         this.sessionRuns.set(ctx.sessionId, entry.key);
       }
+      this.cancelPendingEnd(entry);
       entry.compactionPending = true; // after_compaction alone (no before) still counts
       await this.publishPendingCompaction(entry);
     } catch (error) {
@@ -506,7 +565,7 @@ export class LoopguardGuard {
       const key = this.keyFor(undefined, { sessionKey: event?.sessionKey ?? ctx?.sessionKey, sessionId: event?.sessionId ?? ctx?.sessionId });
       const entry = key ? this.runs.get(key) : undefined;
       if (!entry) return;
-      await this.endRun(entry, entry.aborted ? 'aborted' : `session_${event?.reason ?? 'end'}`);
+      await this.endRun(entry, entry.aborted ? 'aborted' : `session_${event?.reason ?? 'end'}`, 'session_end');
     } catch (error) {
       this.log.error(`loopguard: session_end failed: ${errorText(error)}`);
     }
@@ -518,18 +577,24 @@ export class LoopguardGuard {
       if (!event || typeof event !== 'object') return;
       const data = (event.data ?? {}) as Record<string, unknown>;
       const ctx = { agentId: event.agentId, sessionKey: event.sessionKey, sessionId: event.sessionId };
+      const runId = baseRunId(event.runId);
+      if (!runId) return;
       if (event.stream === 'lifecycle') {
-        if (data.phase === 'start') this.runSeen(event.runId, ctx);
+        if (runId !== event.runId) return; // a compaction's own lifecycle
+        if (data.phase === 'start') this.runSeen(runId, ctx);
         else if (data.phase === 'end' || data.phase === 'error') {
-          const entry = this.runs.get(event.runId);
+          const entry = this.runs.get(runId);
           if (entry) {
             const status = entry.aborted || data.aborted === true ? 'aborted' : data.phase === 'error' ? 'error' : 'completed';
-            void this.endRun(entry, status);
+            // the agent command's terminal event (startedAt + endedAt) is final; an attempt's is not
+            if (data.startedAt !== undefined && data.endedAt !== undefined) void this.endRun(entry, status, `lifecycle ${data.phase}`);
+            else this.scheduleEnd(entry, status, `lifecycle ${data.phase}`);
           }
         }
       } else if (event.stream === 'compaction') {
-        const entry = this.runs.get(event.runId);
+        const entry = this.runs.get(runId);
         if (!entry || entry.ended || entry.aborted) return;
+        this.cancelPendingEnd(entry);
         if (data.phase === 'start') entry.compactionPending = true;
         else if (data.phase === 'end') {
           if (data.completed === true) {
@@ -557,7 +622,7 @@ export class LoopguardGuard {
   async close(status = 'interrupted'): Promise<void> {
     if (this.closed) return;
     try {
-      await Promise.all([...this.runs.values()].map((entry) => this.endRun(entry, status)));
+      await Promise.all([...this.runs.values()].map((entry) => this.endRun(entry, status, 'close')));
     } catch (error) {
       this.log.warn(`loopguard: ending open runs failed: ${errorText(error)}`);
     }
