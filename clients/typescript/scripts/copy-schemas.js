@@ -1,0 +1,26 @@
+#!/usr/bin/env node
+// prebuild: copy the repository's Avro schemas (../../schemas/*.avsc) into this package's
+// schemas/ so the built package is self-contained. Outside the repository (an unpacked
+// tarball) the copy already shipped is kept.
+'use strict';
+const fs = require('node:fs');
+const path = require('node:path');
+
+const pkgRoot = path.resolve(__dirname, '..');
+const source = path.resolve(pkgRoot, '..', '..', 'schemas');
+const target = path.join(pkgRoot, 'schemas');
+
+if (!fs.existsSync(source)) {
+  if (fs.existsSync(target)) process.exit(0);
+  console.error(`copy-schemas: neither ${source} nor ${target} exists`);
+  process.exit(1);
+}
+const names = fs.readdirSync(source).filter((name) => name.endsWith('.avsc')).sort();
+if (names.length === 0) {
+  console.error(`copy-schemas: no .avsc files in ${source}`);
+  process.exit(1);
+}
+fs.rmSync(target, { recursive: true, force: true });
+fs.mkdirSync(target);
+for (const name of names) fs.copyFileSync(path.join(source, name), path.join(target, name));
+console.log(`copy-schemas: ${names.join(', ')}`);

@@ -1,0 +1,712 @@
+/**
+ * Gateway side of loopguard: publish a run's tool events, obey the control topic. The
+ * TypeScript twin of Python's `streams/gateway_client.py` (`GatewayClient` / `GatewayRun`).
+ *
+ * ```ts
+ * const client = await GatewayClient.connect({ brokers: ['127.0.0.1:9092'], gatewayId: 'gw-1' });
+ * const run = client.startRun({ agentId: 'support-bot' });
+ * const verdict = await run.beforeTool('exec', { command: 'make test' }); // throws RunAborted
+ * if (verdict.allowed) {
+ *   const result = await execute();
+ *   await run.afterTool('exec', { command: 'make test' }, { result });
+ * }
+ * await run.end();
+ * ```
+ *
+ * Enforcement (as in Python): decisions for the run are applied by the next `beforeTool`:
+ * warnings are handed over once; a block refuses exactly that next cycle and is published as
+ * the call's outcome (`{"details": {"status": "blocked", "deniedReason": "tool-loop"}}`, so the
+ * worker's no-progress streak keeps counting); an abort throws {@link RunAborted} from then on.
+ *
+ * In time (new): before deciding, `beforeTool` waits up to `waitBudgetMs` for the run's
+ * RunWatermark to reach the seq of the last event the run published, so a verdict on the
+ * previous cycle is not missed because it was still on its way. The first call of a run does
+ * not wait (only RunStarted was published, and it never draws a decision). On timeout,
+ * `failMode` 'open' lets the call run (counted in `stats().waitTimeouts`, logged), 'closed'
+ * refuses it like a block, with `reason` saying loopguard did not answer.
+ */
+
+import { randomUUID } from 'node:crypto';
+
+import { Kafka, type KafkaConfig, Partitioners, type Producer, logLevel } from 'kafkajs';
+
+import { decisionIdOf, decodeControl, encodeEvent } from './codec';
+import { ControlReader, type ControlRecord } from './controlReader';
+import { CodecError } from './errors';
+import { type Logger, RateLimitedLog, defaultLogger, safeLogger } from './logger';
+import { pyJsonDumps } from './pyjson';
+import { eventSchemaJson, ownSchemas } from './schemas';
+import type { AgentEvent, AgentEventInput, Decision, RunWatermark } from './types';
+
+/** The outcome published for a call loopguard blocked (the worker recognises it as its veto). */
+export const LOOP_VETO_RESULT = { details: { status: 'blocked', deniedReason: 'tool-loop' } } as const;
+/** The outcome published for a call refused because loopguard did not answer in time (failMode 'closed'). */
+export const GUARD_TIMEOUT_RESULT = { details: { status: 'blocked', deniedReason: 'guard-timeout' } } as const;
+
+export type FailMode = 'open' | 'closed';
+
+export interface Topics {
+  events: string;
+  control: string;
+  schemas: string;
+}
+
+/** `<prefix>.events`, `<prefix>.control`, `<prefix>.schemas` (Python's `Topics.with_prefix`). */
+export function topicsFor(prefix = 'loopguard'): Topics {
+  return { events: `${prefix}.events`, control: `${prefix}.control`, schemas: `${prefix}.schemas` };
+}
+
+export interface GatewayClientOptions {
+  brokers: string[];
+  gatewayId: string;
+  /** Topic name prefix (default "loopguard"). */
+  topicPrefix?: string;
+  /** How long `beforeTool` waits for the worker to catch up with the run (default 50 ms; 0: never wait). */
+  waitBudgetMs?: number;
+  /** What `beforeTool` does when the wait times out (default 'open'). */
+  failMode?: FailMode;
+  logger?: Logger;
+  /** Extra kafkajs client settings (ssl, sasl, clientId, retry, connectionTimeout, logLevel, ...). */
+  kafka?: Partial<KafkaConfig>;
+  /** Called for every new decision of this client's runs (after deduplication). */
+  onDecision?: (decision: Decision) => void;
+  /** Fetch wait of the control reader (default 20 ms: tansu holds an empty fetch for all of it). */
+  fetchMaxWaitMs?: number;
+  /** How long `connect` waits for the control topic to exist (default 30 s, as Python). */
+  controlTopicWaitMs?: number;
+  /** Upper bound for `run.end()` / `close()` waiting for unsent events (default 10 s). */
+  flushTimeoutMs?: number;
+  /** How many ended runs keep their decisions for `decisions(runId)` (default 1000). */
+  endedRunsKept?: number;
+  /** Event time source, epoch ms (default `Date.now`; tests and vector files fix it). */
+  clock?: () => number;
+  /** Events waiting to be sent (broker away) beyond which new ones are dropped and counted (default 10000). */
+  maxPendingSends?: number;
+}
+
+export interface Verdict {
+  allowed: boolean;
+  /** Warnings that arrived since the previous call of the run. */
+  warnings: Decision[];
+  /** The block decision that refused this call. */
+  blockedBy?: Decision;
+  /** Why the call was refused (the block's reason, or that loopguard did not answer). */
+  reason?: string;
+  /** The wait for the worker ran out (the verdict is the fail mode's). */
+  timedOut: boolean;
+}
+
+export interface AfterToolOptions {
+  result?: unknown;
+  error?: string | null;
+  toolCallId?: string | null;
+}
+
+export interface ClientStats {
+  published: number;
+  publishErrors: number;
+  /** Events not even tried because `maxPendingSends` were already waiting. */
+  dropped: number;
+  pendingSends: number;
+  decisions: number;
+  duplicates: number;
+  watermarks: number;
+  /** Control messages skipped because they could not be decoded. */
+  skippedControl: number;
+  /** Decisions/watermarks for runs this client does not know (other gateways' runs). */
+  otherRuns: number;
+  waits: number;
+  waitTimeouts: number;
+  warningsDelivered: number;
+  blocks: number;
+  failClosedRefusals: number;
+  aborts: number;
+  activeRuns: number;
+  controlReconnects: number;
+}
+
+/** loopguard aborted the run; the gateway must stop it and report `decision.reason`. */
+export class RunAborted extends Error {
+  constructor(readonly decision: Decision) {
+    super(`${decision.errorCode || decision.detector}: ${decision.reason}`);
+    this.name = 'RunAborted';
+  }
+}
+
+/** How the client reaches Kafka; replaceable for tests. */
+export interface Transport {
+  /** Publish one record; resolves when acknowledged, rejects on failure. */
+  send(topic: string, key: Buffer, value: Buffer): Promise<void>;
+  close(): Promise<void>;
+  readonly reconnects?: number;
+}
+
+interface RunControl {
+  warnings: Decision[];
+  block?: Decision;
+  abort?: Decision;
+  seen: Set<string>;
+  decisions: Decision[];
+  watermark: number;
+  waiters: Set<() => void>;
+  ended: boolean;
+}
+
+const newControl = (): RunControl => ({
+  warnings: [],
+  seen: new Set(),
+  decisions: [],
+  watermark: 0,
+  waiters: new Set(),
+  ended: false,
+});
+
+export class GatewayClient {
+  readonly gatewayId: string;
+  readonly topics: Topics;
+  readonly waitBudgetMs: number;
+  readonly failMode: FailMode;
+  /** The Avro schema this client writes with; announced on the schemas topic at start. */
+  static get writerSchemaJson(): string {
+    return eventSchemaJson();
+  }
+
+  private readonly log: Required<Logger>;
+  private readonly limited = new RateLimitedLog(60_000);
+  private readonly onDecision?: (decision: Decision) => void;
+  private readonly runs = new Map<string, RunControl>();
+  private readonly endedOrder: string[] = [];
+  private readonly endedRunsKept: number;
+  private readonly flushTimeoutMs: number;
+  private readonly pending = new Set<Promise<void>>();
+  private closed = false;
+  /** @internal */
+  readonly clock: () => number;
+  private readonly maxPendingSends: number;
+  private readonly counters = {
+    published: 0,
+    publishErrors: 0,
+    dropped: 0,
+    decisions: 0,
+    duplicates: 0,
+    watermarks: 0,
+    skippedControl: 0,
+    otherRuns: 0,
+    waits: 0,
+    waitTimeouts: 0,
+    warningsDelivered: 0,
+    blocks: 0,
+    failClosedRefusals: 0,
+    aborts: 0,
+  };
+
+  /**
+   * Connect to Kafka: producer up, every control partition assigned at its end, writer schema
+   * announced. Rejects if the brokers cannot be reached or the control topic does not appear
+   * within `controlTopicWaitMs`; after that, nothing the client does throws on broker trouble.
+   */
+  static async connect(options: GatewayClientOptions): Promise<GatewayClient> {
+    const logger = safeLogger(options.logger ?? defaultLogger);
+    const topics = topicsFor(options.topicPrefix);
+    const transport = new KafkaTransport(options, topics, logger);
+    const client = new GatewayClient(options, transport, logger);
+    try {
+      await transport.start((record) => client.ingestControl(record.value, `${topics.control}[${record.partition}]@${record.offset}`));
+      await client.publishSchema();
+    } catch (error) {
+      await transport.close().catch(() => undefined);
+      throw error;
+    }
+    return client;
+  }
+
+  /** A client on any {@link Transport} (tests, tools); feed control messages to {@link ingestControl}. */
+  static withTransport(options: Omit<GatewayClientOptions, 'brokers'> & { brokers?: string[] }, transport: Transport): GatewayClient {
+    return new GatewayClient(options, transport, safeLogger(options.logger ?? defaultLogger));
+  }
+
+  private constructor(
+    options: Omit<GatewayClientOptions, 'brokers'>,
+    private readonly transport: Transport,
+    logger: Required<Logger>,
+  ) {
+    if (!options.gatewayId) throw new TypeError('gatewayId is required');
+    this.gatewayId = options.gatewayId;
+    this.topics = topicsFor(options.topicPrefix);
+    this.waitBudgetMs = Math.max(0, options.waitBudgetMs ?? 50);
+    this.failMode = options.failMode ?? 'open';
+    if (this.failMode !== 'open' && this.failMode !== 'closed') throw new TypeError(`failMode must be 'open' or 'closed'`);
+    this.onDecision = options.onDecision;
+    this.log = logger;
+    this.flushTimeoutMs = options.flushTimeoutMs ?? 10_000;
+    this.endedRunsKept = options.endedRunsKept ?? 1000;
+    this.clock = options.clock ?? Date.now;
+    this.maxPendingSends = options.maxPendingSends ?? 10_000;
+  }
+
+  // -- runs -------------------------------------------------------------------------
+
+  /** Start a run: publishes RunStarted. `runId` defaults to a random 32-hex id. */
+  startRun(options: { agentId: string; runId?: string }): GatewayRun {
+    const runId = options.runId || randomUUID().replace(/-/g, '');
+    if (this.runs.has(runId) && !this.runs.get(runId)?.ended) throw new Error(`run ${runId} is already active`);
+    this.runs.set(runId, newControl());
+    const run = new GatewayRun(this, runId, options.agentId);
+    run.emit({ kind: 'run_started' });
+    return run;
+  }
+
+  /** Every decision received for the run, in arrival order (deduplicated). */
+  decisions(runId: string): Decision[] {
+    return [...(this.runs.get(runId)?.decisions ?? [])];
+  }
+
+  /** Highest seq of the run the worker reported as processed (0: none yet). */
+  watermark(runId: string): number {
+    return this.runs.get(runId)?.watermark ?? 0;
+  }
+
+  /** Resolve when `predicate(decisions)` holds for the run (tests, demo, tooling). */
+  async waitFor(runId: string, predicate: (decisions: Decision[]) => boolean, timeoutMs = 10_000): Promise<Decision[]> {
+    const control = this.runs.get(runId);
+    if (!control) throw new Error(`run ${runId} is not a run of this client`);
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const decisions = [...control.decisions];
+      if (predicate(decisions)) return decisions;
+      const remaining = deadline - Date.now();
+      if (remaining <= 0) {
+        throw new Error(`run ${runId}: condition not met in ${timeoutMs} ms (${decisions.length} seen)`);
+      }
+      await this.nextChange(control, remaining);
+    }
+  }
+
+  stats(): ClientStats {
+    let activeRuns = 0;
+    for (const control of this.runs.values()) if (!control.ended) activeRuns++;
+    return {
+      ...this.counters,
+      pendingSends: this.pending.size,
+      activeRuns,
+      controlReconnects: this.transport.reconnects ?? 0,
+    };
+  }
+
+  /** Wait until every event handed to the client so far is acknowledged (or failed). */
+  async flush(timeoutMs = this.flushTimeoutMs): Promise<boolean> {
+    const all = Promise.allSettled([...this.pending]).then(() => true);
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<boolean>((resolve) => {
+      timer = setTimeout(() => resolve(false), timeoutMs);
+    });
+    const done = await Promise.race([all, timeout]);
+    clearTimeout(timer);
+    if (!done) this.log.warn(`${this.pending.size} event(s) still unsent after ${timeoutMs} ms`);
+    return done;
+  }
+
+  /** Flush (bounded), stop reading the control topic, disconnect. Idempotent. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    await this.flush();
+    await this.transport.close().catch((error) => this.log.warn(`closing the Kafka connections failed: ${String(error)}`));
+    for (const control of this.runs.values()) this.wakeAll(control);
+  }
+
+  // -- control topic ----------------------------------------------------------------
+
+  /**
+   * Handle one control-topic message (Decision or RunWatermark). Undecodable messages are
+   * skipped with a warning; nothing here throws.
+   */
+  ingestControl(value: Buffer | null, where = 'control message'): void {
+    let message;
+    try {
+      if (value === null) throw new CodecError('empty (tombstone) message');
+      message = decodeControl(value);
+    } catch (error) {
+      this.counters.skippedControl++;
+      const text = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
+      const suppressed = this.limited.allow(`skip:${text}`);
+      if (suppressed >= 0) {
+        this.log.warn(
+          `skipping undecodable control message (${where}): ${text}` +
+            (suppressed > 0 ? ` (${suppressed} more like it not logged)` : ''),
+        );
+      }
+      return;
+    }
+    if (message.type === 'watermark') this.applyWatermark(message.watermark);
+    else this.applyDecision(message.decision);
+  }
+
+  private applyWatermark(watermark: RunWatermark): void {
+    const control = this.runs.get(watermark.runId);
+    if (!control) {
+      this.counters.otherRuns++;
+      return;
+    }
+    this.counters.watermarks++;
+    if (watermark.seq > control.watermark) {
+      control.watermark = watermark.seq;
+      this.wakeAll(control);
+    }
+  }
+
+  private applyDecision(decision: Decision): void {
+    const control = this.runs.get(decision.runId);
+    if (!control) {
+      this.counters.otherRuns++;
+      return;
+    }
+    const id = decision.decisionId || decisionIdOf(decision);
+    if (control.seen.has(id)) {
+      this.counters.duplicates++;
+      return; // redelivered after a worker restart: already in effect
+    }
+    control.seen.add(id);
+    control.decisions.push(decision);
+    this.counters.decisions++;
+    if (decision.action === 'abort') control.abort = decision;
+    else if (decision.action === 'block') control.block = decision;
+    else control.warnings.push(decision);
+    this.wakeAll(control);
+    if (this.onDecision) {
+      try {
+        this.onDecision(decision);
+      } catch (error) {
+        this.log.error(`onDecision callback failed: ${String(error)}`);
+      }
+    }
+  }
+
+  private wakeAll(control: RunControl): void {
+    for (const wake of [...control.waiters]) wake();
+  }
+
+  /** Resolves on the run's next decision or watermark, or after `ms`. */
+  private nextChange(control: RunControl, ms: number): Promise<void> {
+    return new Promise<void>((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        control.waiters.delete(done);
+        resolve();
+      };
+      const timer = setTimeout(done, ms);
+      control.waiters.add(done);
+    });
+  }
+
+  // -- used by GatewayRun -----------------------------------------------------------
+
+  /** @internal Wait (bounded) until the worker processed the run up to `seq`; false on timeout. */
+  async awaitWatermark(runId: string, seq: number): Promise<boolean> {
+    const control = this.runs.get(runId);
+    if (!control || this.waitBudgetMs <= 0) return true;
+    if (control.watermark >= seq || control.abort) return true;
+    this.counters.waits++;
+    const deadline = Date.now() + this.waitBudgetMs;
+    while (control.watermark < seq && !control.abort && !this.closed) {
+      const remaining = deadline - Date.now();
+      if (remaining <= 0) return false;
+      await this.nextChange(control, remaining);
+    }
+    return control.watermark >= seq || control.abort !== undefined;
+  }
+
+  /** @internal Take the run's pending verdict: throws RunAborted, consumes warnings and the block. */
+  takeVerdict(runId: string): { warnings: Decision[]; block?: Decision } {
+    const control = this.runs.get(runId);
+    if (!control) return { warnings: [] };
+    if (control.abort) {
+      this.counters.aborts++;
+      throw new RunAborted(control.abort);
+    }
+    const warnings = control.warnings;
+    control.warnings = [];
+    const block = control.block;
+    control.block = undefined;
+    this.counters.warningsDelivered += warnings.length;
+    if (block) this.counters.blocks++;
+    return { warnings, block };
+  }
+
+  /** @internal */
+  noteTimeout(runId: string, seq: number, refused: boolean): void {
+    this.counters.waitTimeouts++;
+    if (refused) this.counters.failClosedRefusals++;
+    const suppressed = this.limited.allow('wait-timeout');
+    const message =
+      `run ${runId}: loopguard did not confirm seq ${seq} within ${this.waitBudgetMs} ms; ` +
+      (refused ? 'refusing the call (failMode closed)' : 'allowing the call (failMode open)');
+    if (suppressed >= 0) {
+      this.log.warn(message + (suppressed > 0 ? ` (${suppressed} more timeouts not logged)` : ''));
+    } else {
+      this.log.debug(message);
+    }
+  }
+
+  /** @internal Publish an encoded event; never rejects (failures are logged and counted). */
+  send(runId: string, value: Buffer, after: Promise<void>): Promise<void> {
+    if (this.pending.size >= this.maxPendingSends) {
+      this.counters.dropped++;
+      const suppressed = this.limited.allow('dropped');
+      if (suppressed >= 0) {
+        this.log.error(
+          `${this.pending.size} events are waiting to be sent; dropping an event of run ${runId}` +
+            (suppressed > 0 ? ` (${suppressed} more dropped)` : ''),
+        );
+      }
+      return after;
+    }
+    const key = Buffer.from(runId, 'utf8');
+    const sending = after
+      .then(() => this.transport.send(this.topics.events, key, value))
+      .then(
+        () => {
+          this.counters.published++;
+        },
+        (error) => {
+          this.counters.publishErrors++;
+          const text = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
+          const suppressed = this.limited.allow(`publish:${text}`);
+          if (suppressed >= 0) {
+            this.log.error(
+              `publishing an event of run ${runId} failed: ${text}` +
+                (suppressed > 0 ? ` (${suppressed} more failures not logged)` : ''),
+            );
+          }
+        },
+      );
+    this.pending.add(sending);
+    void sending.finally(() => this.pending.delete(sending));
+    return sending;
+  }
+
+  /** @internal */
+  endRun(runId: string): void {
+    const control = this.runs.get(runId);
+    if (!control || control.ended) return;
+    control.ended = true;
+    this.endedOrder.push(runId);
+    while (this.endedOrder.length > this.endedRunsKept) {
+      const old = this.endedOrder.shift();
+      if (old !== undefined && this.runs.get(old)?.ended) this.runs.delete(old);
+    }
+  }
+
+  /** Announce the writer schema on the schemas topic (key = fingerprint hex), as Python's publish_schema. */
+  async publishSchema(): Promise<void> {
+    const schema = ownSchemas().AgentEvent;
+    try {
+      await this.transport.send(
+        this.topics.schemas,
+        Buffer.from(schema.fingerprint.toString('hex'), 'utf8'),
+        Buffer.from(schema.jsonText, 'utf8'),
+      );
+    } catch (error) {
+      this.log.warn(`announcing the writer schema on ${this.topics.schemas} failed: ${String(error)}`);
+    }
+  }
+}
+
+/** Events a run keeps in `run.events` (the most recent ones). */
+const EVENTS_KEPT = 1000;
+
+/** One agent run: numbers its events and applies loopguard's decisions to its cycles. */
+export class GatewayRun {
+  /** Seq of the last event published (RunStarted is 1). */
+  seq = 0;
+  /** The most recent events this run published, in order (audits, tests). */
+  readonly events: AgentEvent[] = [];
+  private lastGuardedSeq = 0;
+  private chain: Promise<void> = Promise.resolve();
+
+  /** @internal use {@link GatewayClient.startRun} */
+  constructor(
+    readonly client: GatewayClient,
+    readonly runId: string,
+    readonly agentId: string,
+  ) {}
+
+  /**
+   * Encode and publish the next event of the run. Encoding errors (a NUL in a tool name, ...)
+   * throw here and use no seq; sending happens in the background, in order.
+   */
+  emit(body: DistributiveOmit<AgentEventInput, 'runId' | 'agentId' | 'gatewayId' | 'seq' | 'eventTime'>): AgentEvent {
+    const event = {
+      ...body,
+      runId: this.runId,
+      agentId: this.agentId,
+      gatewayId: this.client.gatewayId,
+      seq: this.seq + 1,
+      eventTime: this.client.clock(),
+    } as AgentEventInput;
+    const value = encodeEvent(event);
+    this.seq += 1;
+    if (event.kind !== 'run_started') this.lastGuardedSeq = this.seq;
+    this.chain = this.client.send(this.runId, value, this.chain);
+    const full = withDefaults(event);
+    this.events.push(full);
+    if (this.events.length > EVENTS_KEPT) this.events.splice(0, this.events.length - EVENTS_KEPT);
+    return full;
+  }
+
+  /**
+   * Publish the call and say whether it may run; throws {@link RunAborted}. A refused call is
+   * published as finished, with the refusal as its result.
+   */
+  async beforeTool(toolName: string, args: unknown, toolCallId?: string | null): Promise<Verdict> {
+    const argsJson = pyJsonDumps(args); // may throw (circular args) before anything is published
+    let timedOut = false;
+    if (this.lastGuardedSeq > 0) {
+      const target = this.lastGuardedSeq;
+      timedOut = !(await this.client.awaitWatermark(this.runId, target));
+    }
+    const { warnings, block } = this.client.takeVerdict(this.runId); // throws RunAborted
+    let verdict: Verdict;
+    if (block) {
+      verdict = { allowed: false, warnings, blockedBy: block, reason: block.reason, timedOut };
+    } else if (timedOut && this.client.failMode === 'closed') {
+      verdict = {
+        allowed: false,
+        warnings,
+        reason: `loopguard did not answer within ${this.client.waitBudgetMs} ms (failMode closed)`,
+        timedOut,
+      };
+    } else {
+      verdict = { allowed: true, warnings, timedOut };
+    }
+    if (timedOut) this.client.noteTimeout(this.runId, this.lastGuardedSeq, !block && !verdict.allowed);
+    this.emit({ kind: 'tool_call', toolName, argsJson, toolCallId: toolCallId ?? null });
+    if (!verdict.allowed) {
+      const refusal = verdict.blockedBy ? LOOP_VETO_RESULT : GUARD_TIMEOUT_RESULT;
+      await this.afterTool(toolName, args, { result: refusal, toolCallId });
+    }
+    return verdict;
+  }
+
+  /** Publish the tool's outcome (`result`, or `error` if it failed). */
+  async afterTool(toolName: string, args: unknown, outcome: AfterToolOptions = {}): Promise<void> {
+    const { result, error, toolCallId } = outcome;
+    this.emit({
+      kind: 'tool_result',
+      toolName,
+      argsJson: pyJsonDumps(args),
+      resultJson: result === undefined || result === null ? null : pyJsonDumps(result),
+      error: error ?? null,
+      toolCallId: toolCallId ?? null,
+    });
+  }
+
+  /** The runner compacted the context and retried. */
+  async compaction(trigger = 'context_overflow'): Promise<void> {
+    this.emit({ kind: 'compaction_retry', trigger });
+  }
+
+  /** Publish RunEnded and wait (bounded) until the run's events are sent. */
+  async end(status = 'completed'): Promise<void> {
+    this.emit({ kind: 'run_ended', status });
+    this.client.endRun(this.runId);
+    await this.client.flush();
+  }
+}
+
+type DistributiveOmit<T, K extends PropertyKey> = T extends unknown ? Omit<T, K> : never;
+
+function withDefaults(event: AgentEventInput): AgentEvent {
+  switch (event.kind) {
+    case 'tool_call':
+      return { argsJson: '{}', toolCallId: null, ...event } as AgentEvent;
+    case 'tool_result':
+      return { argsJson: null, resultJson: null, error: null, toolCallId: null, ...event } as AgentEvent;
+    case 'compaction_retry':
+      return { trigger: 'context_overflow', ...event } as AgentEvent;
+    case 'run_ended':
+      return { status: 'completed', ...event } as AgentEvent;
+    default:
+      return { ...event } as AgentEvent;
+  }
+}
+
+// -- Kafka transport -------------------------------------------------------------------
+
+const KAFKAJS_LEVEL_NAMES: Record<number, 'error' | 'warn' | 'info' | 'debug'> = {
+  [logLevel.ERROR]: 'error',
+  [logLevel.WARN]: 'warn',
+  [logLevel.INFO]: 'info',
+  [logLevel.DEBUG]: 'debug',
+};
+
+/** kafkajs producer + group-less control reader. */
+class KafkaTransport implements Transport {
+  private readonly kafka: Kafka;
+  private readonly producer: Producer;
+  private reader?: ControlReader;
+
+  constructor(
+    private readonly options: GatewayClientOptions,
+    private readonly topics: Topics,
+    private readonly log: Required<Logger>,
+  ) {
+    if (!options.brokers?.length) throw new TypeError('brokers is required');
+    const extras = options.kafka ?? {};
+    // kafkajs logs every failed connection attempt at ERROR while a broker is away: pass each
+    // distinct message on at most once every 30 s, the repeats at debug level.
+    const limited = new RateLimitedLog(30_000);
+    this.kafka = new Kafka({
+      clientId: `loopguard-gateway-${options.gatewayId}`,
+      connectionTimeout: 3000,
+      logLevel: logLevel.WARN,
+      logCreator: () => (entry) => {
+        const level = KAFKAJS_LEVEL_NAMES[entry.level] ?? 'info';
+        const { message, ...extra } = entry.log as unknown as { message: string; [key: string]: unknown };
+        delete extra.timestamp;
+        delete extra.logger;
+        const text = `kafkajs ${entry.namespace}: ${message}`;
+        const suppressed = level === 'error' || level === 'warn' ? limited.allow(text) : 0;
+        if (suppressed < 0) this.log.debug(text, extra);
+        else this.log[level](suppressed > 0 ? `${text} (${suppressed} repeats not logged)` : text, extra);
+      },
+      ...extras,
+      // Reconnection: kafkajs reconnects and retries every request with backoff; these bound
+      // one send to a few seconds of retrying while a broker is away (then it is logged).
+      retry: { initialRetryTime: 100, maxRetryTime: 2000, retries: 5, ...(extras.retry ?? {}) },
+      brokers: options.brokers,
+    });
+    this.producer = this.kafka.producer({
+      createPartitioner: Partitioners.DefaultPartitioner, // murmur2, as the Java and Python clients
+      allowAutoTopicCreation: false,
+      idempotent: false,
+    });
+  }
+
+  get reconnects(): number {
+    return this.reader?.reconnects ?? 0;
+  }
+
+  async start(onRecord: (record: ControlRecord) => void): Promise<void> {
+    await this.producer.connect();
+    this.reader = new ControlReader(this.kafka, {
+      topic: this.topics.control,
+      logger: this.log,
+      onRecord,
+      fetchMaxWaitMs: this.options.fetchMaxWaitMs,
+      topicWaitMs: this.options.controlTopicWaitMs,
+    });
+    await this.reader.start();
+  }
+
+  async send(topic: string, key: Buffer, value: Buffer): Promise<void> {
+    // One record per request: tansu reports a batch's end as its first offset + 1, which
+    // trips consumers when a batch holds several records.
+    await this.producer.send({ topic, acks: -1, messages: [{ key, value }] });
+  }
+
+  async close(): Promise<void> {
+    await this.reader?.stop();
+    await this.producer.disconnect();
+  }
+}

@@ -1,0 +1,61 @@
+/**
+ * @loopguard/client: the TypeScript gateway client of loopguard.
+ *
+ * Publishes an AI agent's tool-call events to Kafka (Avro single-object encoding, byte for byte
+ * what the Python client writes) and obeys the warn/block/abort decisions loopguard's workers
+ * publish on the control topic.
+ */
+
+export {
+  GatewayClient,
+  GatewayRun,
+  RunAborted,
+  LOOP_VETO_RESULT,
+  GUARD_TIMEOUT_RESULT,
+  topicsFor,
+  type AfterToolOptions,
+  type ClientStats,
+  type FailMode,
+  type GatewayClientOptions,
+  type Topics,
+  type Transport,
+  type Verdict,
+} from './client';
+export {
+  DEFAULT_MAX_MESSAGE_SIZE,
+  HEADER_SIZE,
+  MARKER,
+  NAME_MAX_BYTES,
+  decisionIdOf,
+  decodeControl,
+  decodeDecision,
+  decodeEvent,
+  decodeWatermark,
+  encodeDecision,
+  encodeEvent,
+  encodeWatermark,
+  type ControlMessage,
+  type DecodeOptions,
+  type EncodeOptions,
+  type EventEncodeOptions,
+} from './codec';
+export { ControlReader, type ControlRecord, type ControlReaderOptions } from './controlReader';
+export { crc64Avro, crc64AvroBytes } from './crc64';
+export * from './errors';
+export { type Logger, defaultLogger } from './logger';
+export { pyFloatRepr, pyJsonDumps, type PyJsonOptions } from './pyjson';
+export {
+  SCHEMA_NAMES,
+  SchemaRegistry,
+  defaultRegistry,
+  eventSchemaJson,
+  fingerprints,
+  ownSchemas,
+  parseSchemaText,
+  parsingCanonicalForm,
+  schemaDir,
+  schemaFingerprint,
+  type ParsedSchema,
+  type SchemaName,
+} from './schemas';
+export * from './types';

@@ -1,0 +1,131 @@
+/**
+ * Events, decisions and watermarks: the Avro records in `schemas/` (and Python's
+ * `streams.events`) with camelCase field names. The wire names are the snake_case ones.
+ */
+
+/** An Avro long: a JS number while it is a safe integer, a bigint beyond (events only). */
+export type Long = number | bigint;
+
+/** Fields every event carries (Python's `Envelope`). */
+export interface EventEnvelope {
+  runId: string;
+  agentId: string;
+  gatewayId: string;
+  /** Position of the event in its run, assigned by the gateway (1, 2, ...). */
+  seq: Long;
+  /** Epoch milliseconds, set by the gateway. */
+  eventTime: Long;
+}
+
+/** The agent asked for a tool; emitted before the tool runs. */
+export interface ToolCallEvent extends EventEnvelope {
+  kind: 'tool_call';
+  toolName: string;
+  argsJson: string;
+  toolCallId: string | null;
+}
+
+/** A tool finished (or was refused); `error` set means it failed. */
+export interface ToolResultEvent extends EventEnvelope {
+  kind: 'tool_result';
+  toolName: string;
+  argsJson: string | null;
+  resultJson: string | null;
+  error: string | null;
+  toolCallId: string | null;
+}
+
+/** The runner compacted the context and retried; `trigger` says why. */
+export interface CompactionRetryEvent extends EventEnvelope {
+  kind: 'compaction_retry';
+  trigger: string;
+}
+
+export interface RunStartedEvent extends EventEnvelope {
+  kind: 'run_started';
+}
+
+export interface RunEndedEvent extends EventEnvelope {
+  kind: 'run_ended';
+  status: string;
+}
+
+export type AgentEvent =
+  | ToolCallEvent
+  | ToolResultEvent
+  | CompactionRetryEvent
+  | RunStartedEvent
+  | RunEndedEvent;
+
+export type EventKind = AgentEvent['kind'];
+
+type Optional<T, K extends keyof T> = Omit<T, K> & Partial<Pick<T, K>>;
+
+/** What {@link encodeEvent} accepts: body fields with a schema default may be left out. */
+export type AgentEventInput =
+  | Optional<ToolCallEvent, 'argsJson' | 'toolCallId'>
+  | Optional<ToolResultEvent, 'argsJson' | 'resultJson' | 'error' | 'toolCallId'>
+  | Optional<CompactionRetryEvent, 'trigger'>
+  | RunStartedEvent
+  | Optional<RunEndedEvent, 'status'>;
+
+/** What the gateway must do; ordered by severity. */
+export type Action = 'warn' | 'block' | 'abort';
+export const ACTIONS: readonly Action[] = ['warn', 'block', 'abort'];
+
+/** One loop detection and what the gateway must do about it (control topic). */
+export interface Decision {
+  runId: string;
+  agentId: string;
+  gatewayId: string;
+  /** Sequence number of the event that triggered the decision. */
+  seq: number;
+  eventTime: number;
+  action: Action;
+  detector: string;
+  /** "warning" | "critical" */
+  severity: string;
+  count: number;
+  toolName: string;
+  reason: string;
+  argsHash: string;
+  resultHash: string;
+  pairedToolName: string;
+  errorCode: string;
+  configVersion: string;
+  /** Detector-specific details (each value travels as JSON text). */
+  extra: Record<string, unknown>;
+  /** `runId:seq:detector:action`, derived (as in Python), unique per decision. */
+  decisionId: string;
+  /**
+   * The extra values as the JSON texts on the wire (set by {@link decodeDecision}). When
+   * present, {@link encodeDecision} writes these texts instead of re-serialising `extra`, so a
+   * decoded decision re-encodes byte for byte (JS numbers cannot tell `1.0` from `1`).
+   */
+  extraJson?: Record<string, string>;
+}
+
+/** What {@link encodeDecision} accepts: the optional fields default to "" / {}. */
+export type DecisionInput = Optional<
+  Decision,
+  'argsHash' | 'resultHash' | 'pairedToolName' | 'errorCode' | 'configVersion' | 'extra' | 'decisionId'
+>;
+
+/**
+ * The worker processed a run's events up to and including `seq` (control topic, key = run id).
+ * The record is new and growing: the codec maps every field of the schema it was built with
+ * (camelCase), so the optional ones below appear when the schema has them.
+ */
+export interface RunWatermark {
+  runId: string;
+  gatewayId: string;
+  /** Highest seq of the run the worker has processed. */
+  seq: number;
+  agentId?: string;
+  /** event_time of the event at seq (epoch ms). */
+  eventTime?: number;
+  /** The run's state after seq: active | ended | aborted. */
+  status?: string;
+  /** Events of the run the worker has applied so far. */
+  eventCount?: number;
+}

@@ -1,0 +1,458 @@
+#!/usr/bin/env python3
+"""Write clients/vectors/python.json: messages encoded by the Python codec, for other clients.
+
+The TypeScript client's tests (clients/typescript) decode every message here, compare the
+fields, and encode the fields again byte for byte; they also check its Python-compatible JSON
+text against ``json.dumps`` on the ``gateway_json`` cases and refuse the ``invalid`` messages
+with the same error class as Python.
+
+Run from anywhere (the repository root is found from this file; ``--repo`` points the imports
+at another checkout, e.g. an exported commit)::
+
+    python clients/vectors/make_python_vectors.py [--repo PATH] [--out PATH]
+
+File format (everything JSON-safe):
+- Avro longs (seq, event_time, count) are decimal strings, so 64-bit values survive JS parsers.
+- ``hex``: the whole single-object message (``c301`` + fingerprint + datum).
+- ``gateway_json`` values are tagged trees (``{"int": "7"}``, ``{"float": "0.1"}``,
+  ``{"str": ...}``, ``{"bool": true}``, ``{"null": null}``, ``{"list": [...]}``,
+  ``{"dict": [[key, value], ...]}``) so floats, big ints and key order reach the other side
+  exactly; ``python`` is ``json.dumps(value, ensure_ascii=False)`` and ``ts_expected``, where
+  present, is what a JS client necessarily writes instead (see the case's ``why``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import io
+import json
+import math
+import random
+import struct
+import sys
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+DEFAULT_REPO = HERE.parent.parent
+
+
+def import_codec(repo: Path | None = None) -> tuple[Any, Any, str]:
+    """(codec module, events module, codec module name): the restructured layout first
+    (``streams.wire.avro`` / ``streams.core.events``), then the old one
+    (``streams.avro_codec`` / ``streams.events``)."""
+    root = str(repo or DEFAULT_REPO)
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    if repo is not None:
+        # An editable install's import hook would otherwise map ``streams`` to its own tree.
+        sys.meta_path[:] = [f for f in sys.meta_path if "__editable__" not in repr(f)]
+    import importlib
+
+    try:
+        codec = importlib.import_module("streams.wire.avro")
+        name = "streams.wire.avro"
+    except ImportError:
+        codec = importlib.import_module("streams.avro_codec")
+        name = "streams.avro_codec"
+    try:
+        events = importlib.import_module("streams.core.events")
+    except ImportError:
+        events = importlib.import_module("streams.events")
+    return codec, events, name
+
+
+# ----------------------------------------------------------------- RunWatermark (fallback)
+
+
+class Watermarks:
+    """encode/decode of RunWatermark: the codec's own functions once it has them, else the same
+    framing done here with fastavro (marker + fingerprint of the schema file + datum).
+
+    The schema is still growing (run_id, gateway_id, seq; then agent_id, event_time, status,
+    event_count), so values are plain dicts filtered to the fields the schema has.
+    """
+
+    def __init__(self, codec: Any, events_mod: Any) -> None:
+        self.codec = codec
+        self.record_cls = getattr(events_mod, "RunWatermark", None) or getattr(codec, "RunWatermark", None)
+        self.native = hasattr(codec, "encode_watermark") and hasattr(codec, "decode_watermark")
+        text = (Path(codec.SCHEMA_DIR) / "RunWatermark.avsc").read_text(encoding="utf-8")
+        self.fingerprint: bytes = codec.schema_fingerprint(text)
+        schema = json.loads(text)
+        self.fields = [f["name"] for f in schema["fields"]]
+        self.defaults = {f["name"]: f["default"] for f in schema["fields"] if "default" in f}
+        import fastavro
+
+        self._fastavro = fastavro
+        self._schema = fastavro.parse_schema(_strip_logical(schema))
+
+    def datum(self, values: dict[str, Any]) -> dict[str, Any]:
+        return {name: values.get(name, self.defaults.get(name)) for name in self.fields}
+
+    def encode(self, values: dict[str, Any]) -> bytes:
+        datum = self.datum(values)
+        if self.native and self.record_cls is not None:
+            try:
+                names = {f.name for f in dataclasses.fields(self.record_cls)}
+                return self.codec.encode_watermark(self.record_cls(**{k: v for k, v in datum.items() if k in names}))
+            except TypeError:
+                pass  # another signature: fall back to the plain framing
+        if not datum.get("run_id"):
+            raise self.codec.MissingRunIdError("RunWatermark")
+        out = io.BytesIO()
+        out.write(b"\xc3\x01" + self.fingerprint)
+        self._fastavro.schemaless_writer(out, self._schema, datum)
+        return out.getvalue()
+
+    def decode(self, data: bytes) -> dict[str, Any]:
+        if self.native:
+            value = self.codec.decode_watermark(data)
+            if dataclasses.is_dataclass(value):
+                value = dataclasses.asdict(value)
+            return {name: value[name] for name in self.fields if name in value}
+        if data[:2] != b"\xc3\x01":
+            raise self.codec.BadMarkerError("not an Avro single-object message")
+        if data[2:10] != self.fingerprint:
+            raise self.codec.UnknownSchemaError(data[2:10])
+        stream = io.BytesIO(data)
+        stream.seek(10)
+        datum = self._fastavro.schemaless_reader(stream, self._schema)
+        if stream.tell() != len(data):
+            raise self.codec.InvalidDatumError("trailing bytes after the RunWatermark datum")
+        return datum
+
+
+# ------------------------------------------------------------------------------ helpers
+
+
+def longs(fields: dict[str, Any], names: tuple[str, ...] = ("seq", "event_time", "count")) -> dict:
+    return {k: (str(v) if k in names and isinstance(v, int) else v) for k, v in fields.items()}
+
+
+def event_fields(events_mod: Any, event: Any) -> dict[str, Any]:
+    return longs(events_mod.event_to_dict(event))
+
+
+def tag(value: Any) -> Any:
+    """A Python JSON value as a tagged tree the JS side rebuilds exactly."""
+    if value is None:
+        return {"null": None}
+    if isinstance(value, bool):
+        return {"bool": value}
+    if isinstance(value, int):
+        return {"int": str(value)}
+    if isinstance(value, float):
+        return {"float": repr(value)}
+    if isinstance(value, str):
+        return {"str": value}
+    if isinstance(value, list | tuple):
+        return {"list": [tag(v) for v in value]}
+    if isinstance(value, dict):
+        return {"dict": [[k, tag(v)] for k, v in value.items()]}
+    raise TypeError(type(value))
+
+
+# ------------------------------------------------------------------------------ the cases
+
+T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z in epoch ms
+LOOP_VETO_RESULT = {"details": {"status": "blocked", "deniedReason": "tool-loop"}}
+
+
+def dumps(value: Any) -> str:
+    """What the gateway client writes for args/results."""
+    return json.dumps(value, ensure_ascii=False)
+
+
+def make_events(ev: Any) -> list[tuple[str, Any]]:
+    E = ev.Envelope
+
+    def env(seq: int, run_id: str = "run-1", agent: str = "agent-a", gw: str = "gw-py", t: int = 0):
+        return E(run_id, agent, gw, seq, T0 + seq if t == 0 else t)
+
+    nested = {
+        "path": "/tmp/日本語 ✓",
+        "emoji": "🦀 crab",
+        "nested": {"list": [1, 2.5, None, True, False, {"deep": []}], "empty": {}},
+        "big": 2**64,
+        "neg": -(2**63),
+        "tiny": 1e-7,
+        "ctrl": 'a\nb\t"c"\\ \x00\x1f\x7f \u2028',
+    }
+    return [
+        ("tool_call", ev.ToolCall(env(2), "exec", dumps({"command": "make test"}), "call_1")),
+        ("tool_call_nested_args_no_id", ev.ToolCall(env(3), "write", dumps(nested), None)),
+        ("tool_call_default_args", ev.ToolCall(env(4), "noop")),
+        ("tool_call_null_args", ev.ToolCall(env(5), "noop", dumps(None))),
+        (
+            "tool_result_loop_veto",
+            ev.ToolResult(env(6), "exec", dumps({"command": "make test"}), dumps(LOOP_VETO_RESULT), None, "call_1"),
+        ),
+        ("tool_result_error_only", ev.ToolResult(env(7), "read", None, None, "ENOENT: no such file ✗", None)),
+        ("tool_result_all_null", ev.ToolResult(env(8), "read")),
+        (
+            "tool_result_unicode_result",
+            ev.ToolResult(env(9), "fetch", dumps({"url": "https://example.invalid/ü"}), dumps({"text": "ß" * 300 + "🦀" * 50}), None, "c-9"),
+        ),
+        ("compaction_default", ev.CompactionRetry(env(10))),
+        ("compaction_manual", ev.CompactionRetry(env(11), "manual")),
+        ("run_started", ev.RunStarted(env(1))),
+        ("run_ended_default", ev.RunEnded(env(12))),
+        ("run_ended_aborted", ev.RunEnded(env(13), "aborted")),
+        ("big_seq_negative_time", ev.RunStarted(E("run-big", "a", "g", 2**63 - 1, -(2**63)))),
+        ("zero_seq_zero_time", ev.RunStarted(E("run-zero", "a", "g", 0, 0))),
+        ("unsafe_but_common_ms", ev.RunStarted(E("run-safe-max", "a", "g", 2**53 - 1, 2**53 + 1))),
+        ("empty_agent_and_gateway", ev.ToolCall(E("run-empty", "", "", 1, T0), "", "{}", "")),
+        ("unicode_ids", ev.ToolCall(E("run-ü-🦀", "agént", "gw-日本", 2, T0), "búsqueda", dumps(["ü", "🦀"]), "id-✓")),
+        ("name_at_limit", ev.ToolCall(env(14), "t" * 1024, "{}", None)),
+        ("name_multibyte_at_limit", ev.ToolCall(env(15), "ü" * 512, "{}", None)),
+    ]
+
+
+def make_decisions(ev: Any) -> list[tuple[str, Any]]:
+    D, A = ev.Decision, ev.Action
+    base = dict(run_id="run-1", agent_id="agent-a", gateway_id="gw-py", event_time=T0, severity="warning")
+    return [
+        ("warn_minimal", D(**base, seq=3, action=A.WARN, detector="generic_repeat", count=10, tool_name="exec", reason="exec repeated 10 times")),
+        (
+            "block_with_extra",
+            D(**{**base, "severity": "critical"}, seq=7, action=A.BLOCK, detector="ping_pong", count=20, tool_name="read", reason="ping-pong loop ✗", args_hash="a" * 64, result_hash="b" * 64, paired_tool_name="write", error_code="", config_version="v3", extra={"blocks": "1"}),
+        ),
+        (
+            "abort_rich_extra",
+            D(**{**base, "severity": "critical"}, seq=9, action=A.ABORT, detector="global_circuit_breaker", count=30, tool_name="exec", reason="Session execution blocked to prevent runaway loops.", error_code="global_circuit_breaker", extra={"ratio": 0.5, "n": 3, "float_one": 1.0, "big": 2**60, "list": [1, "x", None, True], "nested": {"k": {"deep": [1.5e-7]}}, "uni": "é✓🦀", "empty": {}, "str": "plain"}),
+        ),
+        ("abort_empty_strings", D(run_id="r", agent_id="", gateway_id="", seq=0, event_time=0, action=A.ABORT, detector="", severity="", count=0, tool_name="", reason="")),
+        ("warn_unicode_run", D(**{**base, "run_id": "run-ü-🦀"}, seq=2**53 - 1, action=A.WARN, detector="known_poll_no_progress", count=2**40, tool_name="process", reason="polling ✓")),
+    ]
+
+
+UNSAFE_DECISIONS = [("seq_beyond_2_53", {"seq": 2**60}), ("count_negative_huge", {"count": -(2**62)})]
+
+WATERMARKS = [  # superset of the schema's fields; Watermarks keeps those the schema has
+    ("first", {"run_id": "run-1", "agent_id": "agent-a", "gateway_id": "gw-py", "seq": 1, "event_time": T0 + 1, "status": "active", "event_count": 1}),
+    ("large_seq", {"run_id": "run-2", "agent_id": "agent-a", "gateway_id": "gw-py", "seq": 2**53 - 1, "event_time": T0, "status": "ended", "event_count": 2**40}),
+    ("unicode_run", {"run_id": "run-ü-🦀", "agent_id": "agént", "gateway_id": "gw-日本", "seq": 42, "event_time": T0 + 42, "status": "aborted", "event_count": 41}),
+    ("empty_gateway_defaults", {"run_id": "run-3", "agent_id": "", "gateway_id": "", "seq": 0, "event_time": 0}),
+]
+
+
+def js_float(x: float) -> bool:
+    """Finite and non-zero, and a JS client writes it as a float too (not integral below 1e21)."""
+    return math.isfinite(x) and x != 0 and not (x == int(x) and abs(x) < 1e21)
+
+
+def gateway_json_cases() -> list[dict[str, Any]]:
+    """Values a gateway serialises (args/results), with Python's text and any JS difference."""
+    cases: list[dict[str, Any]] = [
+        {"name": "command", "value": {"command": "make test", "cwd": "/repo"}},
+        {"name": "nested", "value": {"a": [1, 2, {"b": None, "c": True, "d": False}], "e": {}, "f": []}},
+        {"name": "unicode", "value": {"text": "naïve café 日本語 🦀", "rtl": "שלום"}},
+        {"name": "escapes", "value": "quote \" backslash \\ slash / nl \n cr \r tab \t bs \b ff \f nul \x00 us \x1f del \x7f ls \u2028 ps \u2029"},
+        {"name": "ints", "value": [0, 1, -1, 2**31, -(2**31) - 1, 2**53 - 1, -(2**53 - 1)]},
+        {"name": "big_ints", "value": [2**53 + 1, 2**63, -(2**64) - 7, 10**30]},
+        {"name": "floats", "value": [0.1, -2.5, 1e-5, 0.0001, 1.5e300, 5e-324, 123456789.125, 2.5e-10, 3.141592653589793, 1e21, 1.5e21, 1e22, 1.7976931348623157e308, 4503599627370495.5]},
+        {"name": "integral_floats_below_1e21", "value": [1e16, 1.1e16, 9999999999999998.0, 2.0**60, 1e20], "ts_expected": "[10000000000000000, 11000000000000000, 9999999999999998, 1152921504606846976, 100000000000000000000]", "why": "a JS number with no fraction below 1e21 is written as an int"},
+        {"name": "non_finite", "value": [math.nan, math.inf, -math.inf]},
+        {"name": "empty_containers", "value": [[], {}, "", [[]], {"": {}}]},
+        {"name": "null", "value": None},
+        {"name": "bare_string", "value": "just text"},
+        {"name": "true", "value": True},
+        {"name": "veto", "value": LOOP_VETO_RESULT},
+        {"name": "float_integral", "value": {"n": 1.0, "m": -0.0, "k": 1e15}, "ts_expected": '{"n": 1, "m": 0, "k": 1000000000000000}', "why": "JS numbers cannot tell a float 1.0 from an int 1"},
+        {"name": "integer_like_keys", "value": {"b": 1, "10": 2, "a": 3, "2": 4}, "ts_expected": '{"2": 4, "10": 2, "b": 1, "a": 3}', "why": "JS objects order integer-like keys first, ascending"},
+    ]
+    rng = random.Random(20260101)
+    floats = []
+    while len(floats) < 300:
+        bits = rng.getrandbits(64)
+        x = struct.unpack("<d", struct.pack("<Q", bits))[0]
+        if js_float(x):
+            floats.append(x)
+    for power in range(-330, 310, 7):
+        x = rng.random() * 10.0**power
+        if js_float(x):
+            floats.append(x)
+    cases.append({"name": "random_floats", "value": floats})
+    for case in cases:
+        case["python"] = dumps(case["value"])
+        case["value"] = tag(case["value"])
+    return cases
+
+
+def make_invalid(codec: Any, ev: Any, wm: Watermarks) -> list[dict[str, Any]]:
+    """Messages Python's decoders refuse, with the error class each one raises."""
+    import fastavro
+
+    good_event = codec.encode_event(ev.RunStarted(ev.Envelope("run-x", "a", "g", 1, T0)))
+    tool_call = codec.encode_event(ev.ToolCall(ev.Envelope("run-x", "a", "g", 2, T0), "exec", "{}", None))
+    decision = codec.encode_decision(
+        ev.Decision("run-x", "a", "g", 1, T0, ev.Action.WARN, "d", "warning", 1, "exec", "why")
+    )
+
+    def raw_event(datum: dict[str, Any]) -> bytes:
+        schema = json.loads((Path(codec.SCHEMA_DIR) / "AgentEvent.avsc").read_text(encoding="utf-8"))
+        out = io.BytesIO()
+        out.write(b"\xc3\x01" + codec.event_schema_fingerprint())
+        fastavro.schemaless_writer(out, fastavro.parse_schema(_strip_logical(schema)), datum)
+        return out.getvalue()
+
+    empty_run = raw_event({"run_id": "", "agent_id": "a", "gateway_id": "g", "seq": 1, "event_time": T0, "body": ("loopguard.RunStarted", {})})
+    nul_name = codec.encode_event(ev.ToolCall(ev.Envelope("run-x", "a", "g", 2, T0), "ex\x00ec", "{}", None), check_names=False)
+    long_name = codec.encode_event(ev.ToolCall(ev.Envelope("run-x", "a", "g", 2, T0), "t" * 1025, "{}", None), check_names=False)
+    # run_id "run-x" is 5 bytes: length byte 0x0a at 10, text at 11..15; make it invalid UTF-8.
+    bad_utf8 = bytearray(good_event)
+    bad_utf8[11:13] = b"\xff\xfe"
+    # body union index: after run_id, agent_id, gateway_id, seq, event_time.
+    header_len = 10 + 6 + 2 + 2  # run_id "run-x", agent "a", gateway "g" (length byte + text)
+    seq_len = len(_zigzag(1))
+    time_len = len(_zigzag(T0))
+    union_at = header_len + seq_len + time_len
+    bad_union = bytearray(good_event)
+    assert bad_union[union_at] == 2 * 3, "RunStarted is branch 3"
+    bad_union[union_at] = 2 * 9
+    # Decision.action enum index: after run_id "run-x", "a", "g", seq 1, event_time.
+    action_at = 10 + 6 + 2 + 2 + seq_len + time_len
+    bad_enum = bytearray(decision)
+    assert bad_enum[action_at] == 0, "warn is symbol 0"
+    bad_enum[action_at] = 2 * 7
+    unknown_fp = b"\xc3\x01" + b"\x00" * 8 + good_event[10:]
+    cases = [
+        ("bad_marker", b"\xc3\x02" + good_event[2:], "decode_event"),
+        ("not_avro_json", b'{"run_id": "x"}', "decode_event"),
+        ("empty", b"", "decode_event"),
+        ("header_truncated", good_event[:7], "decode_event"),
+        ("datum_truncated", tool_call[:-3], "decode_event"),
+        ("trailing_bytes", good_event + b"\x00", "decode_event"),
+        ("unknown_fingerprint", unknown_fp, "decode_event"),
+        ("decision_on_events_decoder", decision, "decode_event"),
+        ("event_on_decision_decoder", good_event, "decode_decision"),
+        ("invalid_utf8", bytes(bad_utf8), "decode_event"),
+        ("union_index_out_of_range", bytes(bad_union), "decode_event"),
+        ("enum_index_out_of_range", bytes(bad_enum), "decode_decision"),
+        ("empty_run_id", empty_run, "decode_event"),
+        ("nul_in_tool_name", nul_name, "decode_event"),
+        ("tool_name_too_long", long_name, "decode_event"),
+    ]
+    if hasattr(codec, "decode_watermark"):
+        wm_empty = b"\xc3\x01" + wm.fingerprint + _fastavro_datum(wm, {"run_id": "", "agent_id": "a", "gateway_id": "g", "seq": 1, "event_time": T0})
+        wm_good = wm.encode({"run_id": "run-x", "agent_id": "a", "gateway_id": "g", "seq": 1, "event_time": T0})
+        cases += [
+            ("watermark_empty_run_id", wm_empty, "decode_watermark"),
+            ("watermark_truncated", wm_good[:-2], "decode_watermark"),
+            ("decision_on_watermark_decoder", decision, "decode_watermark"),
+        ]
+    out = []
+    for name, data, decoder in cases:
+        try:
+            getattr(codec, decoder)(data)
+        except codec.CodecError as exc:
+            error = type(exc).__name__
+            message = str(exc)
+        else:
+            raise AssertionError(f"invalid vector {name} decoded")
+        out.append({"name": name, "decoder": decoder, "hex": data.hex(), "error": error, "message": message})
+    return out
+
+
+def _fastavro_datum(wm: Watermarks, values: dict[str, Any]) -> bytes:
+    out = io.BytesIO()
+    wm._fastavro.schemaless_writer(out, wm._schema, wm.datum(values))
+    return out.getvalue()
+
+
+def _zigzag(n: int) -> bytes:
+    n = (n << 1) ^ (n >> 63)
+    out = bytearray()
+    while True:
+        byte = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def _strip_logical(node: Any) -> Any:
+    if isinstance(node, list):
+        return [_strip_logical(n) for n in node]
+    if isinstance(node, dict):
+        if node.get("type") in ("long", "int", "string", "bytes") and "logicalType" in node:
+            return node["type"]
+        return {k: _strip_logical(v) for k, v in node.items() if k != "logicalType"}
+    return node
+
+
+# ------------------------------------------------------------------------------ main
+
+
+def build(repo: Path | None = None) -> dict[str, Any]:
+    codec, ev, codec_name = import_codec(repo)
+    wm = Watermarks(codec, ev)
+    schema_dir = Path(codec.SCHEMA_DIR)
+    texts = {p.stem: p.read_text(encoding="utf-8") for p in sorted(schema_dir.glob("*.avsc"))}
+    fingerprints = {name: codec.schema_fingerprint(text).hex() for name, text in texts.items()}
+    canonical = {name: codec.parsing_canonical_form(text) for name, text in texts.items()}
+
+    events = []
+    for name, event in make_events(ev):
+        data = codec.encode_event(event)
+        assert codec.decode_event(data) == event, name
+        events.append({"name": name, "fields": event_fields(ev, event), "hex": data.hex()})
+
+    decisions = []
+    for name, decision in make_decisions(ev):
+        data = codec.encode_decision(decision)
+        assert codec.decode_decision(data) == decision, name
+        fields = longs({**decision.to_dict(), "decision_id": decision.decision_id})
+        extra_json = {k: json.dumps(v, ensure_ascii=False, separators=(",", ":"), allow_nan=False) for k, v in decision.extra.items()}
+        decisions.append({"name": name, "fields": fields, "extra_json": extra_json, "hex": data.hex()})
+
+    template = make_decisions(ev)[0][1]
+    unsafe = []
+    for name, change in UNSAFE_DECISIONS:
+        decision = dataclasses.replace(template, **change)
+        unsafe.append({"name": name, "hex": codec.encode_decision(decision).hex()})
+
+    watermarks = []
+    for name, values in WATERMARKS:
+        data = wm.encode(values)
+        datum = wm.datum(values)
+        assert wm.decode(data) == datum, name
+        watermarks.append({"name": name, "fields": longs(datum, ("seq", "event_time", "event_count")), "hex": data.hex()})
+
+    return {
+        "generator": "clients/vectors/make_python_vectors.py",
+        "codec_module": codec_name,
+        "watermark_codec": "native" if wm.native else "fastavro framing in make_python_vectors.py",
+        "fingerprints": fingerprints,
+        "canonical_forms": canonical,
+        "event_schema": {
+            "key": codec.event_schema_fingerprint().hex(),
+            "value": codec.event_schema_json(),
+        },
+        "events": events,
+        "decisions": decisions,
+        "decisions_unsafe_for_js": unsafe,
+        "watermarks": watermarks,
+        "invalid": make_invalid(codec, ev, wm),
+        "gateway_json": gateway_json_cases(),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repo", type=Path, default=None, help="checkout whose streams/ to import")
+    parser.add_argument("--out", type=Path, default=HERE / "python.json")
+    args = parser.parse_args()
+    data = build(args.repo)
+    args.out.write_text(json.dumps(data, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    print(f"wrote {args.out}: {len(data['events'])} events, {len(data['decisions'])} decisions, "
+          f"{len(data['watermarks'])} watermarks, {len(data['invalid'])} invalid, "
+          f"{len(data['gateway_json'])} JSON cases (codec {data['codec_module']})")
+
+
+if __name__ == "__main__":
+    main()
