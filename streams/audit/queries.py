@@ -73,7 +73,12 @@ class Filters:
 
 @dataclass(frozen=True, slots=True)
 class RunLine:
-    """One run on the status page: its headline (worst, then latest) decision and totals."""
+    """One run on the status page: its headline decision and totals.
+
+    The headline is the first decision (in the run's order) with the run's worst action: the
+    one that made the run that bad, not the echoes after it (e.g. calls refused after an
+    abort).
+    """
 
     run_id: str
     agent_id: str
@@ -150,6 +155,7 @@ def grouped_runs(store: AuditStore, filters: Filters, limit: int = 100) -> list[
             d.count,
             d.reason,
             d.event_time,
+            d.seq,
             _rank().label("rank"),
         )
         .where(*conds)
@@ -175,7 +181,7 @@ def grouped_runs(store: AuditStore, filters: Filters, limit: int = 100) -> list[
     ranked = select(
         matching,
         func.row_number()
-        .over(partition_by=m.run_id, order_by=(m.rank.desc(), m.event_time.desc(), m.id.desc()))
+        .over(partition_by=m.run_id, order_by=(m.rank.desc(), m.seq, m.id))
         .label("rn"),
     ).subquery("ranked")
     t, r, p = totals.c, ranked.c, ProcessedEvent

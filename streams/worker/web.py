@@ -108,12 +108,7 @@ class BadRequest(ValueError):
 
 def summary_dict(summary: Any) -> dict[str, Any]:
     """One ``RunSummary`` exactly as ``loopguard runs --json`` prints it."""
-    to_dict = getattr(summary, "to_dict", None)
-    if callable(to_dict):
-        return dict(to_dict())
-    data = asdict(summary)
-    data["worst_action"] = data["worst_action"].value
-    return data
+    return summary.to_dict()
 
 
 def _int_param(query: Any, name: str, default: int | None, low: int, high: int | None) -> Any:
@@ -334,6 +329,8 @@ def render_worker_card(
             ("mean processing", esc("–" if mean is None else f"{mean} ms")),
         ]
         shown |= {"uptime_seconds", "lag", "lag_total", "last_event_age_seconds"}
+    else:
+        items.append(("metrics", "not reported by this worker"))
     for key, value in health.items():
         if key not in shown and key not in ("db", "db_url"):
             items.append((str(key), _plain(value)))
@@ -881,7 +878,7 @@ def register_views(
                 app_id=str(app.conf.id),
                 db_url=shown_url,
                 db_error=error,
-                snapshot=served.snapshot(),
+                snapshot=served.snapshot() if metrics is not None else None,
                 health=await _call_health(health),
                 now_ms=now_ms,
             )

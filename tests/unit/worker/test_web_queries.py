@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from sqlalchemy import insert
 
 from streams.audit import queries
 from streams.audit.queries import Filters
-from streams.audit.store import AuditStore
+from streams.audit.store import AuditStore, ProcessedEvent
 from streams.core.events import Action, Decision
 
 T0 = 1_700_000_000_000  # a fixed epoch ms, so buckets are predictable
@@ -31,6 +32,24 @@ def dec(run: str, seq: int, action: Action, t: int, **over) -> Decision:
     return Decision(**values)
 
 
+def record_progress(
+    store: AuditStore, run_id: str, agent: str, last_seq: int, t: int, status: str, events: int
+) -> None:
+    """A run's progress row, written straight to its table (the write API is the worker's)."""
+    row = {
+        "run_id": run_id,
+        "agent_id": agent,
+        "gateway_id": "gw-1",
+        "last_seq": last_seq,
+        "events": events,
+        "first_event_time": t,
+        "last_event_time": t,
+        "status": status,
+    }
+    with store.engine.begin() as conn:
+        conn.execute(insert(ProcessedEvent), [row])
+
+
 @pytest.fixture
 def store(audit_store: AuditStore) -> AuditStore:
     audit_store.record_decisions(
@@ -38,7 +57,7 @@ def store(audit_store: AuditStore) -> AuditStore:
             dec("a", 1, Action.WARN, T0),
             dec("a", 2, Action.BLOCK, T0 + MIN, detector="ping_pong", tool_name="read"),
             dec("a", 3, Action.WARN, T0 + 2 * MIN),  # later, but less severe than the block
-            dec("a", 4, Action.BLOCK, T0 + 3 * MIN, tool_name="grep"),  # equally severe, later
+            dec("a", 4, Action.BLOCK, T0 + 3 * MIN, tool_name="grep"),  # as severe, an echo
             dec("b", 1, Action.WARN, T0 + 30 * MIN, agent_id="other"),
             dec("c", 1, Action.ABORT, T0 + 59 * MIN + 59_999, detector="no_progress"),
         ]
@@ -46,16 +65,12 @@ def store(audit_store: AuditStore) -> AuditStore:
     return audit_store
 
 
-def test_grouped_runs_headline_is_the_worst_then_latest_decision(store: AuditStore) -> None:
+def test_grouped_runs_headline_is_the_first_worst_decision(store: AuditStore) -> None:
     lines = {line.run_id: line for line in queries.grouped_runs(store, Filters())}
     assert list(lines) == ["c", "b", "a"]  # most recently seen first
     a = lines["a"]
-    assert (a.worst_action, a.tool_name, a.count, a.detector) == (
-        "block",
-        "grep",
-        4,
-        "generic_repeat",
-    )
+    headline = (a.worst_action, a.tool_name, a.count, a.detector)
+    assert headline == ("block", "read", 2, "ping_pong")  # the first block, not its echo
     assert (a.decisions, a.warn, a.block, a.abort, a.detectors) == (4, 2, 2, 0, 2)
     assert (a.first_seen, a.last_seen) == (T0, T0 + 3 * MIN)
     assert a.status is None and a.events is None
@@ -88,7 +103,7 @@ def test_filters_describe_only_matching_decisions(store: AuditStore) -> None:
             agent="coder", until_ms=T0 + 2 * MIN + 1, min_action="warn", detector="generic_repeat"
         ),
     )
-    assert (a.worst_action, a.count, a.last_seen) == ("warn", 3, T0 + 2 * MIN)
+    assert (a.worst_action, a.count, a.last_seen) == ("warn", 1, T0 + 2 * MIN)
 
 
 def test_unknown_action_is_refused() -> None:
@@ -145,7 +160,7 @@ def test_top_values_facets_overview_timeline(store: AuditStore) -> None:
     assert (overview.decisions, overview.dead_letters, overview.runs_tracked) == (6, 0, 0)
     assert overview.last_decision_time == T0 + 59 * MIN + 59_999
 
-    store.upsert_run_progress("a", "coder", "gw", 9, T0 + 4 * MIN, "ended")
+    record_progress(store, "a", "coder", 9, T0 + 4 * MIN, "ended", events=9)
     timeline = queries.run_timeline(store, "a")
     assert [d.seq for d in timeline.decisions] == [1, 2, 3, 4]
     assert timeline.progress is not None and timeline.progress.last_seq == 9
