@@ -176,6 +176,7 @@ export class LoopguardGuard {
   private readonly runs = new Map<string, RunEntry>();
   /** sessionKey / sessionId -> key of the run active on it. */
   private readonly sessionRuns = new Map<string, string>();
+  private unsubscribe?: () => void;
   private subscribed = false;
   private readonly now: () => number;
   readonly log: PluginLogger;
@@ -227,6 +228,8 @@ export class LoopguardGuard {
         }
         this.client = client;
         this.failedAt = 0;
+        // runs already under way (seen while connecting) are guarded from now on
+        for (const entry of this.runs.values()) this.startLoopguardRun(entry);
         this.trace({ event: 'connected', brokers: this.config.brokers });
         this.log.info?.(`loopguard: connected to ${this.config.brokers.join(',')} as gateway ${this.config.gatewayId}`);
         return client;
@@ -333,7 +336,7 @@ export class LoopguardGuard {
   }
 
   private startLoopguardRun(entry: RunEntry): void {
-    if (entry.run || entry.ended || !this.client) return;
+    if (entry.run || entry.ended || entry.aborted || !this.client) return;
     try {
       entry.run = this.client.startRun({ agentId: entry.agentId, runId: entry.key });
       this.trace({ event: 'run_started', runId: entry.key, agentId: entry.agentId, sessionKey: entry.sessionKey });
@@ -611,7 +614,8 @@ export class LoopguardGuard {
   subscribe(onAgentEvent: ((listener: (event: AgentEventPayload) => void) => () => void) | undefined): void {
     if (this.subscribed || typeof onAgentEvent !== 'function') return;
     try {
-      onAgentEvent((event) => this.onAgentEvent(event));
+      const off = onAgentEvent((event) => this.onAgentEvent(event));
+      this.unsubscribe = typeof off === 'function' ? off : undefined;
       this.subscribed = true;
     } catch (error) {
       this.log.warn(`loopguard: cannot subscribe to agent events: ${errorText(error)}`);
@@ -627,6 +631,11 @@ export class LoopguardGuard {
       this.log.warn(`loopguard: ending open runs failed: ${errorText(error)}`);
     }
     this.closed = true;
+    try {
+      this.unsubscribe?.();
+    } catch {
+      // ignore
+    }
     const client = this.client;
     this.client = undefined;
     if (client) await client.close().catch((e) => this.log.warn(`loopguard: closing the client failed: ${errorText(e)}`));
