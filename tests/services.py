@@ -2,8 +2,9 @@
 
 The ``broker`` fixture runs the suite on the embedded tansu broker (memory storage) and on a
 3-node Apache Kafka cluster (tests/kafka_cluster), or on the ones ``LOOPGUARD_TEST_BROKER``
-names (``tansu``, ``kafka`` or ``tansu,kafka``). One broker per test session; every pipeline gets its own app id and topic
-prefix, so tests never see each other's events, groups or tables. Workers are child
+names (``tansu``, ``kafka`` or ``tansu,kafka``). One broker per test session; every pipeline
+gets its own app id and topic prefix, so tests never see each other's events, groups or
+tables. Workers are child
 processes started exactly as an operator would (``loopguard worker``), with short broker
 session timeouts so a restarted worker takes over quickly. Readiness is a canary run whose
 decision must come back, never a fixed sleep.
@@ -20,14 +21,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kafka import KafkaConsumer, TopicPartition
 from kafka_cluster.cluster import KafkaCluster
 
 from streams.audit.store import AuditStore
+from streams.core.events import Decision
 from streams.devtools.embedded_broker import EmbeddedBroker
 from streams.devtools.worker_process import WorkerProcess, wait_until_processing
 from streams.gateway.client import GatewayClient
 from streams.kafka.topics import ensure_topics
 from streams.settings import Settings, Topics
+from streams.wire.avro import decode_control
 
 # tansu answers JoinGroup after about max(1 s, session timeout / 2), and a worker that
 # replaces a killed one waits for the dead member's session to expire: keep both short.
@@ -170,6 +174,24 @@ class Pipeline:
             client.close()
         for worker in self.workers:
             worker.stop()
+
+
+def control_topic_decisions(bootstrap: str, topic: str, run_ids: set[str]) -> list[Decision]:
+    """Every decision physically on the control topic for these runs, repeats included.
+
+    Read committed: on Apache Kafka a worker's aborted transactions are not decisions."""
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap,
+        group_id=None,
+        consumer_timeout_ms=2000,
+        isolation_level="read_committed",
+    )
+    parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic))]
+    consumer.assign(parts)
+    consumer.seek_to_beginning(*parts)
+    found = [decode_control(record.value) for record in consumer]
+    consumer.close()
+    return [d for d in found if isinstance(d, Decision) and d.run_id in run_ids]
 
 
 @pytest.fixture

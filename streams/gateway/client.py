@@ -13,6 +13,12 @@ A gateway wraps each tool cycle in a few calls::
 Decisions arrive on a background thread; ``before_tool`` enforces the newest one for the run
 before the tool runs: a block refuses exactly that next cycle (and reports the refusal as
 the call's outcome, so the worker's no-progress streak keeps counting), an abort ends the run.
+
+In time: after each batch the worker publishes a :class:`RunWatermark` per run behind that
+run's decisions, so ``before_tool`` first waits (at most ``wait_budget_ms``) until the worker
+has processed everything this run published. A guard that does not answer in time is
+counted in ``wait_timeouts`` and logged; ``fail_mode="open"`` lets the call run,
+``"closed"`` refuses it.
 Every partition of the control topic is read without a consumer group, so a gateway starts
 hearing decisions at once instead of waiting for a group join.
 """
@@ -45,7 +51,13 @@ from streams.core.events import (
 from streams.kafka.schema_topic import publish_schema
 from streams.kafka.topics import all_partitions
 from streams.settings import Topics
-from streams.wire.avro import CodecError, decode_decision, encode_event, event_schema_json
+from streams.wire.avro import (
+    CodecError,
+    RunWatermark,
+    decode_control,
+    encode_event,
+    event_schema_json,
+)
 from streams.wire.schema_registry import default_registry
 
 log = logging.getLogger("loopguard.gateway")
@@ -66,6 +78,8 @@ class Verdict:
     allowed: bool
     warnings: tuple[Decision, ...] = ()
     blocked_by: Decision | None = None
+    timed_out: bool = False  # the guard had not caught up within the wait budget
+    reason: str = ""  # why the call is refused, when it is
 
 
 @dataclass
@@ -75,6 +89,7 @@ class _RunControl:
     abort: Decision | None = None
     seen: set[str] = field(default_factory=set)
     decisions: list[Decision] = field(default_factory=list)
+    watermark: int = 0  # highest seq of the run the worker has processed
 
 
 class GatewayClient:
@@ -87,9 +102,16 @@ class GatewayClient:
         gateway_id: str,
         topics: Topics | None = None,
         on_decision: Callable[[Decision], None] | None = None,
+        wait_budget_ms: float = 50.0,
+        fail_mode: str = "open",
         **kafka_options: Any,
     ) -> None:
+        if fail_mode not in ("open", "closed"):
+            raise ValueError(f"fail_mode must be 'open' or 'closed', not {fail_mode!r}")
         self.gateway_id = gateway_id
+        self.wait_budget = wait_budget_ms / 1000
+        self.fail_mode = fail_mode
+        self.wait_timeouts = 0
         self.topics = topics or Topics()
         self.on_decision = on_decision
         self._producer = KafkaProducer(
@@ -129,11 +151,21 @@ class GatewayClient:
             for records in batches.values():
                 for record in records:
                     try:
-                        decision = decode_decision(record.value)
+                        message = decode_control(record.value)
                     except CodecError as exc:
                         log.warning("skipping undecodable control message: %s", exc)
                         continue
-                    self._on_decision(decision)
+                    if isinstance(message, RunWatermark):
+                        self._on_watermark(message)
+                    else:
+                        self._on_decision(message)
+
+    def _on_watermark(self, mark: RunWatermark) -> None:
+        with self._lock:
+            control = self._control[mark.run_id]
+            if mark.seq > control.watermark:
+                control.watermark = mark.seq
+                self._lock.notify_all()
 
     def _on_decision(self, decision: Decision) -> None:
         with self._lock:
@@ -189,14 +221,38 @@ class GatewayClient:
                     )
                 self._lock.wait(remaining)
 
-    def _take_verdict(self, run_id: str) -> Verdict:
+    def take_verdict(self, run_id: str, published_seq: int = 0) -> Verdict:
+        """The run's verdict once the worker has processed up to ``published_seq``, or at the
+        end of the wait budget, whichever comes first."""
+        deadline = time.monotonic() + self.wait_budget
         with self._lock:
             control = self._control[run_id]
+            while control.watermark < published_seq and control.abort is None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._lock.wait(remaining)
             if control.abort is not None:
                 raise RunAborted(control.abort)
+            timed_out = control.watermark < published_seq
             warnings, control.warnings = tuple(control.warnings), []
             block, control.block = control.block, None
-        return Verdict(allowed=block is None, warnings=warnings, blocked_by=block)
+            if timed_out:
+                self.wait_timeouts += 1
+        if block is not None:
+            return Verdict(False, warnings, block, timed_out, block.reason)
+        if timed_out:
+            log.warning(
+                "run %s: loopguard had not processed seq %d within %.0f ms; failing %s",
+                run_id,
+                published_seq,
+                self.wait_budget * 1000,
+                self.fail_mode,
+            )
+            if self.fail_mode == "closed":
+                reason = f"loopguard did not answer within {self.wait_budget * 1000:.0f} ms"
+                return Verdict(False, warnings, None, True, reason)
+        return Verdict(True, warnings, None, timed_out)
 
     def close(self) -> None:
         self._stop.set()
@@ -228,7 +284,7 @@ class GatewayRun:
 
     def before_tool(self, tool_name: str, args: Any, tool_call_id: str | None = None) -> Verdict:
         """Publish the call and say whether it may run; raises :class:`RunAborted`."""
-        verdict = self.client._take_verdict(self.run_id)
+        verdict = self.client.take_verdict(self.run_id, self.seq)
         args_json = json.dumps(args, ensure_ascii=False)
         self.emit(ToolCall, tool_name=tool_name, args_json=args_json, tool_call_id=tool_call_id)
         if not verdict.allowed:

@@ -488,6 +488,60 @@ def decode_decision(
     return Decision(**values, extra=extra)
 
 
+# ------------------------------------------------------------------------------ watermarks
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunWatermark:
+    """The worker has processed a run up to ``seq``; follows that run's decisions on the
+    control topic, so a gateway holding it holds every verdict up to ``seq``."""
+
+    run_id: str
+    agent_id: str
+    gateway_id: str
+    seq: int
+    event_time: int  # of the event at seq, epoch milliseconds
+    status: str = "active"  # active | ended | aborted
+    event_count: int = 0
+
+
+_WATERMARK_FIELDS = tuple(f.name for f in dataclass_fields(RunWatermark))
+
+
+def encode_watermark(mark: RunWatermark, *, max_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> bytes:
+    """Single-object Avro bytes for a RunWatermark (control topic)."""
+    if not isinstance(mark, RunWatermark):
+        raise EncodeError(f"not a RunWatermark: {type(mark).__name__}")
+    if not mark.run_id:
+        raise MissingRunIdError("RunWatermark")
+    return _own()["RunWatermark"].encode({n: getattr(mark, n) for n in _WATERMARK_FIELDS}, max_size)
+
+
+def decode_watermark(
+    data: bytes,
+    registry: SchemaRegistry | None = None,
+    *,
+    max_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+) -> RunWatermark:
+    datum = _own()["RunWatermark"].decode(data, registry, max_size)
+    if not datum["run_id"]:
+        raise MissingRunIdError("RunWatermark")
+    return RunWatermark(**{name: datum[name] for name in _WATERMARK_FIELDS})
+
+
+def decode_control(
+    data: bytes,
+    registry: SchemaRegistry | None = None,
+    *,
+    max_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+) -> Decision | RunWatermark:
+    """A control-topic message: a watermark when it carries the watermark schema's
+    fingerprint, otherwise a Decision (ours or a registered evolution of it)."""
+    if data[len(MARKER) : HEADER_SIZE] == _own()["RunWatermark"].schema.fingerprint:
+        return decode_watermark(data, registry, max_size=max_size)
+    return decode_decision(data, registry, max_size=max_size)
+
+
 # ---------------------------------------------------------------------------- dead letters
 
 

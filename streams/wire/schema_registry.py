@@ -50,7 +50,7 @@ __all__ = [
 ]
 
 SCHEMA_DIR = Path(schemas.__file__).resolve().parent  # top-level schemas/, also installed
-SCHEMA_NAMES = ("AgentEvent", "Decision", "DeadLetter")
+SCHEMA_NAMES = ("AgentEvent", "Decision", "RunWatermark", "DeadLetter")
 
 
 # --------------------------------------------------------------- canonical form + fingerprint

@@ -24,7 +24,7 @@ from typing import Any
 import faust
 
 from streams.core.engine import core_build
-from streams.core.events import AgentEvent
+from streams.core.events import AgentEvent, Decision
 from streams.core.run_state import ACTIVE
 from streams.kafka.config_topic import ConfigWatcher
 from streams.kafka.schema_topic import SchemaTopic
@@ -32,16 +32,18 @@ from streams.settings import Settings
 from streams.wire.avro import (
     CodecError,
     DeadLetterRecord,
-    decode_decision,
+    decode_control,
     decode_event,
     encode_dead_letter,
     encode_decision,
+    encode_watermark,
 )
 from streams.wire.errors import UnknownSchemaError
 from streams.wire.schema_registry import SchemaRegistry
 from streams.worker.audit_writer import AuditWriter
 from streams.worker.expiry import RunExpiry
 from streams.worker.processor import EventProcessor
+from streams.worker.rekey import Rekeyer
 
 log = logging.getLogger("loopguard.worker")
 
@@ -64,6 +66,7 @@ class WorkerParts:
     overrides: ConfigWatcher
     audit: AuditWriter
     expiry: RunExpiry
+    rekeyer: Rekeyer
 
 
 class WorkerAgents:
@@ -94,9 +97,12 @@ class WorkerAgents:
             for event in batch:
                 await self.guard_one(event.message)
             now = time.time()
-            for key, state in parts.processor.take_touched().items():
-                parts.runs[key] = state
-                parts.expiry.touch(key, now)
+            for run in parts.processor.take_touched():
+                parts.runs[run.key] = run.state
+                parts.expiry.touch(run.key, now)
+                # After the run's decisions on the same partition: a gateway that sees it
+                # holds every verdict up to its seq (in-time enforcement, run progress).
+                await parts.control_topic.send(key=run.key, value=encode_watermark(run.watermark))
 
     async def guard_one(self, message: Any) -> None:
         parts = self.parts
@@ -109,7 +115,7 @@ class WorkerAgents:
         if outcome.dead_letter is not None:
             await self.dead_letter(message, outcome.dead_letter)
         elif outcome.rekey is not None:
-            await parts.events_topic.send(key=outcome.rekey, value=message.value)
+            await parts.rekeyer.send(self.settings.topics.events, outcome.rekey, message.value)
         else:
             parts.expiry.observe(agent_event.envelope.event_time, time.time())
             for decision in outcome.decisions:
@@ -161,9 +167,12 @@ class WorkerAgents:
             decisions = []
             for value in batch:
                 try:
-                    decisions.append(decode_decision(value))
+                    message = decode_control(value)
                 except CodecError as exc:
                     log.warning("skipping undecodable control message: %s", exc)
+                    continue
+                if isinstance(message, Decision):
+                    decisions.append(message)
             await self.parts.audit.write_decisions(decisions)
 
     async def audit_dead_letters(self, stream: faust.StreamT) -> None:

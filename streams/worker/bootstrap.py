@@ -29,6 +29,8 @@ from streams.worker.faust_patches import (
     set_fetch_max_wait,
 )
 from streams.worker.processor import EventProcessor
+from streams.worker.rekey import Rekeyer
+from streams.worker.startup import check_faust_patches
 from streams.worker.web import register_views
 
 
@@ -50,6 +52,7 @@ def broker_credentials(settings: Settings) -> Any:
 
 
 def apply_faust_patches(settings: Settings) -> None:
+    check_faust_patches()  # refuses (StartupError) a Faust the patches were not written for
     set_fetch_max_wait(settings.fetch_max_wait_ms)
     ordered_recovery_resume()  # never lose events that arrive while a worker restores its tables
     if settings.fast_handoff:
@@ -143,6 +146,7 @@ def build_worker(settings: Settings) -> faust.App:
         overrides=overrides,
         audit=AuditWriter(settings.db_url),
         expiry=RunExpiry(settings.run_idle_ttl),
+        rekeyer=Rekeyer(settings),
     )
     WorkerAgents(parts).register()
     register_views(app, settings.db_url)  # HTTP API, served with `loopguard worker --web-port`

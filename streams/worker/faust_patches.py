@@ -36,6 +36,9 @@ Faust decided to fetch.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import importlib.metadata
+import inspect
 from collections.abc import Coroutine, Generator
 from typing import Any
 
@@ -48,6 +51,38 @@ _original = faust_aiokafka.AIOKafkaConsumerThread._create_worker_consumer
 _original_wait_first = faust_consumer.Consumer.wait_first
 _original_thread_getmany = faust_aiokafka.AIOKafkaConsumerThread.getmany
 _EVENT_WAIT = asyncio.Event.wait.__code__
+
+# The patches replace (or wrap) these methods as faust-streaming PATCHED_VERSION wrote them;
+# two are edited copies of the upstream bodies. A different Faust may have moved or fixed
+# them, so a worker refuses to start unless each source is the one the patches were read
+# against (sha256 of inspect.getsource, first 16 hex digits).
+PATCHED_VERSION = "0.15.3"
+REPLACED = {
+    "AIOKafkaConsumerThread._create_worker_consumer": (_original, "c2701bfc3e6f6cad"),
+    "Consumer.wait_first": (_original_wait_first, "feade6a31f8a6789"),
+    "AIOKafkaConsumerThread.getmany": (_original_thread_getmany, "26fc5fc9f3b667e1"),
+    "Recovery.on_recovery_completed": (
+        faust_recovery.Recovery.on_recovery_completed,
+        "6ef567acf072e46d",
+    ),
+    "Recovery._resume_streams": (faust_recovery.Recovery._resume_streams, "d986a6710c1aca98"),
+}
+
+
+def source_fingerprint(function: Any) -> str:
+    return hashlib.sha256(inspect.getsource(function).encode()).hexdigest()[:16]
+
+
+def patch_mismatches() -> list[str]:
+    """Why the installed Faust is not the one the patches fit (empty when it is)."""
+    problems = []
+    installed = importlib.metadata.version("faust-streaming")
+    if installed != PATCHED_VERSION:
+        problems.append(f"faust-streaming {installed} is installed, not {PATCHED_VERSION}")
+    for name, (function, expected) in REPLACED.items():
+        if source_fingerprint(function) != expected:
+            problems.append(f"{name} differs from the source the patch was written against")
+    return problems
 
 
 def set_fetch_max_wait(ms: int) -> None:

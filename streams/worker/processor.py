@@ -10,8 +10,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from streams.core.config import LoopDetectionConfig
-from streams.core.events import AgentEvent, Decision
+from streams.core.events import AgentEvent, Decision, Envelope
 from streams.core.run_state import RunState
+from streams.wire.avro import RunWatermark
 
 
 @dataclass
@@ -22,6 +23,15 @@ class Outcome:
     dead_letter: str | None = None  # the reason, when the message is parked
     rekey: bytes | None = None  # the run id key the message must be re-sent under
     event: AgentEvent | None = None  # the decoded event, when it was applied
+
+
+@dataclass(frozen=True)
+class TouchedRun:
+    """A run changed in this batch: its state to store and the watermark to publish."""
+
+    key: bytes
+    state: RunState
+    watermark: RunWatermark
 
 
 class EventProcessor:
@@ -39,11 +49,28 @@ class EventProcessor:
         self.load_state = load_state
         self.config_for = config_for
         self.touched: dict[bytes, RunState] = {}
+        self.envelopes: dict[bytes, Envelope] = {}  # the newest of each touched run
 
-    def take_touched(self) -> dict[bytes, RunState]:
-        """The states changed since the last call, to be written back once per batch."""
-        touched, self.touched = self.touched, {}
+    def take_touched(self) -> list[TouchedRun]:
+        """The runs changed since the last call, to be stored and announced once per batch."""
+        touched = [
+            TouchedRun(key, state, self.watermark(state, self.envelopes[key]))
+            for key, state in self.touched.items()
+        ]
+        self.touched, self.envelopes = {}, {}
         return touched
+
+    @staticmethod
+    def watermark(state: RunState, envelope: Envelope) -> RunWatermark:
+        return RunWatermark(
+            run_id=state.run_id,
+            agent_id=envelope.agent_id,
+            gateway_id=envelope.gateway_id,
+            seq=state.last_seq,
+            event_time=state.last_seq_time,
+            status=state.status,
+            event_count=state.event_count,
+        )
 
     def apply(self, key: bytes | None, event: AgentEvent) -> Outcome:
         envelope = event.envelope
@@ -60,6 +87,7 @@ class EventProcessor:
         if state is None:
             state = RunState(envelope.run_id, cfg.history_size)
         self.touched[run_key] = state
+        self.envelopes[run_key] = envelope
         if state.is_duplicate(envelope.seq):
             # Redelivered (e.g. after a crash): publish again what this event decided, with
             # the same decision ids, in case the first publication died in the producer buffer.

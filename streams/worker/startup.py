@@ -22,6 +22,7 @@ from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
 from streams.audit.store import create_audit_engine
 from streams.kafka.topics import ensure_topics, topic_specs
 from streams.settings import Settings, redact_url
+from streams.worker.faust_patches import PATCHED_VERSION, patch_mismatches
 
 log = logging.getLogger("loopguard.worker")
 
@@ -41,6 +42,16 @@ def quiet(logger_name: str) -> Iterator[None]:
 
 class StartupError(RuntimeError):
     """A reason not to start, phrased for the operator (one line, names what to check)."""
+
+
+def check_faust_patches() -> None:
+    """Refuse a Faust the patches in :mod:`faust_patches` were not written for."""
+    problems = patch_mismatches()
+    if problems:
+        raise StartupError(
+            f"{'; '.join(problems)}: loopguard patches faust-streaming {PATCHED_VERSION}'s "
+            f"consumer and recovery; install faust-streaming=={PATCHED_VERSION}"
+        )
 
 
 def co_partitioned(settings: Settings) -> set[str]:

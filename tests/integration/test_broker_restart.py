@@ -20,16 +20,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from kafka import KafkaConsumer, TopicPartition
 from object_store import ObjectStore
-from services import ENABLED, Pipeline
+from services import ENABLED, Pipeline, control_topic_decisions
 from test_reliability import expected, looping_run
 
 from streams.audit.store import AuditStore
-from streams.core.events import AgentEvent, Decision
+from streams.core.events import AgentEvent
 from streams.devtools.embedded_broker import EmbeddedBroker
 from streams.gateway.client import GatewayClient
-from streams.wire.avro import decode_decision
 
 pytestmark = pytest.mark.integration
 
@@ -78,17 +76,6 @@ def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None
         if time.monotonic() > deadline:
             raise TimeoutError(f"{what} not reached in {timeout:.0f}s")
         time.sleep(0.1)
-
-
-def control_topic_decisions(bootstrap: str, topic: str, run_ids: set[str]) -> list[Decision]:
-    """Every decision physically on the control topic for these runs, repeats included."""
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, consumer_timeout_ms=2000)
-    parts = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic)]
-    consumer.assign(parts)
-    consumer.seek_to_beginning(*parts)
-    found = [decode_decision(record.value) for record in consumer]
-    consumer.close()
-    return [d for d in found if d.run_id in run_ids]
 
 
 def test_worker_reconnects_by_itself_after_broker_restarts(restart_pipeline) -> None:

@@ -74,7 +74,10 @@ def drive_ping_pong(run: GatewayRun, client: GatewayClient, cycles: int = 80) ->
 
 
 def test_ping_pong_loop_is_warned_blocked_and_aborted(running_pipeline) -> None:
-    pipeline, client = running_pipeline
+    pipeline, _ = running_pipeline
+    # In time: each call waits until the worker has processed the run so far, so the block
+    # lands on exactly the cycle the pure core says, whatever the broker's latency.
+    client = pipeline.client("gw-in-time", wait_budget_ms=10_000)
     run = client.start_run("coder")
     assert drive_ping_pong(run, client), "the run was never aborted"
     run.end()
@@ -108,6 +111,22 @@ def test_compaction_loop_aborts_with_compaction_loop_persisted(running_pipeline)
     assert [d.decision_id for d in wait_for_audit(pipeline, run.run_id, 1)] == [
         received[0].decision_id
     ]
+
+
+def test_without_the_fast_handoff_patch_the_worker_decides_the_same(
+    pipeline_factory, migrated_db_url
+) -> None:
+    """LOOPGUARD_FAST_HANDOFF=0 is the kill switch of one Faust patch: Faust's own path."""
+    pipeline = pipeline_factory(migrated_db_url, config=ENABLED)
+    pipeline.start_worker(LOOPGUARD_FAST_HANDOFF="0")
+    client = pipeline.client(wait_budget_ms=10_000)
+    pipeline.wait_ready(client)
+    run = client.start_run("coder")
+    assert drive_ping_pong(run, client), "the run was never aborted"
+    run.end()
+    expected = expected_decisions(run.events)
+    assert by_key(wait_for_count(client, run.run_id, len(expected))) == by_key(expected)
+    assert "'fast_handoff': False" in pipeline.worker_logs(tail=100_000)
 
 
 def _empty_run_id_event() -> bytes:

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 from db_fixtures import fresh_pg_database
 from kafka import KafkaConsumer, TopicPartition
-from services import ENABLED
+from services import ENABLED, control_topic_decisions
 from sqlalchemy.engine import make_url
 from tcp_proxy import TcpProxy
 
@@ -23,7 +23,6 @@ from streams.audit.store import AuditStore
 from streams.core.config import fleet_from_document
 from streams.core.engine import LoopGuard
 from streams.core.events import Decision, Envelope, ToolCall, ToolResult
-from streams.wire.avro import decode_decision
 
 pytestmark = pytest.mark.integration
 
@@ -53,20 +52,6 @@ def wait_for_decisions(client, run_ids: list[str], count: int) -> dict[str, Deci
         if len(got) >= count or time.monotonic() > deadline:
             return got
         time.sleep(0.2)
-
-
-def control_topic_counts(bootstrap: str, topic: str, run_ids: set[str]) -> Counter:
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, consumer_timeout_ms=2000)
-    parts = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic)]
-    consumer.assign(parts)
-    consumer.seek_to_beginning(*parts)
-    counts: Counter = Counter()
-    for record in consumer:
-        decision = decode_decision(record.value)
-        if decision.run_id in run_ids:
-            counts[decision.decision_id] += 1
-    consumer.close()
-    return counts
 
 
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
@@ -112,9 +97,10 @@ def test_worker_killed_mid_stream_is_replaced_without_losing_state(running_pipel
             time.sleep(0.2)
     assert {d.decision_id: d for d in rows} == want
     assert len(rows) == len(want)  # no duplicate audit rows
-    counts = control_topic_counts(
+    on_topic = control_topic_decisions(
         pipeline.broker.bootstrap, pipeline.settings.topics.control, set(run_ids)
     )
+    counts = Counter(d.decision_id for d in on_topic)
     assert set(counts) == set(want)
     print(f"physical re-publications after the crash: {sum(counts.values()) - len(counts)}")
 

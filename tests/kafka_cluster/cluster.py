@@ -5,7 +5,7 @@ Stdlib only. The server jars come from Maven (``tests/kafka_cluster/pom.xml``) i
 the repo; each node is one JVM (``kafka.Kafka``) with its config, data and log under the
 data directory. Used by hand, by ``.ci/run`` and by pytest fixtures::
 
-    python tests/kafka_cluster/cluster.py start            # prints 127.0.0.1:19392,...:19393,...:19394
+    python tests/kafka_cluster/cluster.py start   # prints 127.0.0.1:19392,...:19393,...:19394
     python tests/kafka_cluster/cluster.py status
     python tests/kafka_cluster/cluster.py stop
 

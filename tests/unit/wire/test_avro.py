@@ -164,7 +164,7 @@ def avro_write(schema_json: str, datum: dict[str, Any], kind: str) -> bytes:
 
 def test_schemas_load_and_mirror_the_dataclasses() -> None:
     schemas = load_schemas()
-    assert set(schemas) == {"AgentEvent", "Decision", "DeadLetter"}
+    assert set(schemas) == {"AgentEvent", "Decision", "RunWatermark", "DeadLetter"}
     event = schemas["AgentEvent"]
     assert event.fullname == "loopguard.AgentEvent"
     envelope = [f.name for f in fields(Envelope)]

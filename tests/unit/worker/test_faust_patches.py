@@ -106,3 +106,109 @@ def test_a_new_rebalance_resumes_nothing(generation: int) -> None:
         faust_patches._resume_stream_partitions(recovery(calls, generation=generation), 3)
     )
     assert calls == ["again"]
+
+
+# -- fence -------------------------------------------------------------------------------
+
+
+def test_the_installed_faust_is_the_one_the_patches_were_written_for() -> None:
+    assert faust_patches.patch_mismatches() == []
+
+
+def test_a_changed_upstream_method_is_refused(monkeypatch) -> None:
+    def edited_upstream(self, *coros, timeout=None):  # stands in for a newer Faust's body
+        return None
+
+    name = "Consumer.wait_first"
+    monkeypatch.setitem(
+        faust_patches.REPLACED, name, (edited_upstream, faust_patches.REPLACED[name][1])
+    )
+    monkeypatch.setattr(faust_patches, "PATCHED_VERSION", "0.0.1")
+    problems = faust_patches.patch_mismatches()
+    assert problems[0].startswith("faust-streaming 0.15.3 is installed, not 0.0.1")
+    assert problems[1:] == [f"{name} differs from the source the patch was written against"]
+
+
+# -- fast hand-off -----------------------------------------------------------------------
+
+
+class HandoffConsumer:
+    """The state _wait_first (and mode's own wait_first behind it) reads."""
+
+    def __init__(self) -> None:
+        self.suspend_flow = asyncio.Event()
+        self._stopped = asyncio.Event()
+        self._crashed = asyncio.Event()
+        self.loop = asyncio.get_running_loop()
+
+
+def test_a_delivery_that_never_waits_is_handed_over_without_the_slow_path(monkeypatch) -> None:
+    slow: list[object] = []
+
+    async def original(self, *coros, timeout=None):
+        slow.append(coros)
+        return await coros[0]
+
+    monkeypatch.setattr(faust_patches, "_original_wait_first", original)
+
+    async def scenario():
+        consumer = HandoffConsumer()
+        delivered = []
+
+        async def deliver():
+            delivered.append("message")
+            return "done"
+
+        result = await faust_patches._wait_first(consumer, deliver(), asyncio.Event().wait())
+        return result, delivered
+
+    result, delivered = asyncio.run(scenario())
+    assert delivered == ["message"] and slow == []
+    assert result.results == ["done"] and not result.stopped
+
+
+def test_a_delivery_that_must_wait_resumes_where_it_paused(monkeypatch) -> None:
+    async def scenario():
+        consumer = HandoffConsumer()
+        room = asyncio.Event()
+        steps = []
+
+        async def deliver():
+            steps.append("started")
+            await room.wait()  # the stream's buffer is full: delivery must wait
+            steps.append("finished")
+            return "done"
+
+        async def make_room():
+            await asyncio.sleep(0)
+            room.set()
+
+        asyncio.get_running_loop().create_task(make_room())
+        flow = asyncio.Event()
+        await faust_patches._wait_first(consumer, deliver(), flow.wait())
+        return steps
+
+    assert asyncio.run(scenario()) == ["started", "finished"]
+
+
+def test_while_flow_is_suspended_the_original_path_runs(monkeypatch) -> None:
+    taken: list[str] = []
+
+    async def original(self, *coros, timeout=None):
+        taken.append("original")
+        for coro in coros:
+            coro.close()
+
+    monkeypatch.setattr(faust_patches, "_original_wait_first", original)
+
+    async def scenario():
+        consumer = HandoffConsumer()
+        consumer.suspend_flow.set()
+
+        async def deliver():
+            taken.append("fast")
+
+        await faust_patches._wait_first(consumer, deliver(), asyncio.Event().wait())
+
+    asyncio.run(scenario())
+    assert taken == ["original"]

@@ -37,13 +37,18 @@ def test_decisions_match_the_pure_core_and_states_are_handed_back_per_batch() ->
     for i, event in enumerate(events):
         decisions += proc.apply(b"run-1", event).decisions
         if i % 7 == 6:  # a batch boundary: the agent writes the touched states back
-            table.update(proc.take_touched())
-    table.update(proc.take_touched())
+            table.update({run.key: run.state for run in proc.take_touched()})
+    touched = proc.take_touched()
+    table.update({run.key: run.state for run in touched})
     core = guard({"enabled": True})
     expected = [d for e in events for d in core.process(e)]
     assert decisions == expected
     assert {d.action.value for d in decisions} >= {"warn", "block"}
-    assert proc.take_touched() == {}
+    assert proc.take_touched() == []
+    (mark,) = [run.watermark for run in touched]
+    assert (mark.run_id, mark.seq, mark.event_count) == ("run-1", len(events), len(events))
+    assert (mark.agent_id, mark.gateway_id, mark.status) == ("agent-1", "gw-1", "aborted")
+    assert mark.event_time == events[-1].envelope.event_time
 
 
 def test_a_redelivered_event_publishes_the_same_decisions_again() -> None:
@@ -59,6 +64,6 @@ def test_a_message_under_another_key_is_rekeyed_and_a_bad_seq_dead_lettered() ->
     event = looping_events("run-9")[1]
     outcome = proc.apply(b"other", event)
     assert outcome.rekey == b"run-9" and not outcome.decisions
-    assert proc.take_touched() == {}
+    assert proc.take_touched() == []
     bad = Run(run_id="run-9", start_seq=0).make_call("read", {})
     assert "seq must be 1 or more" in (proc.apply(b"run-9", bad).dead_letter or "")
