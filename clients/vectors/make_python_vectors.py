@@ -6,10 +6,13 @@ fields, and encode the fields again byte for byte; they also check its Python-co
 text against ``json.dumps`` on the ``gateway_json`` cases and refuse the ``invalid`` messages
 with the same error class as Python.
 
-Run from anywhere (the repository root is found from this file; ``--repo`` points the imports
-at another checkout, e.g. an exported commit)::
+Run with the project's virtualenv (the editable install provides ``streams``)::
 
-    python clients/vectors/make_python_vectors.py [--repo PATH] [--out PATH]
+    .venv/bin/python clients/vectors/make_python_vectors.py [--out PATH]
+
+``tests/unit/gateway/test_cross_language_vectors.py`` fails when python.json is not what this
+script writes, and decodes ``typescript.json`` (written by ``npm run vectors`` in
+clients/typescript) with the Python codec.
 
 File format (everything JSON-safe):
 - Avro longs (seq, event_time, count) are decimal strings, so 64-bit values survive JS parsers.
@@ -30,98 +33,25 @@ import json
 import math
 import random
 import struct
-import sys
 from pathlib import Path
 from typing import Any
 
+import fastavro
+
+from streams.core import events as ev
+from streams.wire import avro as codec
+
 HERE = Path(__file__).resolve().parent
-DEFAULT_REPO = HERE.parent.parent
+CODEC_MODULE = codec.__name__
+WATERMARK_SCHEMA = (Path(codec.SCHEMA_DIR) / "RunWatermark.avsc").read_text(encoding="utf-8")
 
 
-def import_codec(repo: Path | None = None) -> tuple[Any, Any, str]:
-    """(codec module, events module, codec module name): the restructured layout first
-    (``streams.wire.avro`` / ``streams.core.events``), then the old one
-    (``streams.avro_codec`` / ``streams.events``)."""
-    root = str(repo or DEFAULT_REPO)
-    if root not in sys.path:
-        sys.path.insert(0, root)
-    if repo is not None:
-        # An editable install's import hook would otherwise map ``streams`` to its own tree.
-        sys.meta_path[:] = [f for f in sys.meta_path if "__editable__" not in repr(f)]
-    import importlib
-
-    try:
-        codec = importlib.import_module("streams.wire.avro")
-        name = "streams.wire.avro"
-    except ImportError:
-        codec = importlib.import_module("streams.avro_codec")
-        name = "streams.avro_codec"
-    try:
-        events = importlib.import_module("streams.core.events")
-    except ImportError:
-        events = importlib.import_module("streams.events")
-    return codec, events, name
-
-
-# ----------------------------------------------------------------- RunWatermark (fallback)
-
-
-class Watermarks:
-    """encode/decode of RunWatermark: the codec's own functions once it has them, else the same
-    framing done here with fastavro (marker + fingerprint of the schema file + datum).
-
-    The schema is still growing (run_id, gateway_id, seq; then agent_id, event_time, status,
-    event_count), so values are plain dicts filtered to the fields the schema has.
-    """
-
-    def __init__(self, codec: Any, events_mod: Any) -> None:
-        self.codec = codec
-        self.record_cls = getattr(events_mod, "RunWatermark", None) or getattr(codec, "RunWatermark", None)
-        self.native = hasattr(codec, "encode_watermark") and hasattr(codec, "decode_watermark")
-        text = (Path(codec.SCHEMA_DIR) / "RunWatermark.avsc").read_text(encoding="utf-8")
-        self.fingerprint: bytes = codec.schema_fingerprint(text)
-        schema = json.loads(text)
-        self.fields = [f["name"] for f in schema["fields"]]
-        self.defaults = {f["name"]: f["default"] for f in schema["fields"] if "default" in f}
-        import fastavro
-
-        self._fastavro = fastavro
-        self._schema = fastavro.parse_schema(_strip_logical(schema))
-
-    def datum(self, values: dict[str, Any]) -> dict[str, Any]:
-        return {name: values.get(name, self.defaults.get(name)) for name in self.fields}
-
-    def encode(self, values: dict[str, Any]) -> bytes:
-        datum = self.datum(values)
-        if self.native and self.record_cls is not None:
-            try:
-                names = {f.name for f in dataclasses.fields(self.record_cls)}
-                return self.codec.encode_watermark(self.record_cls(**{k: v for k, v in datum.items() if k in names}))
-            except TypeError:
-                pass  # another signature: fall back to the plain framing
-        if not datum.get("run_id"):
-            raise self.codec.MissingRunIdError("RunWatermark")
-        out = io.BytesIO()
-        out.write(b"\xc3\x01" + self.fingerprint)
-        self._fastavro.schemaless_writer(out, self._schema, datum)
-        return out.getvalue()
-
-    def decode(self, data: bytes) -> dict[str, Any]:
-        if self.native:
-            value = self.codec.decode_watermark(data)
-            if dataclasses.is_dataclass(value):
-                value = dataclasses.asdict(value)
-            return {name: value[name] for name in self.fields if name in value}
-        if data[:2] != b"\xc3\x01":
-            raise self.codec.BadMarkerError("not an Avro single-object message")
-        if data[2:10] != self.fingerprint:
-            raise self.codec.UnknownSchemaError(data[2:10])
-        stream = io.BytesIO(data)
-        stream.seek(10)
-        datum = self._fastavro.schemaless_reader(stream, self._schema)
-        if stream.tell() != len(data):
-            raise self.codec.InvalidDatumError("trailing bytes after the RunWatermark datum")
-        return datum
+def watermark_datum(values: dict[str, Any]) -> bytes:
+    """A RunWatermark datum written without the codec's checks (for the invalid vectors)."""
+    schema = fastavro.parse_schema(_strip_logical(json.loads(WATERMARK_SCHEMA)))
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, schema, values)
+    return out.getvalue()
 
 
 # ------------------------------------------------------------------------------ helpers
@@ -131,8 +61,8 @@ def longs(fields: dict[str, Any], names: tuple[str, ...] = ("seq", "event_time",
     return {k: (str(v) if k in names and isinstance(v, int) else v) for k, v in fields.items()}
 
 
-def event_fields(events_mod: Any, event: Any) -> dict[str, Any]:
-    return longs(events_mod.event_to_dict(event))
+def event_fields(event: Any) -> dict[str, Any]:
+    return longs(ev.event_to_dict(event))
 
 
 def tag(value: Any) -> Any:
@@ -165,7 +95,7 @@ def dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-def make_events(ev: Any) -> list[tuple[str, Any]]:
+def make_events() -> list[tuple[str, Any]]:
     E = ev.Envelope
 
     def env(seq: int, run_id: str = "run-1", agent: str = "agent-a", gw: str = "gw-py", t: int = 0):
@@ -187,13 +117,30 @@ def make_events(ev: Any) -> list[tuple[str, Any]]:
         ("tool_call_null_args", ev.ToolCall(env(5), "noop", dumps(None))),
         (
             "tool_result_loop_veto",
-            ev.ToolResult(env(6), "exec", dumps({"command": "make test"}), dumps(LOOP_VETO_RESULT), None, "call_1"),
+            ev.ToolResult(
+                env(6),
+                "exec",
+                dumps({"command": "make test"}),
+                dumps(LOOP_VETO_RESULT),
+                None,
+                "call_1",
+            ),
         ),
-        ("tool_result_error_only", ev.ToolResult(env(7), "read", None, None, "ENOENT: no such file ✗", None)),
+        (
+            "tool_result_error_only",
+            ev.ToolResult(env(7), "read", None, None, "ENOENT: no such file ✗", None),
+        ),
         ("tool_result_all_null", ev.ToolResult(env(8), "read")),
         (
             "tool_result_unicode_result",
-            ev.ToolResult(env(9), "fetch", dumps({"url": "https://example.invalid/ü"}), dumps({"text": "ß" * 300 + "🦀" * 50}), None, "c-9"),
+            ev.ToolResult(
+                env(9),
+                "fetch",
+                dumps({"url": "https://example.invalid/ü"}),
+                dumps({"text": "ß" * 300 + "🦀" * 50}),
+                None,
+                "c-9",
+            ),
         ),
         ("compaction_default", ev.CompactionRetry(env(10))),
         ("compaction_manual", ev.CompactionRetry(env(11), "manual")),
@@ -204,37 +151,154 @@ def make_events(ev: Any) -> list[tuple[str, Any]]:
         ("zero_seq_zero_time", ev.RunStarted(E("run-zero", "a", "g", 0, 0))),
         ("unsafe_but_common_ms", ev.RunStarted(E("run-safe-max", "a", "g", 2**53 - 1, 2**53 + 1))),
         ("empty_agent_and_gateway", ev.ToolCall(E("run-empty", "", "", 1, T0), "", "{}", "")),
-        ("unicode_ids", ev.ToolCall(E("run-ü-🦀", "agént", "gw-日本", 2, T0), "búsqueda", dumps(["ü", "🦀"]), "id-✓")),
+        (
+            "unicode_ids",
+            ev.ToolCall(
+                E("run-ü-🦀", "agént", "gw-日本", 2, T0), "búsqueda", dumps(["ü", "🦀"]), "id-✓"
+            ),
+        ),
         ("name_at_limit", ev.ToolCall(env(14), "t" * 1024, "{}", None)),
         ("name_multibyte_at_limit", ev.ToolCall(env(15), "ü" * 512, "{}", None)),
     ]
 
 
-def make_decisions(ev: Any) -> list[tuple[str, Any]]:
+def make_decisions() -> list[tuple[str, Any]]:
     D, A = ev.Decision, ev.Action
-    base = dict(run_id="run-1", agent_id="agent-a", gateway_id="gw-py", event_time=T0, severity="warning")
+    base = dict(
+        run_id="run-1", agent_id="agent-a", gateway_id="gw-py", event_time=T0, severity="warning"
+    )
     return [
-        ("warn_minimal", D(**base, seq=3, action=A.WARN, detector="generic_repeat", count=10, tool_name="exec", reason="exec repeated 10 times")),
+        (
+            "warn_minimal",
+            D(
+                **base,
+                seq=3,
+                action=A.WARN,
+                detector="generic_repeat",
+                count=10,
+                tool_name="exec",
+                reason="exec repeated 10 times",
+            ),
+        ),
         (
             "block_with_extra",
-            D(**{**base, "severity": "critical"}, seq=7, action=A.BLOCK, detector="ping_pong", count=20, tool_name="read", reason="ping-pong loop ✗", args_hash="a" * 64, result_hash="b" * 64, paired_tool_name="write", error_code="", config_version="v3", extra={"blocks": "1"}),
+            D(
+                **{**base, "severity": "critical"},
+                seq=7,
+                action=A.BLOCK,
+                detector="ping_pong",
+                count=20,
+                tool_name="read",
+                reason="ping-pong loop ✗",
+                args_hash="a" * 64,
+                result_hash="b" * 64,
+                paired_tool_name="write",
+                error_code="",
+                config_version="v3",
+                extra={"blocks": "1"},
+            ),
         ),
         (
             "abort_rich_extra",
-            D(**{**base, "severity": "critical"}, seq=9, action=A.ABORT, detector="global_circuit_breaker", count=30, tool_name="exec", reason="Session execution blocked to prevent runaway loops.", error_code="global_circuit_breaker", extra={"ratio": 0.5, "n": 3, "float_one": 1.0, "big": 2**60, "list": [1, "x", None, True], "nested": {"k": {"deep": [1.5e-7]}}, "uni": "é✓🦀", "empty": {}, "str": "plain"}),
+            D(
+                **{**base, "severity": "critical"},
+                seq=9,
+                action=A.ABORT,
+                detector="global_circuit_breaker",
+                count=30,
+                tool_name="exec",
+                reason="Session execution blocked to prevent runaway loops.",
+                error_code="global_circuit_breaker",
+                extra={
+                    "ratio": 0.5,
+                    "n": 3,
+                    "float_one": 1.0,
+                    "big": 2**60,
+                    "list": [1, "x", None, True],
+                    "nested": {"k": {"deep": [1.5e-7]}},
+                    "uni": "é✓🦀",
+                    "empty": {},
+                    "str": "plain",
+                },
+            ),
         ),
-        ("abort_empty_strings", D(run_id="r", agent_id="", gateway_id="", seq=0, event_time=0, action=A.ABORT, detector="", severity="", count=0, tool_name="", reason="")),
-        ("warn_unicode_run", D(**{**base, "run_id": "run-ü-🦀"}, seq=2**53 - 1, action=A.WARN, detector="known_poll_no_progress", count=2**40, tool_name="process", reason="polling ✓")),
+        (
+            "abort_empty_strings",
+            D(
+                run_id="r",
+                agent_id="",
+                gateway_id="",
+                seq=0,
+                event_time=0,
+                action=A.ABORT,
+                detector="",
+                severity="",
+                count=0,
+                tool_name="",
+                reason="",
+            ),
+        ),
+        (
+            "warn_unicode_run",
+            D(
+                **{**base, "run_id": "run-ü-🦀"},
+                seq=2**53 - 1,
+                action=A.WARN,
+                detector="known_poll_no_progress",
+                count=2**40,
+                tool_name="process",
+                reason="polling ✓",
+            ),
+        ),
     ]
 
 
-UNSAFE_DECISIONS = [("seq_beyond_2_53", {"seq": 2**60}), ("count_negative_huge", {"count": -(2**62)})]
+UNSAFE_DECISIONS = [
+    ("seq_beyond_2_53", {"seq": 2**60}),
+    ("count_negative_huge", {"count": -(2**62)}),
+]
 
-WATERMARKS = [  # superset of the schema's fields; Watermarks keeps those the schema has
-    ("first", {"run_id": "run-1", "agent_id": "agent-a", "gateway_id": "gw-py", "seq": 1, "event_time": T0 + 1, "status": "active", "event_count": 1}),
-    ("large_seq", {"run_id": "run-2", "agent_id": "agent-a", "gateway_id": "gw-py", "seq": 2**53 - 1, "event_time": T0, "status": "ended", "event_count": 2**40}),
-    ("unicode_run", {"run_id": "run-ü-🦀", "agent_id": "agént", "gateway_id": "gw-日本", "seq": 42, "event_time": T0 + 42, "status": "aborted", "event_count": 41}),
-    ("empty_gateway_defaults", {"run_id": "run-3", "agent_id": "", "gateway_id": "", "seq": 0, "event_time": 0}),
+WATERMARKS = [  # RunWatermark fields; the last one leaves status and event_count at their defaults
+    (
+        "first",
+        {
+            "run_id": "run-1",
+            "agent_id": "agent-a",
+            "gateway_id": "gw-py",
+            "seq": 1,
+            "event_time": T0 + 1,
+            "status": "active",
+            "event_count": 1,
+        },
+    ),
+    (
+        "large_seq",
+        {
+            "run_id": "run-2",
+            "agent_id": "agent-a",
+            "gateway_id": "gw-py",
+            "seq": 2**53 - 1,
+            "event_time": T0,
+            "status": "ended",
+            "event_count": 2**40,
+        },
+    ),
+    (
+        "unicode_run",
+        {
+            "run_id": "run-ü-🦀",
+            "agent_id": "agént",
+            "gateway_id": "gw-日本",
+            "seq": 42,
+            "event_time": T0 + 42,
+            "status": "aborted",
+            "event_count": 41,
+        },
+    ),
+    (
+        "empty_gateway_defaults",
+        {"run_id": "run-3", "agent_id": "", "gateway_id": "", "seq": 0, "event_time": 0},
+    ),
 ]
 
 
@@ -247,21 +311,66 @@ def gateway_json_cases() -> list[dict[str, Any]]:
     """Values a gateway serialises (args/results), with Python's text and any JS difference."""
     cases: list[dict[str, Any]] = [
         {"name": "command", "value": {"command": "make test", "cwd": "/repo"}},
-        {"name": "nested", "value": {"a": [1, 2, {"b": None, "c": True, "d": False}], "e": {}, "f": []}},
+        {
+            "name": "nested",
+            "value": {"a": [1, 2, {"b": None, "c": True, "d": False}], "e": {}, "f": []},
+        },
         {"name": "unicode", "value": {"text": "naïve café 日本語 🦀", "rtl": "שלום"}},
-        {"name": "escapes", "value": "quote \" backslash \\ slash / nl \n cr \r tab \t bs \b ff \f nul \x00 us \x1f del \x7f ls \u2028 ps \u2029"},
+        {
+            "name": "escapes",
+            "value": (
+                'quote " backslash \\ slash / nl \n cr \r tab \t bs \b ff \f'
+                " nul \x00 us \x1f del \x7f ls \u2028 ps \u2029"
+            ),
+        },
         {"name": "ints", "value": [0, 1, -1, 2**31, -(2**31) - 1, 2**53 - 1, -(2**53 - 1)]},
         {"name": "big_ints", "value": [2**53 + 1, 2**63, -(2**64) - 7, 10**30]},
-        {"name": "floats", "value": [0.1, -2.5, 1e-5, 0.0001, 1.5e300, 5e-324, 123456789.125, 2.5e-10, 3.141592653589793, 1e21, 1.5e21, 1e22, 1.7976931348623157e308, 4503599627370495.5]},
-        {"name": "integral_floats_below_1e21", "value": [1e16, 1.1e16, 9999999999999998.0, 2.0**60, 1e20], "ts_expected": "[10000000000000000, 11000000000000000, 9999999999999998, 1152921504606846976, 100000000000000000000]", "why": "a JS number with no fraction below 1e21 is written as an int"},
+        {
+            "name": "floats",
+            "value": [
+                0.1,
+                -2.5,
+                1e-5,
+                0.0001,
+                1.5e300,
+                5e-324,
+                123456789.125,
+                2.5e-10,
+                3.141592653589793,
+                1e21,
+                1.5e21,
+                1e22,
+                1.7976931348623157e308,
+                4503599627370495.5,
+            ],
+        },
+        {
+            "name": "integral_floats_below_1e21",
+            "value": [1e16, 1.1e16, 9999999999999998.0, 2.0**60, 1e20],
+            "ts_expected": (
+                "[10000000000000000, 11000000000000000, 9999999999999998,"
+                " 1152921504606846976, 100000000000000000000]"
+            ),
+            "why": "a JS number with no fraction below 1e21 is written as an int",
+        },
         {"name": "non_finite", "value": [math.nan, math.inf, -math.inf]},
         {"name": "empty_containers", "value": [[], {}, "", [[]], {"": {}}]},
         {"name": "null", "value": None},
         {"name": "bare_string", "value": "just text"},
         {"name": "true", "value": True},
         {"name": "veto", "value": LOOP_VETO_RESULT},
-        {"name": "float_integral", "value": {"n": 1.0, "m": -0.0, "k": 1e15}, "ts_expected": '{"n": 1, "m": 0, "k": 1000000000000000}', "why": "JS numbers cannot tell a float 1.0 from an int 1"},
-        {"name": "integer_like_keys", "value": {"b": 1, "10": 2, "a": 3, "2": 4}, "ts_expected": '{"2": 4, "10": 2, "b": 1, "a": 3}', "why": "JS objects order integer-like keys first, ascending"},
+        {
+            "name": "float_integral",
+            "value": {"n": 1.0, "m": -0.0, "k": 1e15},
+            "ts_expected": '{"n": 1, "m": 0, "k": 1000000000000000}',
+            "why": "JS numbers cannot tell a float 1.0 from an int 1",
+        },
+        {
+            "name": "integer_like_keys",
+            "value": {"b": 1, "10": 2, "a": 3, "2": 4},
+            "ts_expected": '{"2": 4, "10": 2, "b": 1, "a": 3}',
+            "why": "JS objects order integer-like keys first, ascending",
+        },
     ]
     rng = random.Random(20260101)
     floats = []
@@ -281,26 +390,43 @@ def gateway_json_cases() -> list[dict[str, Any]]:
     return cases
 
 
-def make_invalid(codec: Any, ev: Any, wm: Watermarks) -> list[dict[str, Any]]:
+def make_invalid() -> list[dict[str, Any]]:
     """Messages Python's decoders refuse, with the error class each one raises."""
-    import fastavro
-
     good_event = codec.encode_event(ev.RunStarted(ev.Envelope("run-x", "a", "g", 1, T0)))
-    tool_call = codec.encode_event(ev.ToolCall(ev.Envelope("run-x", "a", "g", 2, T0), "exec", "{}", None))
+    tool_call = codec.encode_event(
+        ev.ToolCall(ev.Envelope("run-x", "a", "g", 2, T0), "exec", "{}", None)
+    )
     decision = codec.encode_decision(
         ev.Decision("run-x", "a", "g", 1, T0, ev.Action.WARN, "d", "warning", 1, "exec", "why")
     )
 
     def raw_event(datum: dict[str, Any]) -> bytes:
-        schema = json.loads((Path(codec.SCHEMA_DIR) / "AgentEvent.avsc").read_text(encoding="utf-8"))
+        schema = json.loads(
+            (Path(codec.SCHEMA_DIR) / "AgentEvent.avsc").read_text(encoding="utf-8")
+        )
         out = io.BytesIO()
         out.write(b"\xc3\x01" + codec.event_schema_fingerprint())
         fastavro.schemaless_writer(out, fastavro.parse_schema(_strip_logical(schema)), datum)
         return out.getvalue()
 
-    empty_run = raw_event({"run_id": "", "agent_id": "a", "gateway_id": "g", "seq": 1, "event_time": T0, "body": ("loopguard.RunStarted", {})})
-    nul_name = codec.encode_event(ev.ToolCall(ev.Envelope("run-x", "a", "g", 2, T0), "ex\x00ec", "{}", None), check_names=False)
-    long_name = codec.encode_event(ev.ToolCall(ev.Envelope("run-x", "a", "g", 2, T0), "t" * 1025, "{}", None), check_names=False)
+    empty_run = raw_event(
+        {
+            "run_id": "",
+            "agent_id": "a",
+            "gateway_id": "g",
+            "seq": 1,
+            "event_time": T0,
+            "body": ("loopguard.RunStarted", {}),
+        }
+    )
+    nul_name = codec.encode_event(
+        ev.ToolCall(ev.Envelope("run-x", "a", "g", 2, T0), "ex\x00ec", "{}", None),
+        check_names=False,
+    )
+    long_name = codec.encode_event(
+        ev.ToolCall(ev.Envelope("run-x", "a", "g", 2, T0), "t" * 1025, "{}", None),
+        check_names=False,
+    )
     # run_id "run-x" is 5 bytes: length byte 0x0a at 10, text at 11..15; make it invalid UTF-8.
     bad_utf8 = bytearray(good_event)
     bad_utf8[11:13] = b"\xff\xfe"
@@ -335,14 +461,15 @@ def make_invalid(codec: Any, ev: Any, wm: Watermarks) -> list[dict[str, Any]]:
         ("nul_in_tool_name", nul_name, "decode_event"),
         ("tool_name_too_long", long_name, "decode_event"),
     ]
-    if hasattr(codec, "decode_watermark"):
-        wm_empty = b"\xc3\x01" + wm.fingerprint + _fastavro_datum(wm, {"run_id": "", "agent_id": "a", "gateway_id": "g", "seq": 1, "event_time": T0})
-        wm_good = wm.encode({"run_id": "run-x", "agent_id": "a", "gateway_id": "g", "seq": 1, "event_time": T0})
-        cases += [
-            ("watermark_empty_run_id", wm_empty, "decode_watermark"),
-            ("watermark_truncated", wm_good[:-2], "decode_watermark"),
-            ("decision_on_watermark_decoder", decision, "decode_watermark"),
-        ]
+    wm_fields = {"run_id": "run-x", "agent_id": "a", "gateway_id": "g", "seq": 1, "event_time": T0}
+    wm_good = codec.encode_watermark(codec.RunWatermark(**wm_fields))
+    wm_empty_datum = {**wm_fields, "run_id": "", "status": "active", "event_count": 0}
+    wm_empty = wm_good[:10] + watermark_datum(wm_empty_datum)
+    cases += [
+        ("watermark_empty_run_id", wm_empty, "decode_watermark"),
+        ("watermark_truncated", wm_good[:-2], "decode_watermark"),
+        ("decision_on_watermark_decoder", decision, "decode_watermark"),
+    ]
     out = []
     for name, data, decoder in cases:
         try:
@@ -352,14 +479,16 @@ def make_invalid(codec: Any, ev: Any, wm: Watermarks) -> list[dict[str, Any]]:
             message = str(exc)
         else:
             raise AssertionError(f"invalid vector {name} decoded")
-        out.append({"name": name, "decoder": decoder, "hex": data.hex(), "error": error, "message": message})
+        out.append(
+            {
+                "name": name,
+                "decoder": decoder,
+                "hex": data.hex(),
+                "error": error,
+                "message": message,
+            }
+        )
     return out
-
-
-def _fastavro_datum(wm: Watermarks, values: dict[str, Any]) -> bytes:
-    out = io.BytesIO()
-    wm._fastavro.schemaless_writer(out, wm._schema, wm.datum(values))
-    return out.getvalue()
 
 
 def _zigzag(n: int) -> bytes:
@@ -388,29 +517,32 @@ def _strip_logical(node: Any) -> Any:
 # ------------------------------------------------------------------------------ main
 
 
-def build(repo: Path | None = None) -> dict[str, Any]:
-    codec, ev, codec_name = import_codec(repo)
-    wm = Watermarks(codec, ev)
+def build() -> dict[str, Any]:
     schema_dir = Path(codec.SCHEMA_DIR)
     texts = {p.stem: p.read_text(encoding="utf-8") for p in sorted(schema_dir.glob("*.avsc"))}
     fingerprints = {name: codec.schema_fingerprint(text).hex() for name, text in texts.items()}
     canonical = {name: codec.parsing_canonical_form(text) for name, text in texts.items()}
 
     events = []
-    for name, event in make_events(ev):
+    for name, event in make_events():
         data = codec.encode_event(event)
         assert codec.decode_event(data) == event, name
-        events.append({"name": name, "fields": event_fields(ev, event), "hex": data.hex()})
+        events.append({"name": name, "fields": event_fields(event), "hex": data.hex()})
 
     decisions = []
-    for name, decision in make_decisions(ev):
+    for name, decision in make_decisions():
         data = codec.encode_decision(decision)
         assert codec.decode_decision(data) == decision, name
         fields = longs({**decision.to_dict(), "decision_id": decision.decision_id})
-        extra_json = {k: json.dumps(v, ensure_ascii=False, separators=(",", ":"), allow_nan=False) for k, v in decision.extra.items()}
-        decisions.append({"name": name, "fields": fields, "extra_json": extra_json, "hex": data.hex()})
+        extra_json = {
+            k: json.dumps(v, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+            for k, v in decision.extra.items()
+        }
+        decisions.append(
+            {"name": name, "fields": fields, "extra_json": extra_json, "hex": data.hex()}
+        )
 
-    template = make_decisions(ev)[0][1]
+    template = make_decisions()[0][1]
     unsafe = []
     for name, change in UNSAFE_DECISIONS:
         decision = dataclasses.replace(template, **change)
@@ -418,15 +550,15 @@ def build(repo: Path | None = None) -> dict[str, Any]:
 
     watermarks = []
     for name, values in WATERMARKS:
-        data = wm.encode(values)
-        datum = wm.datum(values)
-        assert wm.decode(data) == datum, name
-        watermarks.append({"name": name, "fields": longs(datum, ("seq", "event_time", "event_count")), "hex": data.hex()})
+        mark = codec.RunWatermark(**values)
+        data = codec.encode_watermark(mark)
+        assert codec.decode_watermark(data) == mark, name
+        fields = longs(dataclasses.asdict(mark), ("seq", "event_time", "event_count"))
+        watermarks.append({"name": name, "fields": fields, "hex": data.hex()})
 
     return {
         "generator": "clients/vectors/make_python_vectors.py",
-        "codec_module": codec_name,
-        "watermark_codec": "native" if wm.native else "fastavro framing in make_python_vectors.py",
+        "codec_module": CODEC_MODULE,
         "fingerprints": fingerprints,
         "canonical_forms": canonical,
         "event_schema": {
@@ -437,21 +569,22 @@ def build(repo: Path | None = None) -> dict[str, Any]:
         "decisions": decisions,
         "decisions_unsafe_for_js": unsafe,
         "watermarks": watermarks,
-        "invalid": make_invalid(codec, ev, wm),
+        "invalid": make_invalid(),
         "gateway_json": gateway_json_cases(),
     }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repo", type=Path, default=None, help="checkout whose streams/ to import")
     parser.add_argument("--out", type=Path, default=HERE / "python.json")
     args = parser.parse_args()
-    data = build(args.repo)
+    data = build()
     args.out.write_text(json.dumps(data, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
-    print(f"wrote {args.out}: {len(data['events'])} events, {len(data['decisions'])} decisions, "
-          f"{len(data['watermarks'])} watermarks, {len(data['invalid'])} invalid, "
-          f"{len(data['gateway_json'])} JSON cases (codec {data['codec_module']})")
+    print(
+        f"wrote {args.out}: {len(data['events'])} events, {len(data['decisions'])} decisions, "
+        f"{len(data['watermarks'])} watermarks, {len(data['invalid'])} invalid, "
+        f"{len(data['gateway_json'])} JSON cases (codec {data['codec_module']})"
+    )
 
 
 if __name__ == "__main__":
