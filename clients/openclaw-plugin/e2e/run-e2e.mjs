@@ -11,6 +11,9 @@
 //   --max-tool-calls N  the model asks for the tool N times, then answers in text (default 30)
 //   --overflow-at N     the model's first request carrying N tool results fails with
 //                       context_length_exceeded (once): OpenClaw compacts and retries the turn
+//   --gateway           run a real Gateway (`openclaw gateway run`, loopback, token auth) with the
+//                       plugin loaded in it, and send the turn through it (`openclaw agent`
+//                       without --local); default: the embedded runner (`agent --local`)
 //
 // env:
 //   LOOPGUARD_TEST_BOOTSTRAP   Kafka bootstrap (host:port[,host:port]); unset: the plugin is inert
@@ -32,6 +35,7 @@
 import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import fs from 'node:fs';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -40,7 +44,7 @@ import { PLUGIN_DIR, ensureOpenClawRuntime } from './setup-openclaw.mjs';
 const here = path.dirname(fileURLToPath(import.meta.url));
 
 function parseArgs(argv) {
-  const args = { prompt: 'Read loop.txt and tell me what it says.', maxToolCalls: 30, overflowAt: 0, timeout: 240, keep: false };
+  const args = { prompt: 'Read loop.txt and tell me what it says.', maxToolCalls: 30, overflowAt: 0, timeout: 240, keep: false, gateway: false };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
     if (a === '--prompt') args.prompt = argv[++i];
@@ -48,6 +52,7 @@ function parseArgs(argv) {
     else if (a === '--overflow-at') args.overflowAt = Number(argv[++i]);
     else if (a === '--timeout') args.timeout = Number(argv[++i]);
     else if (a === '--keep') args.keep = true;
+    else if (a === '--gateway') args.gateway = true;
     else throw new Error(`unknown argument ${a}`);
   }
   return args;
@@ -113,6 +118,52 @@ function run(cmd, args, options, timeoutMs) {
   });
 }
 
+function freePort() {
+  return new Promise((resolve, reject) => {
+    const srv = net.createServer();
+    srv.unref();
+    srv.on('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const { port } = srv.address();
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+/** Start `openclaw gateway run`; resolves once it logs "ready" (or rejects with its log tail). */
+function startGateway(nodeBin, entry, env, cwd, timeoutMs) {
+  return new Promise((resolve, reject) => {
+    const child = spawn(nodeBin, [entry, 'gateway', 'run'], { cwd, env, stdio: ['ignore', 'pipe', 'pipe'] });
+    let log = '';
+    const onData = (d) => {
+      log += d;
+      if (/\[gateway\] ready/.test(log)) {
+        clearTimeout(timer);
+        resolve({ child, log: () => log });
+      }
+    };
+    child.stdout.setEncoding('utf8').on('data', onData);
+    child.stderr.setEncoding('utf8').on('data', (d) => (log += d));
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error(`gateway not ready after ${timeoutMs} ms: ${log.split('\n').slice(-15).join('\n')}`));
+    }, timeoutMs);
+    child.on('exit', (code) => {
+      clearTimeout(timer);
+      reject(new Error(`gateway exited (${code}): ${log.split('\n').slice(-15).join('\n')}`));
+    });
+  });
+}
+
+async function stopGateway(child) {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const exited = new Promise((r) => child.once('exit', r));
+  child.kill('SIGTERM');
+  const timer = setTimeout(() => child.kill('SIGKILL'), 30_000);
+  await exited;
+  clearTimeout(timer);
+}
+
 function parseOpenClawJson(stdout) {
   const start = stdout.indexOf('{');
   if (start < 0) return undefined;
@@ -144,6 +195,10 @@ async function main() {
   result.nodeVersion = runtime.nodeVersion;
   if (!fs.existsSync(path.join(PLUGIN_DIR, 'dist', 'index.js'))) {
     result.error = 'the plugin is not built (npm run build)';
+    return { result, exit: 2 };
+  }
+  if (process.env.LOOPGUARD_TEST_BOOTSTRAP && !fs.existsSync(path.join(PLUGIN_DIR, 'node_modules', '@loopguard', 'client', 'dist', 'index.js'))) {
+    result.error = '@loopguard/client is not installed/built (npm run build:client && npm install)';
     return { result, exit: 2 };
   }
 
@@ -212,6 +267,8 @@ async function main() {
         },
       },
     };
+    const gatewayToken = `e2e-${randomUUID()}`;
+    if (args.gateway) config.gateway = { mode: 'local', port: await freePort(), bind: 'loopback', auth: { mode: 'token', token: gatewayToken } };
     const configPath = path.join(stateDir, 'openclaw.json');
     fs.writeFileSync(configPath, JSON.stringify(config, null, 2));
     result.pluginConfig = pluginConfig;
@@ -226,10 +283,32 @@ async function main() {
       LOOPGUARD_OPENCLAW_TRACE: tracePath,
       NO_COLOR: '1',
       FORCE_COLOR: '0',
+      ...(args.gateway ? { OPENCLAW_GATEWAY_TOKEN: gatewayToken } : {}),
     };
-    const cliArgs = [runtime.openclawEntry, 'agent', '--local', '--agent', agentId, '--session-id', sessionId, '-m', args.prompt, '--json', '--timeout', String(args.timeout)];
+    let gateway;
+    if (args.gateway) {
+      try {
+        gateway = await startGateway(runtime.nodeBin, runtime.openclawEntry, env, workspace, 240_000);
+      } catch (error) {
+        result.error = `gateway: ${error.message}`;
+        return { result, exit: 2, cleanup: args.keep || process.env.E2E_DIR ? undefined : dir };
+      }
+      result.harness = 'openclaw gateway run + openclaw agent';
+    }
+    const cliArgs = [runtime.openclawEntry, 'agent', ...(args.gateway ? [] : ['--local']), '--agent', agentId, '--session-id', sessionId, '-m', args.prompt, '--json', '--timeout', String(args.timeout)];
     result.command = ['node', ...cliArgs.map((a) => (a.includes(' ') ? JSON.stringify(a) : a))].join(' ');
-    const proc = await run(runtime.nodeBin, cliArgs, { cwd: workspace, env }, (args.timeout + 60) * 1000);
+    let proc = await run(runtime.nodeBin, cliArgs, { cwd: workspace, env }, (args.timeout + 60) * 1000);
+    if (/Plugin source changed while preparing its reload/.test(proc.stdout + proc.stderr)) {
+      // OpenClaw fingerprints the plugin's files (and its linked dependencies) while loading it;
+      // a build running next to us changed them: once more
+      result.retriedAfterSourceChange = true;
+      for (const f of [tracePath, modelLog]) fs.rmSync(f, { force: true });
+      proc = await run(runtime.nodeBin, cliArgs, { cwd: workspace, env: { ...env }, }, (args.timeout + 60) * 1000);
+    }
+    if (gateway) {
+      await stopGateway(gateway.child); // gateway_stop: the plugin ends open runs and closes its client
+      result.gatewayLogTail = gateway.log().split('\n').filter((l) => l.trim()).slice(-25);
+    }
     const out = parseOpenClawJson(proc.stdout);
     const trace = readJsonLines(tracePath);
     const requests = readJsonLines(modelLog);
@@ -250,7 +329,8 @@ async function main() {
     result.openclaw = out
       ? {
           ok: out.ok !== false && proc.code === 0,
-          error: out.error?.message ?? meta.error?.message,
+          error: out.error?.message ?? meta.error?.message ?? (out.status && out.status !== 'ok' ? `${out.status}: ${out.summary ?? ''}` : undefined),
+          status: out.status,
           stopReason: meta.stopReason ?? meta.agentMeta?.stopReason,
           toolSummary: meta.toolSummary,
           final: Array.isArray(out.payloads) ? out.payloads.map((p) => p.text).filter(Boolean).join('\n') : undefined,
