@@ -27,7 +27,7 @@ import {
 import { fromWire, loadPythonVectors, toWire, untag } from './helpers';
 
 const vectors = loadPythonVectors();
-const STALE = 'the schemas changed since python.json was written: run python clients/vectors/make_python_vectors.py';
+const STALE = 'the schemas changed since python.json was written: run .venv/bin/python clients/vectors/make_python_vectors.py';
 
 describe('schemas and fingerprints', () => {
   it('has the same fingerprints as the Python codec', () => {

@@ -1,6 +1,7 @@
 /**
  * `npm run vectors`: writes clients/vectors/typescript.json, messages encoded by this package,
- * for the Python test clients/vectors/test_vectors.py to decode and re-encode byte for byte.
+ * for the Python test tests/unit/gateway/test_cross_language_vectors.py to decode and re-encode
+ * byte for byte.
  *
  * The events come from a scripted GatewayRun (the client's own path: JSON text of JS values,
  * seq numbering, block refusal, fail-closed refusal) plus codec-level edge cases. Output is
