@@ -190,6 +190,12 @@ class RunSummary:
     last_seq: int | None = None
     events: int | None = None
 
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form: what ``loopguard runs --json`` and the worker's ``/runs`` answer."""
+        data = dataclasses.asdict(self)
+        data["worst_action"] = self.worst_action.value
+        return data
+
 
 def create_audit_engine(url: str | URL = DEFAULT_URL, **kwargs: Any) -> Engine:
     """Engine with the audit-trail conventions; shared by the store and ``migrations/env.py``.

@@ -13,7 +13,6 @@ import argparse
 import contextlib
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
 from streams.cli.common import (
@@ -23,9 +22,17 @@ from streams.cli.common import (
     run_reporting_errors,
     settings_from_args,
 )
-from streams.core.config import ConfigError, FleetConfig, check_block, load_fleet_config, resolve
-
-GLOBAL_KEY = "*"
+from streams.core.config import (
+    GLOBAL_KEY,
+    ConfigError,
+    FleetConfig,
+    check_override,
+    load_fleet_config,
+    override_record,
+    parse_config_text,
+    read_config_file,
+    resolve,
+)
 
 
 def add_config_parser(sub: Any) -> argparse.ArgumentParser:
@@ -83,36 +90,19 @@ def add_config_parser(sub: Any) -> argparse.ArgumentParser:
     return parser
 
 
-class OverrideError(ValueError):
-    """An override block cannot be used; the message names the field or the file line."""
+class OverrideError(InputError):
+    """An override block cannot be used (exit code 2); the message names the field or the line."""
 
-
-def block_path(agent_id: str) -> str:
-    if agent_id == GLOBAL_KEY:
-        return "tools.loopDetection"
-    return f"agents.list[id={agent_id}].tools.loopDetection"
+    def __init__(self, why: str) -> None:
+        super().__init__(f"invalid override: {why}")
 
 
 def load_block(path: str) -> Any:
-    """Parse a block file (JSON5/JSON, or YAML by extension; ``-`` is stdin)."""
+    """Parse a block file (JSON5/JSON, or YAML by extension; ``-`` is JSON5 on stdin)."""
     try:
-        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise OverrideError(f"{path}: cannot read ({exc.strerror})") from None
-    except UnicodeDecodeError:
-        raise OverrideError(f"{path}: not UTF-8 text") from None
-    is_yaml = path.endswith((".yaml", ".yml"))
-    try:
-        if is_yaml:
-            import yaml
-
-            return yaml.safe_load(text)
-        import json5
-
-        return json5.loads(text)
-    except Exception as exc:  # parser errors differ per library; report them uniformly
-        kind = "YAML" if is_yaml else "JSON5/JSON"
-        raise OverrideError(f"{path}: not valid {kind}: {exc}") from None
+        return parse_config_text(sys.stdin.read(), path) if path == "-" else read_config_file(path)
+    except ConfigError as exc:
+        raise OverrideError(str(exc)) from None
 
 
 def check_agent_id(agent_id: str) -> None:
@@ -121,7 +111,7 @@ def check_agent_id(agent_id: str) -> None:
 
 
 def validate_override(agent_id: str, doc: Any) -> dict[str, Any]:
-    """The block to publish, checked exactly as a worker and a config file would check it."""
+    """The block to publish, checked exactly as a worker checks a config record."""
     check_agent_id(agent_id)
     if isinstance(doc, dict) and "agents" in doc:
         raise OverrideError(
@@ -136,39 +126,32 @@ def validate_override(agent_id: str, doc: Any) -> dict[str, Any]:
         if not isinstance(tools, dict) or "loopDetection" not in tools:
             raise OverrideError("tools.loopDetection: missing")
         doc = tools["loopDetection"]
-    if not isinstance(doc, dict):
-        raise OverrideError(f"{block_path(agent_id)}: expected an object, got {type(doc).__name__}")
-    path = block_path(agent_id)
     try:
-        check_block(doc, path)
-        if agent_id == GLOBAL_KEY:
-            resolve(doc, path)
-        else:
-            FleetConfig().with_agent(agent_id, doc).for_agent(agent_id)
+        return check_override(agent_id, doc)
     except ConfigError as exc:
         raise OverrideError(str(exc)) from None
-    return doc
 
 
-def effective_versions(fleet: Any, overrides: dict[str, dict[str, Any]]) -> dict[str, str]:
-    """Config version per override key, resolved the way the workers' ConfigBook does."""
+def effective_versions(fleet: FleetConfig, overrides: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """Config version per override key, resolved the way the workers resolve it."""
     base = fleet
     if GLOBAL_KEY in overrides:
-        base = FleetConfig(overrides[GLOBAL_KEY], fleet.agent_blocks)
+        base = fleet.with_override(GLOBAL_KEY, overrides[GLOBAL_KEY])
     versions = {GLOBAL_KEY: resolve(base.global_block).version}
     for key, block in overrides.items():
         if key != GLOBAL_KEY:
-            versions[key] = base.with_agent(key, block).for_agent(key).version
+            versions[key] = base.with_override(key, block).for_agent(key).version
     return versions
 
 
 def read_overrides(settings: Any) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
-    """Current override per key from the config topic, and keys whose latest record is bad."""
+    """Current override per key from the config topic, and keys whose latest record is bad
+    (workers ignore such a record and keep the previous block for the key)."""
     # Deferred, as every Kafka import here: kafka-python takes most of a second to import.
+    from streams.kafka.config_topic import ConfigOverrides, record_key
     from streams.kafka.reader import TopicReader
 
-    blocks: dict[str, dict[str, Any]] = {}
-    invalid: dict[str, str] = {}
+    overrides = ConfigOverrides()
     reader = TopicReader(
         settings.bootstrap_servers,
         settings.topics.config,
@@ -177,24 +160,13 @@ def read_overrides(settings: Any) -> tuple[dict[str, dict[str, Any]], dict[str, 
     )
     with reader:
         for record in reader.records():
-            key = record.key.decode("utf-8", "replace") if record.key else ""
-            invalid.pop(key, None)
-            if record.value is None:
-                blocks.pop(key, None)
-                continue
-            try:
-                block = json.loads(record.value)
-                check_block(block, block_path(key))
-            except (ValueError, ConfigError) as exc:
-                # Workers ignore such a record and keep the previous block for the key.
-                invalid[key] = str(exc)
-                continue
-            blocks[key] = block
-    return blocks, invalid
+            overrides.apply(record_key(record), record.value)
+    return overrides.blocks(), dict(overrides.invalid)
 
 
 def _ensure_config_topic(settings: Any) -> None:
     """Create the compacted config topic when missing (same spec as ``ensure_topics``)."""
+    # Deferred (kafka-python), as in _publish and read_overrides.
     from kafka.admin import KafkaAdminClient
     from kafka.errors import TopicAlreadyExistsError
 
@@ -235,40 +207,36 @@ def run_config(args: argparse.Namespace) -> int:
     return run_reporting_errors(f"config {args.config_command}", handler, args)
 
 
+def _subject(agent_id: str) -> str:
+    return "the global block" if agent_id == GLOBAL_KEY else f"agent {agent_id}"
+
+
 def _set(args: argparse.Namespace) -> int:
-    try:
-        block = validate_override(args.agent_id, load_block(args.file))
-    except OverrideError as exc:
-        raise InputError(f"invalid override: {exc}") from None
+    block = validate_override(args.agent_id, load_block(args.file))
     settings = settings_from_args(args)
-    value = json.dumps(block, sort_keys=True, separators=(",", ":")).encode()
+    value = override_record(block)
     meta = _publish(settings, args.agent_id, value)
-    what = "the global block" if args.agent_id == GLOBAL_KEY else f"agent {args.agent_id}"
     print(
-        f"override for {what} published to {settings.topics.config} "
+        f"override for {_subject(args.agent_id)} published to {settings.topics.config} "
         f"(partition {meta.partition}, offset {meta.offset}): {value.decode()}"
     )
     return EXIT_OK
 
 
 def _rm(args: argparse.Namespace) -> int:
-    try:
-        check_agent_id(args.agent_id)
-    except OverrideError as exc:
-        raise InputError(f"invalid override: {exc}") from None
+    check_agent_id(args.agent_id)
     settings = settings_from_args(args)
     meta = _publish(settings, args.agent_id, None)
-    what = "the global block" if args.agent_id == GLOBAL_KEY else f"agent {args.agent_id}"
     print(
-        f"override for {what} removed (tombstone at {settings.topics.config} partition "
-        f"{meta.partition}, offset {meta.offset})"
+        f"override for {_subject(args.agent_id)} removed (tombstone at "
+        f"{settings.topics.config} partition {meta.partition}, offset {meta.offset})"
     )
     return EXIT_OK
 
 
 def _show(args: argparse.Namespace) -> int:
     try:
-        fleet = load_fleet_config(args.config) if args.config else FleetConfig()
+        fleet = load_fleet_config(args.config)
     except ConfigError as exc:
         raise InputError(f"invalid config: {exc}") from None
     settings = settings_from_args(args)

@@ -224,7 +224,7 @@ def run_replay(args: argparse.Namespace) -> int:
 def _replay(args: argparse.Namespace) -> int:
     # Deferred: SQLAlchemy and the core load only when a replay really runs (not for --help).
     from streams.audit.store import AuditStore
-    from streams.core.config import ConfigError, FleetConfig, load_fleet_config
+    from streams.core.config import ConfigError, load_fleet_config
     from streams.core.engine import LoopGuard
     from streams.settings import redact_url
 
@@ -232,7 +232,7 @@ def _replay(args: argparse.Namespace) -> int:
     if args.from_file and args.from_offset:
         raise InputError("--from-offset applies to the events topic, not to --from-file")
     try:
-        fleet = load_fleet_config(args.config) if args.config else FleetConfig()
+        fleet = load_fleet_config(args.config)
     except ConfigError as exc:
         raise InputError(f"invalid config: {exc}") from None
     selection = _selection(args)

@@ -192,6 +192,13 @@ class FleetConfig:
             agents[agent_id] = block
         return FleetConfig(self.global_block, agents)
 
+    def with_override(self, key: str, block: dict[str, Any]) -> FleetConfig:
+        """A copy with one run-time override applied: ``*`` replaces the global block, an
+        agent id that agent's block (as the workers apply the config topic)."""
+        if key == GLOBAL_KEY:
+            return FleetConfig(check_block(block, override_path(key)), self.agent_blocks)
+        return self.with_agent(key, block)
+
     def to_document(self) -> dict[str, Any]:
         return {
             "tools": {"loopDetection": self.global_block},
@@ -241,26 +248,72 @@ def fleet_from_document(doc: Any) -> FleetConfig:
     return fleet
 
 
-def load_fleet_config(path: str | Path) -> FleetConfig:
-    """Load a JSON5, JSON or YAML config file (chosen by extension; JSON5 reads plain JSON)."""
-    path = Path(path)
+def parse_config_text(text: str, path: str | Path) -> Any:
+    """The document in a config file's text: YAML when ``path`` ends in .yaml/.yml, otherwise
+    JSON5 (which reads plain JSON too). Raises :class:`ConfigError` naming ``path``."""
+    is_yaml = str(path).endswith((".yaml", ".yml"))
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read config file ({exc.strerror})") from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start})") from None
-    try:
-        if path.suffix in {".yaml", ".yml"}:
+        if is_yaml:
             import yaml  # type: ignore[import-untyped]
 
-            doc = yaml.safe_load(text)
-        else:
-            import json5
+            return yaml.safe_load(text)
+        import json5
 
-            doc = json5.loads(text)
+        return json5.loads(text)
     except Exception as exc:  # parser errors differ per library; report them uniformly
-        raise ConfigError(
-            f"{path}: not valid {path.suffix.lstrip('.') or 'config'}: {exc}"
-        ) from None
-    return fleet_from_document(doc)
+        kind = "YAML" if is_yaml else "JSON5/JSON"
+        raise ConfigError(f"{path}: not valid {kind}: {exc}") from None
+
+
+def read_config_file(path: str | Path) -> Any:
+    """The document in a JSON5, JSON or YAML file (a fleet config or one override block)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+    return parse_config_text(text, path)
+
+
+def load_fleet_config(path: str | Path | None) -> FleetConfig:
+    """The fleet config in a JSON5, JSON or YAML file; no file (``None`` or ``""``) means the
+    built-in defaults. The one loader behind ``--config`` of the worker, replay and config."""
+    if not path:
+        return FleetConfig()
+    return fleet_from_document(read_config_file(path))
+
+
+# -------------------------------------------------------------- run-time overrides (records)
+
+# Key of the override that replaces the global block; any other key is an agent id.
+GLOBAL_KEY = "*"
+
+
+def override_path(key: str) -> str:
+    """Where an override keyed ``key`` sits in a fleet config (for error messages)."""
+    if key == GLOBAL_KEY:
+        return "tools.loopDetection"
+    return f"agents.list[id={key}].tools.loopDetection"
+
+
+def check_override(key: str, block: Any) -> dict[str, Any]:
+    """Validate one override block as every reader of the config topic must: the workers
+    ignore a record this refuses, ``loopguard config set`` never publishes one."""
+    if not isinstance(block, dict):
+        raise ConfigError(f"{override_path(key)}: expected an object, got {type(block).__name__}")
+    return check_block(block, override_path(key))
+
+
+def parse_override_record(key: str, value: bytes) -> dict[str, Any]:
+    """An override record's value (JSON text of a block) → the checked block."""
+    try:
+        block = json.loads(value)
+    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError alike
+        raise ConfigError(f"{override_path(key)}: not valid JSON: {exc}") from None
+    return check_override(key, block)
+
+
+def override_record(block: dict[str, Any]) -> bytes:
+    """A checked block as an override record's value (canonical JSON: sorted, compact)."""
+    return json.dumps(block, sort_keys=True, separators=(",", ":")).encode()

@@ -1,7 +1,9 @@
-"""Read a bounded slice of a topic without a consumer group (replay, export, ``config show``).
+"""Read a topic without a consumer group: a bounded slice (:class:`TopicReader`: replay, export,
+``config show``, the schemas topic) or a follower that never ends (:class:`TopicFollower`: the
+config topic in every worker, the control topic in every gateway).
 
 Every partition is assigned directly (no group join, nothing committed, no effect on the
-workers' offsets). The slice starts at the beginning, at ``--from-offset`` or at the first
+workers' offsets). A slice starts at the beginning, at ``--from-offset`` or at the first
 record not older than ``--since`` (``offsets_for_times``), and ends at the end offsets taken
 when the reader starts, so a replay of a live topic terminates and can be read again with
 the same bounds (:meth:`TopicReader.records` re-seeks on every call).
@@ -15,8 +17,9 @@ first record written after the start, or when it has nothing more to give.
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +37,17 @@ SINCE_SEEK_MARGIN_MS = 60_000
 
 class ReaderError(RuntimeError):
     """The topic cannot be read as asked (missing topic, unreachable broker)."""
+
+
+class TopicNotFoundError(ReaderError):
+    """The topic does not exist (yet)."""
+
+
+def group_less_consumer(bootstrap_servers: list[str], **options: Any) -> KafkaConsumer:
+    """A consumer that joins no group and commits nothing: its reads touch no one's offsets."""
+    return KafkaConsumer(
+        bootstrap_servers=bootstrap_servers, group_id=None, enable_auto_commit=False, **options
+    )
 
 
 @dataclass
@@ -63,12 +77,7 @@ class TopicReader:
     def open(self) -> TopicReader:
         """Connect, assign every partition and fix the slice's start and end offsets."""
         try:
-            consumer = KafkaConsumer(
-                bootstrap_servers=self.bootstrap_servers,
-                group_id=None,
-                enable_auto_commit=False,
-                **self.kafka_options,
-            )
+            consumer = group_less_consumer(self.bootstrap_servers, **self.kafka_options)
         except KafkaError as exc:
             raise ReaderError(
                 f"cannot connect to broker {','.join(self.bootstrap_servers)}: {exc}"
@@ -78,7 +87,7 @@ class TopicReader:
         partitions = {tp.partition for tp in tps}
         if not partitions:
             self.close()
-            raise ReaderError(f"topic {self.topic!r} not found (is --topic-prefix right?)")
+            raise TopicNotFoundError(f"topic {self.topic!r} not found (is --topic-prefix right?)")
         unknown = [p for p in self.from_offsets if p is not None and p not in partitions]
         if unknown:
             self.close()
@@ -194,3 +203,103 @@ class TopicReader:
                         self.slices[p].end,
                     )
                     finish(p, f"stalled at offset {position} before end {self.slices[p].end}")
+
+
+class TopicFollower:
+    """Follow every partition of a topic on a background thread, handing each record to
+    ``on_record``: from the beginning (the whole state of a compacted topic) or from the end
+    (only what comes next).
+
+    A topic that does not exist yet is waited for; after an error (a broker restart) the
+    follower reconnects and goes on from the records it had reached, so nothing is handed over
+    twice or skipped. An exception from ``on_record`` is logged and the next record follows.
+    """
+
+    def __init__(
+        self,
+        bootstrap_servers: list[str],
+        topic: str,
+        on_record: Callable[[Any], None],
+        *,
+        from_end: bool = False,
+        poll_ms: int = 200,
+        retry_seconds: float = 1.0,
+        thread_name: str = "loopguard-follow",
+        **consumer_options: Any,
+    ) -> None:
+        self.bootstrap_servers = bootstrap_servers
+        self.topic = topic
+        self.on_record = on_record
+        self.from_end = from_end
+        self.poll_ms = poll_ms
+        self.retry_seconds = retry_seconds
+        self.thread_name = thread_name
+        self._options = consumer_options
+        self._consumer: KafkaConsumer | None = None
+        self._next: dict[int, int] = {}  # partition -> offset of the next record to hand over
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def open(self, wait: float = 0.0) -> bool:
+        """Connect and assign every partition now, waiting up to ``wait`` seconds for the
+        topic; False when it is not there. From the end, the end offsets are fixed before this
+        returns, so every record published afterwards is handed over."""
+        consumer = group_less_consumer(self.bootstrap_servers, **self._options)
+        assigned = all_partitions(consumer, self.topic, wait=wait)
+        if not assigned:
+            consumer.close()
+            return False
+        consumer.assign(assigned)
+        fresh = [tp for tp in assigned if tp.partition not in self._next]
+        for tp in assigned:
+            if tp.partition in self._next:
+                consumer.seek(tp, self._next[tp.partition])
+        if fresh and self.from_end:
+            consumer.seek_to_end(*fresh)
+            for tp in fresh:
+                consumer.position(tp)  # resolve the end offset now, not at the first poll
+        elif fresh:
+            consumer.seek_to_beginning(*fresh)
+        self._consumer = consumer
+        return True
+
+    def start(self) -> TopicFollower:
+        """Follow on a background thread (opening first, if :meth:`open` was not called)."""
+        self._thread = threading.Thread(target=self._run, name=self.thread_name, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=timeout)
+        self._close()
+
+    def _close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                if self._consumer is None and not self.open():
+                    self._stop.wait(self.retry_seconds)
+                    continue
+                assert self._consumer is not None
+                batches = self._consumer.poll(timeout_ms=self.poll_ms)
+            except Exception as exc:  # broker restarts: reconnect, go on where it was
+                log.warning("%s: reconnecting after: %s", self.topic, exc)
+                self._close()
+                self._stop.wait(self.retry_seconds)
+                continue
+            for records in batches.values():
+                for record in records:
+                    self._next[record.partition] = record.offset + 1
+                    try:
+                        self.on_record(record)
+                    except Exception:
+                        log.exception(
+                            "%s: error handling the record at offset %d", self.topic, record.offset
+                        )
+        self._close()

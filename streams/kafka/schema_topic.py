@@ -13,9 +13,9 @@ import logging
 import time
 from typing import Any
 
-from kafka import KafkaConsumer, KafkaProducer
+from kafka import KafkaProducer
 
-from streams.kafka.topics import all_partitions
+from streams.kafka.reader import TopicNotFoundError, TopicReader
 from streams.wire.errors import CodecError
 from streams.wire.schema_registry import SchemaRegistry
 
@@ -43,7 +43,8 @@ class SchemaTopic:
         self.topic = topic
         self.registry = registry
         self.retry_after = retry_after
-        self._options = {"bootstrap_servers": bootstrap_servers, **kafka_options}
+        self.bootstrap_servers = bootstrap_servers
+        self.kafka_options = kafka_options
         self._missed: dict[bytes, float] = {}
 
     def resolve(self, fingerprint: bytes) -> bool:
@@ -62,31 +63,30 @@ class SchemaTopic:
 
     def refresh(self) -> int:
         """Read the whole topic once and register every valid schema on it."""
-        consumer = KafkaConsumer(group_id=None, enable_auto_commit=False, **self._options)
+        reader = TopicReader(
+            self.bootstrap_servers,
+            self.topic,
+            kafka_options=self.kafka_options,
+            poll_ms=200,
+            stall_seconds=10.0,
+        )
+        try:
+            reader.open()
+        except TopicNotFoundError:
+            return 0
         added = 0
         try:
-            assigned = all_partitions(consumer, self.topic)
-            if not assigned:
-                return 0
-            consumer.assign(assigned)
-            consumer.seek_to_beginning(*assigned)
-            ends = consumer.end_offsets(assigned)
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline and any(
-                consumer.position(tp) < end for tp, end in ends.items()
-            ):
-                for records in consumer.poll(timeout_ms=200).values():
-                    for record in records:
-                        if record.value is None:
-                            continue
-                        try:
-                            before = len(self.registry)
-                            self.registry.register(record.value.decode())
-                            added += len(self.registry) - before
-                        except (CodecError, UnicodeDecodeError) as exc:
-                            log.warning("ignoring invalid schema on %s: %s", self.topic, exc)
+            for record in reader.records():
+                if record.value is None:
+                    continue
+                try:
+                    before = len(self.registry)
+                    self.registry.register(record.value.decode())
+                    added += len(self.registry) - before
+                except (CodecError, UnicodeDecodeError) as exc:
+                    log.warning("ignoring invalid schema on %s: %s", self.topic, exc)
         finally:
-            consumer.close()
+            reader.close()
         if added:
             log.info("registered %d writer schema(s) from %s", added, self.topic)
         return added
