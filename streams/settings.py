@@ -79,6 +79,7 @@ class Settings:
     data_dir: str = "loopguard-data"
     web_enabled: bool = False
     web_port: int = 6066
+    web_bind: str = "127.0.0.1"  # 0.0.0.0 in containers, so Prometheus can scrape /metrics
     session_timeout: float = 10.0
     heartbeat_interval: float = 3.0
     rebalance_timeout: float = 60.0
@@ -132,6 +133,7 @@ class Settings:
             data_dir=_env("DATA_DIR", cls.data_dir),
             web_enabled=_env("WEB", "0") == "1",
             web_port=_int("WEB_PORT", cls.web_port),
+            web_bind=_env("WEB_BIND", cls.web_bind),
             session_timeout=_float("SESSION_TIMEOUT", cls.session_timeout),
             heartbeat_interval=_float("HEARTBEAT_INTERVAL", cls.heartbeat_interval),
             rebalance_timeout=_float("REBALANCE_TIMEOUT", cls.rebalance_timeout),

@@ -41,6 +41,7 @@ FAST_GROUP_ENV = {
     "LOOPGUARD_REBALANCE_TIMEOUT": "10",
 }
 ENABLED = {"tools": {"loopDetection": {"enabled": True}}}
+IN_TIME_BUDGET_MS = 10_000  # a gateway waits this long for a live worker's verdict
 
 
 def chosen_brokers() -> list[str]:
@@ -148,10 +149,10 @@ class Pipeline:
     def wait_ready(self, client: GatewayClient, timeout: float = 90.0) -> None:
         wait_until_processing(client, timeout=timeout, workers=self.workers)
 
-    def start_ready(self) -> GatewayClient:
+    def start_ready(self, **client_options: Any) -> GatewayClient:
         """Start a worker and a gateway client; return once the worker processes events."""
         self.start_worker()
-        client = self.client()
+        client = self.client(**client_options)
         try:
             self.wait_ready(client)
         except Exception:
@@ -217,7 +218,9 @@ def running_pipeline(
 ) -> Iterator[tuple[Pipeline, GatewayClient]]:
     """One worker with loop detection enabled, ready, and a gateway client attached."""
     pipeline = pipeline_factory(migrated_db_url, config=ENABLED)
-    yield pipeline, pipeline.start_ready()
+    # In time: before_tool waits until the worker has processed the run so far, so decisions
+    # land on the cycles the pure core says, whatever the broker's latency.
+    yield pipeline, pipeline.start_ready(wait_budget_ms=IN_TIME_BUDGET_MS)
 
 
 @pytest.fixture

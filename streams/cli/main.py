@@ -8,6 +8,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from dataclasses import asdict
 
 from streams.cli.common import EXIT_ERROR, EXIT_OK, EXIT_USAGE, add_db_arg, add_topic_args
 from streams.cli.config_commands import add_config_parser, run_config
@@ -129,7 +130,7 @@ def run_worker(args: argparse.Namespace) -> int:
         return EXIT_ERROR
     sys.argv = ["loopguard", "worker", "-l", args.loglevel]
     if args.web_port:
-        sys.argv += ["--web-port", str(args.web_port), "--web-bind", "127.0.0.1"]
+        sys.argv += ["--web-port", str(args.web_port), "--web-bind", settings.web_bind]
     else:
         sys.argv.append("--without-web")
     app.main()
@@ -171,7 +172,7 @@ def run_runs(args: argparse.Namespace) -> int:
             limit=args.limit,
         )
     if args.json:
-        print(json.dumps([s.to_dict() for s in summaries], ensure_ascii=False, indent=2))
+        print(json.dumps([_summary_dict(s) for s in summaries], ensure_ascii=False, indent=2))
         return EXIT_OK
     if not summaries:
         print("no runs match")
@@ -182,6 +183,12 @@ def run_runs(args: argparse.Namespace) -> int:
             f"detectors={','.join(s.detectors)}"
         )
     return EXIT_OK
+
+
+def _summary_dict(summary: object) -> dict[str, object]:
+    data = asdict(summary)  # type: ignore[call-overload]
+    data["worst_action"] = data["worst_action"].value
+    return data
 
 
 def run_migrate(args: argparse.Namespace) -> int:

@@ -24,7 +24,7 @@ from typing import Any
 import faust
 
 from streams.core.engine import core_build
-from streams.core.events import AgentEvent, Decision
+from streams.core.events import AgentEvent, Decision, event_kind
 from streams.core.run_state import ACTIVE
 from streams.kafka.config_topic import ConfigWatcher
 from streams.kafka.schema_topic import SchemaTopic
@@ -42,12 +42,15 @@ from streams.wire.errors import UnknownSchemaError
 from streams.wire.schema_registry import SchemaRegistry
 from streams.worker.audit_writer import AuditWriter
 from streams.worker.expiry import RunExpiry
+from streams.worker.metrics import WorkerMetrics
 from streams.worker.processor import EventProcessor
 from streams.worker.rekey import Rekeyer
 
 log = logging.getLogger("loopguard.worker")
 
 DEAD_LETTER_PAYLOAD_LIMIT = 65_536
+LAG_SAMPLE_SECONDS = 5.0
+STALL_SECONDS = 30.0  # events waiting and none applied for this long: not guarding
 
 
 @dataclass
@@ -67,6 +70,7 @@ class WorkerParts:
     audit: AuditWriter
     expiry: RunExpiry
     rekeyer: Rekeyer
+    metrics: WorkerMetrics
 
 
 class WorkerAgents:
@@ -75,6 +79,8 @@ class WorkerAgents:
     def __init__(self, parts: WorkerParts) -> None:
         self.parts = parts
         self.settings = parts.settings
+        self.last_processed_at = 0.0  # wall clock of the newest event guard_runs applied
+        self.lag = 0  # events waiting in this worker's partitions, as last sampled
 
     def register(self) -> None:
         app, parts = self.parts.app, self.parts
@@ -82,6 +88,7 @@ class WorkerAgents:
         app.agent(parts.control_topic, name="audit_decisions")(self.audit_decisions)
         app.agent(parts.deadletter_topic, name="audit_dead_letters")(self.audit_dead_letters)
         app.timer(interval=10.0, name="expire_runs")(self.expire_runs)
+        app.timer(interval=LAG_SAMPLE_SECONDS, name="sample_lag")(self.sample_lag)
         app.task(self.announce)
         app.on_partitions_assigned.connect(self.log_assignment)
 
@@ -105,14 +112,18 @@ class WorkerAgents:
                 await parts.control_topic.send(key=run.key, value=encode_watermark(run.watermark))
 
     async def guard_one(self, message: Any) -> None:
-        parts = self.parts
+        parts, metrics = self.parts, self.parts.metrics
+        started = time.perf_counter()
         try:
             agent_event = await self.decode(message.value)
         except CodecError as exc:
+            metrics.observe_dead_letter(exc)
             await self.dead_letter(message, str(exc))
             return
+        metrics.observe_event(event_kind(agent_event))
         outcome = parts.processor.apply(message.key, agent_event)
         if outcome.dead_letter is not None:
+            metrics.observe_dead_letter("invalid_event")
             await self.dead_letter(message, outcome.dead_letter)
         elif outcome.rekey is not None:
             await parts.rekeyer.send(self.settings.topics.events, outcome.rekey, message.value)
@@ -122,6 +133,9 @@ class WorkerAgents:
                 await parts.control_topic.send(
                     key=decision.run_id.encode(), value=encode_decision(decision)
                 )
+            metrics.observe_decisions(outcome.decisions)
+        self.last_processed_at = time.time()
+        metrics.observe_latency(time.perf_counter() - started)
 
     async def decode(self, value: bytes) -> AgentEvent:
         """Decode an event; a writer schema we have not seen is looked up on the schemas topic."""
@@ -199,6 +213,23 @@ class WorkerAgents:
                 len(runs),
             )
 
+    async def sample_lag(self) -> None:
+        metrics = self.parts.metrics
+        await metrics.sample_consumer_lag(self.parts.app.consumer, self.settings.topics.events)
+        self.lag = int(metrics.snapshot()["lag_total"])
+        metrics.set_runs(len(self.parts.runs))
+
+    def health(self) -> dict[str, Any]:
+        """/healthz: "stalled" (503) when events wait and none was applied for a while."""
+        idle = time.time() - self.last_processed_at if self.last_processed_at else None
+        stalled = self.lag > 0 and (idle is None or idle > STALL_SECONDS)
+        return {
+            "status": "stalled" if stalled else "ok",
+            "consumer_lag": self.lag,
+            "last_event_age_seconds": None if idle is None else round(idle, 1),
+            "broker_profile": self.settings.profile,
+        }
+
     async def announce(self) -> None:
         settings = self.settings
         log.info(
@@ -220,4 +251,5 @@ class WorkerAgents:
         """One line per rebalance saying which events partitions this worker now owns."""
         events = self.settings.topics.events
         mine = sorted(tp.partition for tp in assigned if tp.topic == events)
+        self.parts.metrics.retain_partitions(mine)
         log.info("events partitions assigned to this worker: %s", mine)

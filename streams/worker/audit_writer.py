@@ -20,14 +20,18 @@ from streams.audit.store import AuditStore
 from streams.core.events import Decision
 from streams.settings import redact_url
 from streams.wire.avro import CodecError, decode_dead_letter
+from streams.worker.metrics import WorkerMetrics
 
 log = logging.getLogger("loopguard.audit")
 T = TypeVar("T")
 
 
 class AuditWriter:
-    def __init__(self, url: str, max_backoff: float = 5.0) -> None:
+    def __init__(
+        self, url: str, max_backoff: float = 5.0, metrics: WorkerMetrics | None = None
+    ) -> None:
         self.url = url
+        self.metrics = metrics
         self.max_backoff = max_backoff
         self._store: AuditStore | None = None
         self._init_lock = threading.Lock()
@@ -50,6 +54,8 @@ class AuditWriter:
                 return await asyncio.to_thread(lambda: work(self._ready_store()))
             except Exception as exc:  # noqa: BLE001 - never drop an audit record; retry
                 self.retries += 1
+                if self.metrics is not None:
+                    self.metrics.audit_error()
                 reason = "unavailable" if isinstance(exc, SQLAlchemyError) else "failed"
                 log.warning(
                     "audit database %s %s while writing %s (%s: %s); retrying in %.1fs",
@@ -66,7 +72,13 @@ class AuditWriter:
     async def write_decisions(self, decisions: Sequence[Decision]) -> int:
         if not decisions:
             return 0
-        return await self._with_retry("decisions", lambda s: s.record_decisions(decisions))
+        if self.metrics is not None:
+            self.metrics.set_audit_backlog(len(decisions))
+        written = await self._with_retry("decisions", lambda s: s.record_decisions(decisions))
+        if self.metrics is not None:
+            self.metrics.set_audit_backlog(0)
+            self.metrics.audit_written(len(decisions))
+        return written
 
     async def write_dead_letter(self, value: bytes) -> None:
         try:

@@ -28,6 +28,7 @@ from streams.worker.faust_patches import (
     ordered_recovery_resume,
     set_fetch_max_wait,
 )
+from streams.worker.metrics import WorkerMetrics
 from streams.worker.processor import EventProcessor
 from streams.worker.rekey import Rekeyer
 from streams.worker.startup import check_faust_patches
@@ -78,7 +79,7 @@ def build_app(settings: Settings) -> faust.App:
         processing_guarantee=settings.processing_guarantee,
         web_enabled=settings.web_enabled,
         web_port=settings.web_port,
-        web_bind="127.0.0.1",
+        web_bind=settings.web_bind,
         datadir=f"{settings.data_dir}/{{conf.name}}",
         producer_max_request_size=settings.max_message_bytes * 3,
     )
@@ -131,6 +132,7 @@ def build_worker(settings: Settings) -> faust.App:
     )
     configs = ConfigBook(fleet, overrides)
     registry = default_registry()
+    metrics = WorkerMetrics()
     parts = WorkerParts(
         settings=settings,
         app=app,
@@ -144,10 +146,13 @@ def build_worker(settings: Settings) -> faust.App:
             settings.bootstrap_servers, settings.topics.schemas, registry, **kafka_options
         ),
         overrides=overrides,
-        audit=AuditWriter(settings.db_url),
+        audit=AuditWriter(settings.db_url, metrics=metrics),
         expiry=RunExpiry(settings.run_idle_ttl),
         rekeyer=Rekeyer(settings),
+        metrics=metrics,
     )
-    WorkerAgents(parts).register()
-    register_views(app, settings.db_url)  # HTTP API, served with `loopguard worker --web-port`
+    agents = WorkerAgents(parts)
+    agents.register()
+    # HTTP API, status page and /metrics, served with `loopguard worker --web-port`.
+    register_views(app, settings.db_url, metrics, health=agents.health)
     return app

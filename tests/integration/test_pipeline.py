@@ -13,7 +13,7 @@ import time
 import fastavro
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
-from services import ENABLED, Pipeline
+from services import ENABLED, IN_TIME_BUDGET_MS, Pipeline
 
 from streams.core.config import fleet_from_document
 from streams.core.engine import LoopGuard, core_build
@@ -74,10 +74,7 @@ def drive_ping_pong(run: GatewayRun, client: GatewayClient, cycles: int = 80) ->
 
 
 def test_ping_pong_loop_is_warned_blocked_and_aborted(running_pipeline) -> None:
-    pipeline, _ = running_pipeline
-    # In time: each call waits until the worker has processed the run so far, so the block
-    # lands on exactly the cycle the pure core says, whatever the broker's latency.
-    client = pipeline.client("gw-in-time", wait_budget_ms=10_000)
+    pipeline, client = running_pipeline
     run = client.start_run("coder")
     assert drive_ping_pong(run, client), "the run was never aborted"
     run.end()
@@ -119,7 +116,7 @@ def test_without_the_fast_handoff_patch_the_worker_decides_the_same(
     """LOOPGUARD_FAST_HANDOFF=0 is the kill switch of one Faust patch: Faust's own path."""
     pipeline = pipeline_factory(migrated_db_url, config=ENABLED)
     pipeline.start_worker(LOOPGUARD_FAST_HANDOFF="0")
-    client = pipeline.client(wait_budget_ms=10_000)
+    client = pipeline.client(wait_budget_ms=IN_TIME_BUDGET_MS)
     pipeline.wait_ready(client)
     run = client.start_run("coder")
     assert drive_ping_pong(run, client), "the run was never aborted"

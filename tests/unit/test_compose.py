@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
+from kafka_cluster.cluster import DEFAULT_VERSION
 from sqlalchemy.engine import make_url
 
 from streams.cli.main import build_parser
@@ -537,3 +538,28 @@ def test_docker_compose_config_accepts_the_file():
         timeout=60,
     )
     assert result.returncode == 0, result.stderr
+
+
+# ------------------------------------------------------- the same Kafka as the tested cluster
+
+
+def test_compose_runs_the_kafka_version_and_settings_the_tests_run_on(services):
+    kafka_profile = Settings.for_profile("kafka")
+    for name, svc in services.items():
+        image = svc.get("image", "")
+        if image.startswith("apache/kafka:"):
+            assert image == f"apache/kafka:{DEFAULT_VERSION}", name
+    env = services["kafka-1"]["environment"]
+    assert env["KAFKA_DEFAULT_REPLICATION_FACTOR"] == str(kafka_profile.replication)
+    assert env["KAFKA_MIN_INSYNC_REPLICAS"] == str(kafka_profile.min_insync_replicas)
+    assert env["KAFKA_TRANSACTION_STATE_LOG_MIN_ISR"] == str(kafka_profile.min_insync_replicas)
+    for worker in worker_services(services).values():
+        worker_env = worker["environment"]
+        assert worker_env["LOOPGUARD_BROKER_PROFILE"] == "kafka"
+        assert "LOOPGUARD_PRODUCER_MAX_BATCH" not in worker_env, "the profile sets batching"
+        assert "LOOPGUARD_PROCESSING_GUARANTEE" not in worker_env, "exactly-once by profile"
+        assert worker_env["LOOPGUARD_MIN_INSYNC_REPLICAS"] == str(kafka_profile.min_insync_replicas)
+    script = services["topics"]["command"][0]
+    assert "min.insync.replicas=2" in script
+    events_size = 2 * Settings().max_message_bytes
+    assert re.search(rf"create loopguard\.events .* max\.message\.bytes={events_size}\b", script)
