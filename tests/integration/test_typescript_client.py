@@ -27,6 +27,7 @@ from test_pipeline import by_key, expected_decisions, wait_for_audit
 
 from streams.audit.store import AuditStore
 from streams.core.events import Action, Decision, ToolCall, ToolResult
+from streams.devtools.embedded_broker import tansu_binary
 from streams.wire.avro import decode_decision, decode_event
 
 pytestmark = pytest.mark.integration
@@ -171,3 +172,33 @@ def test_typescript_client_is_warned_blocked_in_time_and_aborted(
     rows = wait_for_audit(pipeline, run_id, len(expected))
     assert by_key(rows) == by_key(expected)
     assert all(worker.alive for worker in pipeline.workers)
+
+
+def test_typescript_integration_suite_against_a_real_worker(
+    ts_driver: Path, pipeline_factory, audit_db_url: str
+) -> None:
+    """clients/typescript/test/integration.test.ts with a real worker serving its topics
+    (schema announcement, byte-identical events, obeying the worker, watermarks), and on
+    tansu its broker-restart test against a tansu of its own."""
+    pipeline = pipeline_factory(audit_db_url, config=ENABLED)
+    pipeline.start_worker()
+    pipeline.wait_ready(pipeline.client())
+    env = {
+        **os.environ,
+        "LOOPGUARD_TEST_BOOTSTRAP": pipeline.broker.bootstrap,
+        "LOOPGUARD_TEST_TOPIC_PREFIX": pipeline.prefix,
+        "LOOPGUARD_TEST_WORKER": "1",
+        "LOOPGUARD_TEST_EXPECT_WATERMARKS": "1",
+    }
+    env.pop("LOOPGUARD_TEST_TANSU", None)
+    if pipeline.broker.profile != "kafka":
+        env["LOOPGUARD_TEST_TANSU"] = str(tansu_binary())
+    test_file = ts_driver.parent / "integration.test.js"
+    cmd = ["node", "--test", "--test-reporter=spec", str(test_file)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, cwd=TS_DIR)
+    if done.returncode != 0:
+        print(pipeline.worker_logs())
+        pytest.fail(f"{' '.join(cmd)} failed:\n{done.stdout[-8000:]}\n{done.stderr[-4000:]}")
+    print(done.stdout[-3000:])
+    summary = dict(re.findall(r"^ℹ (\w+) (\d+)$", done.stdout, re.MULTILINE))
+    assert summary.get("fail") == "0" and int(summary.get("pass", "0")) >= 3, done.stdout
