@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import faust
+from mode import CrashingSupervisor
 
 from streams.core.engine import core_build
 from streams.core.events import AgentEvent, Decision, event_kind
@@ -84,9 +85,14 @@ class WorkerAgents:
 
     def register(self) -> None:
         app, parts = self.parts.app, self.parts
-        app.agent(parts.events_topic, name="guard_runs")(self.guard_runs)
-        app.agent(parts.control_topic, name="audit_decisions")(self.audit_decisions)
-        app.agent(parts.deadletter_topic, name="audit_dead_letters")(self.audit_dead_letters)
+        # An agent that crashes takes the worker down (exit code 1) rather than leaving a
+        # live process that guards nothing; its supervisor (compose, systemd) restarts it.
+        crash = {"supervisor_strategy": CrashingSupervisor}
+        app.agent(parts.events_topic, name="guard_runs", **crash)(self.guard_runs)
+        app.agent(parts.control_topic, name="audit_decisions", **crash)(self.audit_decisions)
+        app.agent(parts.deadletter_topic, name="audit_dead_letters", **crash)(
+            self.audit_dead_letters
+        )
         app.timer(interval=10.0, name="expire_runs")(self.expire_runs)
         app.timer(interval=LAG_SAMPLE_SECONDS, name="sample_lag")(self.sample_lag)
         app.task(self.announce)

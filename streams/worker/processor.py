@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from streams.core.config import LoopDetectionConfig
 from streams.core.events import AgentEvent, Decision, Envelope
@@ -50,6 +51,8 @@ class EventProcessor:
         self.config_for = config_for
         self.touched: dict[bytes, RunState] = {}
         self.envelopes: dict[bytes, Envelope] = {}  # the newest of each touched run
+        self.applied: dict[bytes, list[AgentEvent]] = {}  # this batch's events per run
+        self.before_batch: dict[bytes, dict[str, Any] | None] = {}  # run state at batch start
 
     def take_touched(self) -> list[TouchedRun]:
         """The runs changed since the last call, to be stored and announced once per batch."""
@@ -57,7 +60,7 @@ class EventProcessor:
             TouchedRun(key, state, self.watermark(state, self.envelopes[key]))
             for key, state in self.touched.items()
         ]
-        self.touched, self.envelopes = {}, {}
+        self.touched, self.envelopes, self.applied, self.before_batch = {}, {}, {}, {}
         return touched
 
     @staticmethod
@@ -83,13 +86,34 @@ class EventProcessor:
             # Keyed by something else: re-key so the run's state lives on one partition.
             return Outcome(rekey=run_key)
         cfg = self.config_for(envelope.agent_id)
-        state = self.touched.get(run_key) or self.load_state(run_key)
+        state = self.touched.get(run_key)
         if state is None:
-            state = RunState(envelope.run_id, cfg.history_size)
+            state = self.load_state(run_key)
+            # As the run was before this batch: what a failed evaluation goes back to.
+            self.before_batch[run_key] = None if state is None else state.to_dict()
+            if state is None:
+                state = RunState(envelope.run_id, cfg.history_size)
         self.touched[run_key] = state
         self.envelopes[run_key] = envelope
         if state.is_duplicate(envelope.seq):
             # Redelivered (e.g. after a crash): publish again what this event decided, with
             # the same decision ids, in case the first publication died in the producer buffer.
             return Outcome(decisions=state.decisions_for(envelope.seq), event=event)
-        return Outcome(decisions=state.apply(event, cfg), event=event)
+        try:
+            decisions = state.apply(event, cfg)
+        except Exception as exc:  # noqa: BLE001 - one event must never stop a partition
+            self.rebuild(run_key, envelope.run_id, cfg)
+            return Outcome(dead_letter=f"evaluation failed: {type(exc).__name__}: {exc}")
+        self.applied.setdefault(run_key, []).append(event)
+        return Outcome(decisions=decisions, event=event)
+
+    def rebuild(self, run_key: bytes, run_id: str, cfg: LoopDetectionConfig) -> None:
+        """Put a run back as it was before the event that failed: its state at the start of
+        the batch plus the batch's earlier events (they applied cleanly and do so again)."""
+        snapshot = self.before_batch.get(run_key)
+        state = (
+            RunState(run_id, cfg.history_size) if snapshot is None else RunState.from_dict(snapshot)
+        )
+        for earlier in self.applied.get(run_key, []):
+            state.apply(earlier, cfg)
+        self.touched[run_key] = state

@@ -67,3 +67,36 @@ def test_a_message_under_another_key_is_rekeyed_and_a_bad_seq_dead_lettered() ->
     assert proc.take_touched() == []
     bad = Run(run_id="run-9", start_seq=0).make_call("read", {})
     assert "seq must be 1 or more" in (proc.apply(b"run-9", bad).dead_letter or "")
+
+
+def test_an_event_whose_evaluation_fails_is_dead_lettered_and_the_run_kept_as_it_was(
+    monkeypatch,
+) -> None:
+    """Should a rule ever raise, the event is parked and its run is as before that event."""
+    events = looping_events(cycles=12)
+    bad_at = 15
+    table: dict[bytes, RunState] = {}
+    proc = processor(table)
+    original = RunState.apply
+
+    def apply(self, event, cfg):
+        if event is events[bad_at]:
+            self.history_size = -1  # a half-done change the rollback must undo
+            raise TypeError("boom")
+        return original(self, event, cfg)
+
+    monkeypatch.setattr(RunState, "apply", apply)
+    decisions = []
+    for i, event in enumerate(events):
+        outcome = proc.apply(b"run-1", event)
+        if i == bad_at:
+            assert outcome.dead_letter == "evaluation failed: TypeError: boom"
+        decisions += outcome.decisions
+        if i % 10 == 9:
+            table.update({run.key: run.state for run in proc.take_touched()})
+    (state,) = [run.state for run in proc.take_touched()]
+    assert state.history_size != -1
+    # The same as a core that never saw the failed event (later seqs wait for it: a gap).
+    core = guard({"enabled": True})
+    expected = [d for e in events if e is not events[bad_at] for d in core.process(e)]
+    assert decisions == expected
