@@ -187,9 +187,12 @@ def _ensure_config_topic(settings: Any) -> None:
         admin.close()
 
 
-def _publish(settings: Any, key: str, value: bytes | None) -> Any:
+def _publish(args: argparse.Namespace, value: bytes | None) -> tuple[str, Any]:
+    """Publish ``value`` (None: a tombstone) for ``args.agent_id``; the topic and where it
+    landed (the record metadata)."""
     from kafka import KafkaProducer
 
+    settings = settings_from_args(args)
     _ensure_config_topic(settings)
     producer = KafkaProducer(
         bootstrap_servers=settings.bootstrap_servers,
@@ -197,7 +200,8 @@ def _publish(settings: Any, key: str, value: bytes | None) -> Any:
         **settings.kafka_client_options(),
     )
     try:
-        return producer.send(settings.topics.config, key=key.encode(), value=value).get(timeout=30)
+        topic = settings.topics.config
+        return topic, producer.send(topic, key=args.agent_id.encode(), value=value).get(timeout=30)
     finally:
         producer.close()
 
@@ -212,12 +216,10 @@ def _subject(agent_id: str) -> str:
 
 
 def _set(args: argparse.Namespace) -> int:
-    block = validate_override(args.agent_id, load_block(args.file))
-    settings = settings_from_args(args)
-    value = override_record(block)
-    meta = _publish(settings, args.agent_id, value)
+    value = override_record(validate_override(args.agent_id, load_block(args.file)))
+    topic, meta = _publish(args, value)
     print(
-        f"override for {_subject(args.agent_id)} published to {settings.topics.config} "
+        f"override for {_subject(args.agent_id)} published to {topic} "
         f"(partition {meta.partition}, offset {meta.offset}): {value.decode()}"
     )
     return EXIT_OK
@@ -225,11 +227,10 @@ def _set(args: argparse.Namespace) -> int:
 
 def _rm(args: argparse.Namespace) -> int:
     check_agent_id(args.agent_id)
-    settings = settings_from_args(args)
-    meta = _publish(settings, args.agent_id, None)
+    topic, meta = _publish(args, None)
     print(
-        f"override for {_subject(args.agent_id)} removed (tombstone at "
-        f"{settings.topics.config} partition {meta.partition}, offset {meta.offset})"
+        f"override for {_subject(args.agent_id)} removed (tombstone at {topic} "
+        f"partition {meta.partition}, offset {meta.offset})"
     )
     return EXIT_OK
 

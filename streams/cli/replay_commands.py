@@ -12,6 +12,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,7 @@ from streams.replay.compare import (
 )
 from streams.replay.event_file import write_event_lines, write_events_atomically
 from streams.replay.publish import publish_decisions
-from streams.replay.report import print_report, report_dict
+from streams.replay.report import Replayed, print_report, report_dict
 from streams.replay.sources import (
     FileSource,
     ReadStats,
@@ -52,14 +53,22 @@ DEFAULT_PROGRESS = 10_000
 # ------------------------------------------------------------------------------ arguments
 
 
-def _epoch_ms(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected epoch milliseconds, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected epoch milliseconds >= 0, got {value}")
-    return value
+def _non_negative(what: str) -> Callable[[str], int]:
+    """An argparse type: a whole number >= 0, called ``what`` in error messages."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+        if value < 0:
+            raise argparse.ArgumentTypeError(f"expected {what} >= 0, got {value}")
+        return value
+
+    return parse
+
+
+_epoch_ms = _non_negative("epoch milliseconds")
 
 
 def _offset_spec(text: str) -> tuple[int | None, int]:
@@ -75,16 +84,6 @@ def _offset_spec(text: str) -> tuple[int | None, int]:
     if value < 0 or (partition is not None and partition < 0):
         raise argparse.ArgumentTypeError(f"offsets and partitions are >= 0, got {text!r}")
     return partition, value
-
-
-def _non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value}")
-    return value
 
 
 def _add_selection(parser: argparse.ArgumentParser, verb: str) -> None:
@@ -120,7 +119,7 @@ def _add_selection(parser: argparse.ArgumentParser, verb: str) -> None:
     )
     parser.add_argument(
         "--progress",
-        type=_non_negative,
+        type=_non_negative("a whole number"),
         default=DEFAULT_PROGRESS,
         metavar="N",
         help=f"print progress to stderr every N messages read (default {DEFAULT_PROGRESS}; "
@@ -272,15 +271,19 @@ def _replay(args: argparse.Namespace) -> int:
     if reader is not None:
         reader.close()
     code = exit_code(reports)
-    elapsed = time.monotonic() - started
-    config = args.config or "(built-in defaults)"
+    replayed = Replayed(
+        source.describe(),
+        args.config or "(built-in defaults)",
+        stats,
+        reports,
+        published,
+        args.publish_to,
+        time.monotonic() - started,
+    )
     if args.json:
-        doc = report_dict(
-            source.describe(), config, stats, reports, published, args.publish_to, code, elapsed
-        )
-        print(json.dumps(doc, ensure_ascii=False, indent=2))
+        print(json.dumps(report_dict(replayed, code), ensure_ascii=False, indent=2))
     else:
-        print_report(source.describe(), config, stats, reports, published, args.publish_to, elapsed)
+        print_report(replayed)
     return code
 
 

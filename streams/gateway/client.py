@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kafka import KafkaConsumer, KafkaProducer
+from kafka import KafkaProducer
 
 from streams.core.events import (
     Action,
@@ -48,8 +48,8 @@ from streams.core.events import (
     ToolCall,
     ToolResult,
 )
+from streams.kafka.reader import TopicFollower
 from streams.kafka.schema_topic import publish_schema
-from streams.kafka.topics import all_partitions
 from streams.settings import Topics
 from streams.wire.avro import (
     CodecError,
@@ -117,48 +117,39 @@ class GatewayClient:
         self._producer = KafkaProducer(
             bootstrap_servers=bootstrap_servers, acks="all", linger_ms=2, **kafka_options
         )
-        self._consumer = KafkaConsumer(
-            bootstrap_servers=bootstrap_servers,
-            group_id=None,
-            enable_auto_commit=False,
-            fetch_max_wait_ms=20,  # decisions must not wait out a long poll (see faust_tuning)
-            **kafka_options,
-        )
         self._control: dict[str, _RunControl] = defaultdict(_RunControl)
         self.duplicates = 0
         self._lock = threading.Condition()
-        self._stop = threading.Event()
-        self._assign_control_partitions()
+        # Only what is published from now on counts: follow the control topic from its end.
+        self._follower = TopicFollower(
+            bootstrap_servers,
+            self.topics.control,
+            self._on_control,
+            from_end=True,
+            poll_ms=100,
+            thread_name="loopguard-control",
+            fetch_max_wait_ms=20,  # decisions must not wait out a long poll (see faust_tuning)
+            **kafka_options,
+        )
+        if not self._follower.open(wait=30):  # until workers created it
+            raise RuntimeError(
+                f"control topic {self.topics.control!r} not found; is a worker running?"
+            )
         publish_schema(
             self._producer, self.topics.schemas, default_registry(), self.writer_schema_json
         )
-        self._thread = threading.Thread(target=self._listen, name="loopguard-control", daemon=True)
-        self._thread.start()
+        self._follower.start()
 
-    def _assign_control_partitions(self) -> None:
-        topic = self.topics.control
-        assigned = all_partitions(self._consumer, topic, wait=30)  # until workers created it
-        if not assigned:
-            raise RuntimeError(f"control topic {topic!r} not found; is a worker running?")
-        self._consumer.assign(assigned)
-        self._consumer.seek_to_end(*assigned)
-        for tp in assigned:  # resolve the end offsets now, before any event is produced
-            self._consumer.position(tp)
-
-    def _listen(self) -> None:
-        while not self._stop.is_set():
-            batches = self._consumer.poll(timeout_ms=100)
-            for records in batches.values():
-                for record in records:
-                    try:
-                        message = decode_control(record.value)
-                    except CodecError as exc:
-                        log.warning("skipping undecodable control message: %s", exc)
-                        continue
-                    if isinstance(message, RunWatermark):
-                        self._on_watermark(message)
-                    else:
-                        self._on_decision(message)
+    def _on_control(self, record: Any) -> None:
+        try:
+            message = decode_control(record.value)
+        except CodecError as exc:
+            log.warning("skipping undecodable control message: %s", exc)
+            return
+        if isinstance(message, RunWatermark):
+            self._on_watermark(message)
+        else:
+            self._on_decision(message)
 
     def _on_watermark(self, mark: RunWatermark) -> None:
         with self._lock:
@@ -255,11 +246,9 @@ class GatewayClient:
         return Verdict(True, warnings, None, timed_out)
 
     def close(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
+        self._follower.stop()
         self._producer.flush()
         self._producer.close()
-        self._consumer.close()
 
 
 class GatewayRun:

@@ -43,7 +43,7 @@ class TopicNotFoundError(ReaderError):
     """The topic does not exist (yet)."""
 
 
-def group_less_consumer(bootstrap_servers: list[str], **options: Any) -> KafkaConsumer:
+def group_less_consumer(bootstrap_servers: str | list[str], **options: Any) -> KafkaConsumer:
     """A consumer that joins no group and commits nothing: its reads touch no one's offsets."""
     return KafkaConsumer(
         bootstrap_servers=bootstrap_servers, group_id=None, enable_auto_commit=False, **options
@@ -217,7 +217,7 @@ class TopicFollower:
 
     def __init__(
         self,
-        bootstrap_servers: list[str],
+        bootstrap_servers: str | list[str],
         topic: str,
         on_record: Callable[[Any], None],
         *,

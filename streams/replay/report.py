@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import dataclass
 from enum import Enum
 from typing import Any, TextIO
 
@@ -134,59 +135,59 @@ def describe_run(report: RunReport) -> list[str]:
     return lines
 
 
-def report_dict(
-    source: str,
-    config: str,
-    stats: ReadStats,
-    reports: list[RunReport],
-    published: int,
-    publish_topic: str | None,
-    code: int,
-    elapsed: float,
-) -> dict[str, Any]:
-    """The whole replay as one JSON-ready document."""
+@dataclass
+class Replayed:
+    """One replay as reported: where its events came from, with which config, what was read,
+    the per-run reports, what was published and how long it took."""
+
+    source: str
+    config: str
+    stats: ReadStats
+    reports: list[RunReport]
+    published: int = 0
+    publish_topic: str | None = None
+    elapsed: float = 0.0
+
+
+def report_dict(replayed: Replayed, code: int) -> dict[str, Any]:
+    """The whole replay as one JSON-ready document (``code``: the command's exit code)."""
+    stats = replayed.stats
     return {
-        "source": source,
-        "config": config,
+        "source": replayed.source,
+        "config": replayed.config,
         "messages": stats.messages,
         "events": stats.selected,
         "undecodable": stats.undecodable,
         "undecodable_samples": stats.samples,
-        "runs": [run_report_dict(r) for r in reports],
-        "summary": status_counts(reports),
-        "published": published,
-        "publish_topic": publish_topic,
+        "runs": [run_report_dict(r) for r in replayed.reports],
+        "summary": status_counts(replayed.reports),
+        "published": replayed.published,
+        "publish_topic": replayed.publish_topic,
         "exit_code": code,
-        "seconds": round(elapsed, 3),
+        "seconds": round(replayed.elapsed, 3),
     }
 
 
-def print_report(
-    source: str,
-    config: str,
-    stats: ReadStats,
-    reports: list[RunReport],
-    published: int,
-    publish_topic: str | None,
-    elapsed: float,
-    out: TextIO | None = None,
-) -> None:
+def print_report(replayed: Replayed, out: TextIO | None = None) -> None:
     """The whole replay as text (stdout unless ``out`` is given)."""
     out = out or sys.stdout
     print(
-        f"replayed {stats.selected} events of {len(reports)} run(s) from {source} "
-        f"with config {config} in {elapsed:.1f}s",
+        f"replayed {replayed.stats.selected} events of {len(replayed.reports)} run(s) from "
+        f"{replayed.source} with config {replayed.config} in {replayed.elapsed:.1f}s",
         file=out,
     )
-    stats.print_undecodable(out)
-    for report in reports:
+    replayed.stats.print_undecodable(out)
+    for report in replayed.reports:
         for line in describe_run(report):
             print(line, file=out)
-    counts = status_counts(reports)
+    counts = status_counts(replayed.reports)
     print(
         f"summary: {counts[MATCH]} match, {counts[DIVERGED]} diverged, "
         f"{counts[INCOMPLETE]} incomplete, {counts[NOT_FOUND]} without events",
         file=out,
     )
-    if publish_topic:
-        print(f"published {published} replayed decision(s) to {publish_topic}", file=out)
+    if replayed.publish_topic:
+        print(
+            f"published {replayed.published} replayed decision(s) to {replayed.publish_topic}",
+            file=out,
+        )

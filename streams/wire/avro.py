@@ -18,7 +18,7 @@ import contextlib
 import io
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass, replace
 from dataclasses import fields as dataclass_fields
 from functools import cache
 from typing import Any
@@ -81,6 +81,7 @@ __all__ = [
     "encode_dead_letter",
     "encode_decision",
     "encode_event",
+    "event_from_dict_checked",
     "event_schema_fingerprint",
     "event_schema_json",
     "load_schemas",
@@ -324,6 +325,38 @@ _BODY_FIELDS: dict[type, tuple[str, ...]] = {
 }
 _BODY_NAME: dict[type, str] = {cls: f"{NAMESPACE}.{cls.__name__}" for cls in EVENT_KINDS.values()}
 _CLASS_BY_BODY_NAME: dict[str, type] = {name: cls for cls, name in _BODY_NAME.items()}
+# A body field left out of a dict takes the event class's default (None where it has none,
+# so the schema check names the missing field).
+_BODY_DEFAULTS: dict[type, dict[str, Any]] = {
+    cls: {
+        f.name: None if f.default is MISSING else f.default
+        for f in dataclass_fields(cls)
+        if f.name != "envelope"
+    }
+    for cls in EVENT_KINDS.values()
+}
+
+
+def _event_datum(
+    cls: type, head: Mapping[str, Any], body: dict[str, Any], check_names: bool
+) -> dict[str, Any]:
+    """The AgentEvent datum of an event's envelope values (``head``) and body; an empty run id
+    and (with ``check_names``) names the worker would refuse fail here."""
+    if not head["run_id"]:
+        raise MissingRunIdError(cls.__name__)
+    if check_names:
+        try:
+            _require_storable_names(cls.__name__, head, body)
+        except InvalidDatumError as exc:
+            raise EncodeError(str(exc)) from None
+    return {
+        "run_id": head["run_id"],
+        "agent_id": head["agent_id"],
+        "gateway_id": head["gateway_id"],
+        "seq": head["seq"],
+        "event_time": head["event_time"],
+        "body": (_BODY_NAME[cls], body),  # fastavro tuple notation: the union branch by name
+    }
 
 
 def encode_event(
@@ -336,34 +369,44 @@ def encode_event(
     feed the worker hostile input).
     """
     cls = type(event)
-    body_name = _BODY_NAME.get(cls)
-    if body_name is None:
+    if cls not in _BODY_NAME:
         raise EncodeError(f"not an AgentEvent: {cls.__name__}")
     envelope = event.envelope
     if not isinstance(envelope, Envelope):
         raise EncodeError(f"{cls.__name__}.envelope must be an Envelope")
-    if not envelope.run_id:
-        raise MissingRunIdError(cls.__name__)
     body = {name: getattr(event, name) for name in _BODY_FIELDS[cls]}
-    ids = {
-        "run_id": envelope.run_id,
-        "agent_id": envelope.agent_id,
-        "gateway_id": envelope.gateway_id,
-    }
-    if check_names:
-        try:
-            _require_storable_names(cls.__name__, ids, body)
-        except InvalidDatumError as exc:
-            raise EncodeError(str(exc)) from None
-    datum = {
+    head = {
         "run_id": envelope.run_id,
         "agent_id": envelope.agent_id,
         "gateway_id": envelope.gateway_id,
         "seq": envelope.seq,
         "event_time": envelope.event_time,
-        "body": (body_name, body),  # fastavro tuple notation: the union branch by name
     }
-    return _own()["AgentEvent"].encode(datum, max_size, ((body_name, body),))
+    datum = _event_datum(cls, head, body, check_names)
+    return _own()["AgentEvent"].encode(datum, max_size, (datum["body"],))
+
+
+def event_from_dict_checked(data: Mapping[str, Any]) -> AgentEvent:
+    """An event from its flat ``event_to_dict`` form (export files), checked exactly as
+    :func:`encode_event` checks what it writes: the AgentEvent schema's types and ranges, and
+    names the worker would refuse. Raises a :class:`CodecError` naming the field."""
+    cls = EVENT_KINDS.get(data.get("kind"))  # type: ignore[arg-type]
+    if cls is None:
+        raise InvalidDatumError(f"unknown event kind {data.get('kind')!r}")
+    missing = [name for name in ("run_id", "seq") if name not in data]
+    if missing:
+        raise InvalidDatumError(f"missing field {missing[0]!r}")
+    agent_id, gateway_id = data.get("agent_id"), data.get("gateway_id")
+    head = {
+        "run_id": data["run_id"],
+        "agent_id": "" if agent_id is None else agent_id,
+        "gateway_id": "" if gateway_id is None else gateway_id,
+        "seq": data["seq"],
+        "event_time": data.get("event_time", 0),
+    }
+    body = {name: data.get(name, default) for name, default in _BODY_DEFAULTS[cls].items()}
+    _own()["AgentEvent"].explain(_event_datum(cls, head, body, check_names=True))
+    return cls(Envelope(**head), **body)
 
 
 def decode_event(
@@ -465,7 +508,9 @@ def encode_decision(decision: Decision, *, max_size: int = DEFAULT_MAX_MESSAGE_S
     datum: dict[str, Any] = {name: getattr(decision, name) for name in _DECISION_FIELDS}
     datum["action"] = action.value
     datum["extra"] = _encode_extra(decision.extra)
-    datum["decision_id"] = f"{decision.run_id}:{decision.seq}:{decision.detector}:{action.value}"
+    if decision.action is not action:  # a plain string: the core's id reads the enum
+        decision = replace(decision, action=action)
+    datum["decision_id"] = decision.decision_id
     return _own()["Decision"].encode(datum, max_size)
 
 

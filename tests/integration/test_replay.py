@@ -365,13 +365,13 @@ BAD_LINES = {
     "missing seq": (b'{"kind": "tool_call", "run_id": "r1", "tool_name": "x"}', "'seq'"),
     "seq not a number": (
         b'{"kind": "tool_call", "run_id": "r1", "seq": "two", "tool_name": "x"}',
-        "field 'seq': expected a whole number",
+        "AgentEvent.seq must be an int",
     ),
     "tool name not a string": (
         b'{"kind": "tool_call", "run_id": "r1", "seq": 2, "tool_name": 5}',
-        "field 'tool_name': expected a string",
+        "ToolCall.tool_name must be a str",
     ),
-    "empty run id": (b'{"kind": "run_ended", "run_id": "", "seq": 2}', "field 'run_id'"),
+    "empty run id": (b'{"kind": "run_ended", "run_id": "", "seq": 2}', "empty run_id"),
     "not utf-8": (b'{"kind": "run_ended", "run_id": "r\xff", "seq": 2}', "not UTF-8"),
 }
 

@@ -23,7 +23,7 @@ from streams.replay.compare import (
     replay_events,
 )
 from streams.replay.event_file import parse_event_line, write_events_atomically
-from streams.replay.report import print_report, report_dict
+from streams.replay.report import Replayed, print_report, report_dict
 from streams.replay.sources import FileSource, ReadStats, Selection, SourceError
 
 CONFIG = {"enabled": True, "warningThreshold": 3, "criticalThreshold": 5}
@@ -74,9 +74,10 @@ def test_a_tampered_decision_is_the_first_divergence_with_its_event(tmp_path: Pa
     assert report.divergence.fields == [("count", warn.count, 999)]
     assert report.divergence.event is not None and report.divergence.event.envelope.seq == warn.seq
     out = io.StringIO()
-    print_report("file x", "cfg", ReadStats(), [report], 0, None, 0.0, out)
+    replayed = Replayed("file x", "cfg", ReadStats(), [report])
+    print_report(replayed, out)
     assert f"count: expected {warn.count}, recorded 999" in out.getvalue()
-    doc = report_dict("file x", "cfg", ReadStats(), [report], 0, None, 3, 0.0)
+    doc = report_dict(replayed, code=3)
     assert doc["summary"] == {MATCH: 0, DIVERGED: 1, INCOMPLETE: 0, NOT_FOUND: 0}
     assert doc["runs"][0]["divergence"]["fields"] == [
         {"field": "count", "expected": warn.count, "recorded": 999}
@@ -106,7 +107,9 @@ def test_a_bad_line_names_the_line_and_the_field(tmp_path: Path) -> None:
     path = tmp_path / "bad.jsonl"
     bad = {**good, "seq": "two"}
     path.write_text(json.dumps(good) + "\n" + json.dumps(bad) + "\n")
-    with pytest.raises(SourceError, match=r"bad.jsonl:2: invalid event: field 'seq'"):
+    with pytest.raises(
+        SourceError, match=r"bad.jsonl:2: invalid event: AgentEvent.seq must be an int"
+    ):
         list(FileSource(str(path)).events(ReadStats(), Selection()))
     with pytest.raises(SourceError, match="not a readable file"):
         FileSource(str(tmp_path / "nope.jsonl"))

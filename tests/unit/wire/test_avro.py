@@ -34,6 +34,7 @@ from streams.core.events import (
     RunStarted,
     ToolCall,
     ToolResult,
+    event_to_dict,
 )
 from streams.wire import avro as avro_codec
 from streams.wire.avro import (
@@ -825,3 +826,24 @@ def test_faust_codec_options_survive_clone() -> None:
     assert evolved.loads(avro_write(newer_event_schema(), datum, "ToolCall")) == ToolCall(
         Envelope("r", "", "", 0, 0), "t"
     )
+
+
+# ------------------------------------------------------------------ events from flat dicts
+
+
+def test_event_dicts_are_checked_as_the_encoder_checks_events() -> None:
+    for event in SAMPLE_EVENTS:
+        assert avro_codec.event_from_dict_checked(event_to_dict(event)) == event
+    tool_call = event_to_dict(SAMPLE_EVENTS[0])
+    cases = {
+        "unknown event kind 'teleport'": {**tool_call, "kind": "teleport"},
+        "missing field 'seq'": {k: v for k, v in tool_call.items() if k != "seq"},
+        "AgentEvent.seq must be an int": {**tool_call, "seq": True},
+        "AgentEvent.event_time must be an int": {**tool_call, "event_time": None},
+        "ToolCall.tool_name must be a str": {**tool_call, "tool_name": 5},
+        "empty run_id": {**tool_call, "run_id": ""},
+        "contains a NUL character": {**tool_call, "tool_name": "ex\x00ec"},
+    }
+    for message, data in cases.items():
+        with pytest.raises(CodecError, match=message):
+            avro_codec.event_from_dict_checked(data)
