@@ -102,7 +102,10 @@ def test_worker_killed_mid_stream_is_replaced_without_losing_state(running_pipel
     )
     counts = Counter(d.decision_id for d in on_topic)
     assert set(counts) == set(want)
-    print(f"physical re-publications after the crash: {sum(counts.values()) - len(counts)}")
+    republished = sum(counts.values()) - len(counts)
+    print(f"physical re-publications after the crash: {republished}")
+    if pipeline.settings.processing_guarantee == "exactly_once":
+        assert republished == 0, "exactly-once: no decision twice on the control topic"
 
 
 def assigned_partitions(log: str) -> list[int]:
@@ -112,7 +115,7 @@ def assigned_partitions(log: str) -> list[int]:
 
 
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
-def test_a_second_worker_joins_mid_stream_and_takes_half_the_partitions(
+def test_a_second_worker_joins_then_leaves_mid_stream_and_nothing_is_lost_or_doubled(
     running_pipeline,
 ) -> None:
     """Scaling out while gateways publish: the running worker gives up half its partitions,
@@ -148,6 +151,31 @@ def test_a_second_worker_joins_mid_stream_and_takes_half_the_partitions(
         time.sleep(0.2)
     assert all(owned), f"a worker owns nothing: {owned}"
     assert sorted(owned[0] + owned[1]) == list(range(pipeline.partitions)), owned
+
+    # ... and leaves again while gateways publish: the first worker takes every partition back.
+    leave_ids = [f"leave-run-{i}" for i in range(8)]
+    leaving = {run_id: looping_run(run_id, 24) for run_id in leave_ids}
+    tail = [e for events in zip(*leaving.values(), strict=True) for e in events]
+    want_after = expected(tail)
+    half = len(tail) // 2
+    for event in tail[:half]:
+        client.publish(event)
+    client.flush()
+    pipeline.workers[1].stop()
+    for n, event in enumerate(tail[half:]):
+        client.publish(event)
+        if n % 20 == 0:
+            client.flush()
+            time.sleep(0.05)
+    client.flush()
+    assert wait_for_decisions(client, leave_ids, len(want_after)) == want_after
+    on_topic = control_topic_decisions(
+        pipeline.broker.bootstrap, pipeline.settings.topics.control, set(run_ids + leave_ids)
+    )
+    counts = Counter(d.decision_id for d in on_topic)
+    assert set(counts) == set(want) | set(want_after)
+    if pipeline.settings.processing_guarantee == "exactly_once":
+        assert sum(counts.values()) == len(counts), "a decision twice on the control topic"
 
 
 @pytest.fixture

@@ -557,7 +557,7 @@ def test_compose_runs_the_kafka_version_and_settings_the_tests_run_on(services):
         worker_env = worker["environment"]
         assert worker_env["LOOPGUARD_BROKER_PROFILE"] == "kafka"
         assert "LOOPGUARD_PRODUCER_MAX_BATCH" not in worker_env, "the profile sets batching"
-        assert "LOOPGUARD_PROCESSING_GUARANTEE" not in worker_env, "exactly-once by profile"
+        assert "LOOPGUARD_PROCESSING_GUARANTEE" not in worker_env, "guarantee by profile"
         assert worker_env["LOOPGUARD_MIN_INSYNC_REPLICAS"] == str(kafka_profile.min_insync_replicas)
     script = services["topics"]["command"][0]
     assert "min.insync.replicas=2" in script
