@@ -196,6 +196,16 @@ class RunHistory:
         stack = self.pending_by_sig.get(sig)
         return stack[-1] if stack else None
 
+    def find_call(self, tool_name: str, tool_call_id: str | None) -> CallRecord | None:
+        """The newest call in the window with this id, answered or not (a linear scan, for
+        the rare result that omits its args and whose call already has a result)."""
+        if not tool_call_id:
+            return None
+        for record in reversed(self.records):
+            if record.tool_call_id == tool_call_id and record.tool_name == tool_name:
+                return record
+        return None
+
     def attach_result(self, record: CallRecord, outcome: Outcome) -> None:
         """Give a pending call its outcome; a loop veto repeats the last outcome."""
         self._unpend(record)

@@ -226,9 +226,10 @@ class RunState:
         if event.args_json is None:
             # Results may omit args when they carry the call id: hash with what the call had.
             record = self.history.find_pending(tool_name, None, event.tool_call_id)
-            if record is not None:
-                sig, known_poll, action = record.sig, record.known_poll, record.action or None
-            else:
+            call = record or self.history.find_call(tool_name, event.tool_call_id)
+            if call is not None:
+                sig, known_poll, action = call.sig, call.known_poll, call.action or None
+            else:  # the call is out of the window (or never seen): no args known
                 info = call_info(tool_name, "{}")
                 sig, known_poll, action = info.sig, info.known_poll, info.action
         else:

@@ -804,3 +804,16 @@ def test_a_result_echoing_its_call_in_other_words_still_finds_the_call():
     history = other_text.runs["r1"].history
     assert len(history) == 1 and history.records[0].result_hash is not None
     assert state_json(other_text) == state_json(same_text)
+
+
+def test_a_second_result_omitting_its_args_still_uses_its_calls_args():
+    # the call (id c1) was answered by a result without an id; its own result comes later,
+    # args omitted: it is hashed with the call's args, not with none (a new record of them)
+    run = Run(None)
+    run.make_call("read", {"path": "a"}, "c1")
+    run.make_result("read", {"path": "a"}, text_result("same"))
+    run.make_result("read", result=text_result("same"), call_id="c1", omit_args=True)
+    _, lg = process(CONFIGS[0], run.events)
+    records = lg.runs["run-1"].history.records
+    assert [r.sig for r in records] == [args_hash("read", {"path": "a"})] * 2
+    assert records[0].result_hash == records[1].result_hash is not None

@@ -1,0 +1,535 @@
+"""A straightforward re-statement of the reference runtime's loop rules, for property tests.
+
+Restated from OpenClaw's ``src/agents/tool-loop-detection.ts`` (the build whose detector
+honours the configured thresholds), ``pi-embedded-runner/post-compaction-loop-guard.ts`` and
+the runner code around them: detection runs on a tool call against the history before it, the
+call is then recorded; a result with a hash is recorded on the newest matching call that has
+none (or appended) and fed to the post-compaction guard; every compaction retry arms the guard.
+Written for obviousness, not speed: every question walks the whole history, as the reference
+does, and nothing here is shared with ``streams.core``.
+
+Where loopguard deliberately differs (README, "Deliberate deviations"), :class:`ReferenceRun`
+either has no opinion (the generator avoids the case) or reports :data:`DEVIATION` for the
+event, so a comparison stops there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+DEVIATION = "deviation"  # a documented loopguard deviation decides this event
+
+
+class _Undefined:
+    """JavaScript's ``undefined`` (absent fields, absent results)."""
+
+    def __repr__(self) -> str:
+        return "undefined"
+
+
+UNDEFINED = _Undefined()
+
+
+# -- JSON as JavaScript sees it ------------------------------------------------------------
+
+
+def js_parse(text: str) -> Any:
+    """JSON.parse: every number is a double."""
+    return json.loads(text, parse_int=float, parse_float=float)
+
+
+def js_number(value: float) -> str:
+    """Number::toString from the ECMAScript spec: the shortest digits that read back as the
+    value (found by trying 1 to 17 significant digits), then placed by the spec's cases."""
+    if math.isnan(value) or math.isinf(value):
+        return "null"  # JSON.stringify
+    if value == 0:
+        return "0"
+    if value < 0:
+        return "-" + js_number(-value)
+    for digits in range(1, 18):
+        text = f"{value:.{digits - 1}e}"
+        if float(text) == value:
+            break
+    mantissa, exponent = text.split("e")
+    s = mantissa.replace(".", "").rstrip("0") or "0"
+    k = len(s)
+    n = int(exponent) + 1  # value = 0.s * 10**n
+    if k <= n <= 21:
+        return s + "0" * (n - k)
+    if 0 < n <= 21:
+        return s[:n] + "." + s[n:]
+    if -6 < n <= 0:
+        return "0." + "0" * (-n) + s
+    e = n - 1
+    sign = "+" if e >= 0 else "-"
+    return (s if k == 1 else s[0] + "." + s[1:]) + "e" + sign + str(abs(e))
+
+
+def stable_stringify(value: Any) -> str:
+    """The reference's stableStringify: JSON.stringify with object keys sorted."""
+    if value is UNDEFINED:
+        return "undefined"
+    if value is None:
+        return "null"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if isinstance(value, float | int):
+        return js_number(float(value))
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, list):
+        return "[" + ",".join(stable_stringify(item) for item in value) + "]"
+    keys = sorted(value, key=lambda k: k.encode("utf-16-be"))  # JS sorts UTF-16 code units
+    return (
+        "{"
+        + ",".join(
+            json.dumps(k, ensure_ascii=False) + ":" + stable_stringify(value[k]) for k in keys
+        )
+        + "}"
+    )
+
+
+def digest(value: Any) -> str:
+    return hashlib.sha256(stable_stringify(value).encode("utf-8")).hexdigest()
+
+
+def is_plain_object(value: Any) -> bool:
+    return isinstance(value, dict)
+
+
+# String.prototype.trim: WhiteSpace (TAB, VT, FF, SP, NBSP, ZWNBSP and category Zs) and
+# LineTerminator (LF, CR, LS, PS)
+JS_TRIMMED = "\t\v\f \u00a0\ufeff\u1680\u202f\u205f\u3000\n\r\u2028\u2029" + "".join(
+    chr(c) for c in range(0x2000, 0x200B)
+)
+
+
+def js_trim(text: str) -> str:
+    return text.strip(JS_TRIMMED)
+
+
+# -- hashing (tool-loop-detection.ts) ------------------------------------------------------
+
+
+def hash_tool_call(tool_name: str, params: Any) -> str:
+    return f"{tool_name}:{digest(params)}"
+
+
+def is_known_poll_tool_call(tool_name: str, params: Any) -> bool:
+    if tool_name == "command_status":
+        return True
+    if tool_name != "process" or not is_plain_object(params):
+        return False
+    return params.get("action") in ("poll", "log")
+
+
+def extract_text_content(result: Any) -> str:
+    if not is_plain_object(result) or not isinstance(result.get("content"), list):
+        return ""
+    texts = [
+        entry["text"]
+        for entry in result["content"]
+        if is_plain_object(entry)
+        and isinstance(entry.get("type"), str)
+        and isinstance(entry.get("text"), str)
+    ]
+    return js_trim("\n".join(texts))
+
+
+def extract_unknown_tool_name(error: str) -> str | None:
+    raw = js_trim(error)
+    if not raw:
+        return None
+    match = re.search(r"unknown tool[:\s]+[\"']?([a-z0-9_.-]+)[\"']?", raw, re.I) or re.search(
+        r"tool\s+[\"']?([a-z0-9_.-]+)[\"']?\s+(?:not found|is not available)", raw, re.I
+    )
+    name = match.group(1).strip() if match else ""
+    return name.lower() if name else None
+
+
+def string_field(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def non_empty_string_field(value: Any) -> str | None:
+    if not isinstance(value, str):
+        return None
+    trimmed = js_trim(value)
+    return trimmed or None
+
+
+def get(obj: dict[str, Any], key: str) -> Any:
+    return obj.get(key, UNDEFINED)
+
+
+def nullish(value: Any) -> Any:
+    """``value ?? null``"""
+    return None if value is UNDEFINED or value is None else value
+
+
+def hash_exec_tool_outcome(details: dict[str, Any], text: str) -> str | None:
+    status = string_field(get(details, "status"))
+    if not status:
+        return None
+    if status == "running":
+        return digest({"status": status, "tail": string_field(get(details, "tail")) or ""})
+    if status in ("completed", "failed"):
+        exit_code = get(details, "exitCode")
+        number = isinstance(exit_code, float | int) and not isinstance(exit_code, bool)
+        return digest(
+            {
+                "status": status,
+                "exitCode": exit_code if number else None,
+                "timedOut": get(details, "timedOut") is True,
+                "output": non_empty_string_field(get(details, "aggregated")) or text,
+            }
+        )
+    if status in ("approval-pending", "approval-unavailable"):
+        return digest(
+            {
+                "status": status,
+                "reason": string_field(get(details, "reason")),
+                "host": string_field(get(details, "host")),
+                "command": string_field(get(details, "command")) or "",
+                "warningText": string_field(get(details, "warningText")) or "",
+            }
+        )
+    return None
+
+
+SEND_LIKE_MESSAGE_ACTIONS = {
+    *("send", "broadcast", "reply", "thread-reply", "sendWithEffect", "sendAttachment"),
+    *("upload-file", "sticker", "poll"),
+}
+VOLATILE_SEND_RESULT_KEYS = {
+    *("messageId", "message_id", "messageIds", "platformMessageId", "platformMessageIds"),
+    *("fileId", "file_id", "fileKey", "pollId", "poll_id", "receipt", "runId"),
+    *("idempotencyKey", "ts", "timestamp", "sentAt", "deliveredAt", "createdAt"),
+}
+
+
+def is_message_delivery_object(value: dict[str, Any]) -> bool:
+    return (
+        isinstance(get(value, "id"), str)
+        and isinstance(get(value, "text"), str)
+        and (
+            isinstance(get(value, "direction"), str)
+            or isinstance(get(value, "senderId"), str)
+            or isinstance(get(value, "accountId"), str)
+            or is_plain_object(get(value, "conversation"))
+        )
+    )
+
+
+def strip_volatile_send_ids(value: Any) -> Any:
+    if isinstance(value, list):
+        return [strip_volatile_send_ids(item) for item in value]
+    if not is_plain_object(value):
+        return value
+    drop_id = is_message_delivery_object(value)
+    return {
+        key: strip_volatile_send_ids(nested)
+        for key, nested in value.items()
+        if key not in VOLATILE_SEND_RESULT_KEYS and not (key == "id" and drop_id)
+    }
+
+
+def is_messaging_tool_send_action(tool_name: str, args: dict[str, Any]) -> bool:
+    # embedded-agent-messaging.ts; channel plugins (telegram, slack, ...) are not modelled
+    return tool_name in ("sessions_send", "conversations_send", "conversations_turn")
+
+
+def is_volatile_send_result(tool_name: str, params: Any) -> bool:
+    if tool_name == "sessions_send":
+        return True
+    args = params if is_plain_object(params) else {}
+    if tool_name == "message":
+        action = args.get("action")
+        return isinstance(action, str) and action in SEND_LIKE_MESSAGE_ACTIONS
+    return is_messaging_tool_send_action(tool_name, args)
+
+
+def hash_tool_outcome(
+    tool_name: str, params: Any, result: Any, error: str | None
+) -> tuple[str | None, str | None]:
+    """(resultHash, unknownToolName)"""
+    if error is not None:
+        return f"error:{digest(error)}", extract_unknown_tool_name(error)
+    if not is_plain_object(result):
+        return (None if result is UNDEFINED else digest(result)), None
+    details = result["details"] if is_plain_object(get(result, "details")) else {}
+    text = extract_text_content(result)
+    if tool_name == "exec":
+        exec_hash = hash_exec_tool_outcome(details, text)
+        if exec_hash:
+            return exec_hash, None
+    if is_known_poll_tool_call(tool_name, params) and tool_name == "process":
+        action = params["action"]
+        if action == "poll":
+            return digest(
+                {
+                    "action": action,
+                    "status": get(details, "status"),
+                    "exitCode": nullish(get(details, "exitCode")),
+                    "exitSignal": nullish(get(details, "exitSignal")),
+                    "aggregated": nullish(get(details, "aggregated")),
+                    "text": text,
+                }
+            ), None
+        if action == "log":
+            return digest(
+                {
+                    "action": action,
+                    "status": get(details, "status"),
+                    "totalLines": nullish(get(details, "totalLines")),
+                    "totalChars": nullish(get(details, "totalChars")),
+                    "truncated": nullish(get(details, "truncated")),
+                    "exitCode": nullish(get(details, "exitCode")),
+                    "exitSignal": nullish(get(details, "exitSignal")),
+                    "text": text,
+                }
+            ), None
+    if is_volatile_send_result(tool_name, params):
+        return digest(strip_volatile_send_ids(details)), None
+    return digest({"details": details, "text": text}), None
+
+
+# -- detection (tool-loop-detection.ts) ----------------------------------------------------
+
+
+@dataclass
+class Record:
+    tool_name: str
+    args_hash: str
+    tool_call_id: str | None
+    result_hash: str | None = None
+    unknown_tool_name: str | None = None
+    params: Any = None  # what the gateway called it with
+
+
+@dataclass
+class Config:
+    enabled: bool | None
+    history_size: int
+    warning: int
+    critical: int
+    unknown_tool: int
+    breaker: int
+    generic_repeat: bool
+    known_poll: bool
+    ping_pong: bool
+    window: int
+
+    @classmethod
+    def from_block(cls, block: dict[str, Any]) -> Config:
+        """resolveLoopDetectionConfig + the guard's window (positive ints; clamped upwards)."""
+        warning = block.get("warningThreshold", 10)
+        critical = max(block.get("criticalThreshold", 20), warning + 1)
+        breaker = max(block.get("globalCircuitBreakerThreshold", 30), critical + 1)
+        detectors = block.get("detectors", {})
+        return cls(
+            enabled=block.get("enabled"),
+            history_size=block.get("historySize", 30),
+            warning=warning,
+            critical=critical,
+            unknown_tool=block.get("unknownToolThreshold", 10),
+            breaker=breaker,
+            generic_repeat=detectors.get("genericRepeat", True),
+            known_poll=detectors.get("knownPollNoProgress", True),
+            ping_pong=detectors.get("pingPong", True),
+            window=block.get("postCompactionGuard", {}).get("windowSize", 3),
+        )
+
+
+def unknown_tool_repeat_streak(history: list[Record], tool_name: str) -> tuple[int, str | None]:
+    streak, name = 0, None
+    for record in reversed(history):
+        if record.tool_name != tool_name or not record.unknown_tool_name:
+            break
+        if name is None:
+            name, streak = record.unknown_tool_name, 1
+            continue
+        if record.unknown_tool_name != name:
+            break
+        streak += 1
+    return streak, name
+
+
+def no_progress_streak(history: list[Record], tool_name: str, args_hash: str) -> int:
+    streak, latest = 0, None
+    for record in reversed(history):
+        if record.tool_name != tool_name or record.args_hash != args_hash:
+            continue
+        if not record.result_hash:
+            continue
+        if latest is None:
+            latest, streak = record.result_hash, 1
+            continue
+        if record.result_hash != latest:
+            break
+        streak += 1
+    return streak
+
+
+def ping_pong_streak(history: list[Record], current: str) -> tuple[int, bool]:
+    """(count, noProgressEvidence)"""
+    if not history:
+        return 0, False
+    last = history[-1]
+    other = next((r for r in reversed(history[:-1]) if r.args_hash != last.args_hash), None)
+    if other is None:
+        return 0, False
+    tail = 0
+    for record in reversed(history):
+        expected = last.args_hash if tail % 2 == 0 else other.args_hash
+        if record.args_hash != expected:
+            break
+        tail += 1
+    if tail < 2 or current != other.args_hash:
+        return 0, False
+    first_a = first_b = None
+    evidence = True
+    for record in history[len(history) - tail :]:
+        if not record.result_hash:
+            evidence = False
+            break
+        if record.args_hash == last.args_hash:
+            if first_a is None:
+                first_a = record.result_hash
+            elif first_a != record.result_hash:
+                evidence = False
+                break
+            continue
+        if record.args_hash == other.args_hash:
+            if first_b is None:
+                first_b = record.result_hash
+            elif first_b != record.result_hash:
+                evidence = False
+                break
+            continue
+        evidence = False
+        break
+    if first_a is None or first_b is None:
+        evidence = False
+    return tail + 1, evidence
+
+
+Verdict = tuple[str, str, int]  # (level, detector, count)
+
+
+def detect_tool_call_loop(
+    history: list[Record], tool_name: str, params: Any, cfg: Config
+) -> Verdict | str | None:
+    if cfg.enabled is not True:
+        return None
+    current = hash_tool_call(tool_name, params)
+    unknown, _ = unknown_tool_repeat_streak(history, tool_name)
+    streak = no_progress_streak(history, tool_name, current)
+    known_poll = is_known_poll_tool_call(tool_name, params)
+    pong, pong_evidence = ping_pong_streak(history, current)
+    if unknown >= cfg.unknown_tool:
+        return ("critical", "unknown_tool_repeat", unknown)
+    # Deviation: loopguard's breaker also counts a stable ping-pong (README).
+    if pong_evidence and pong > streak and pong >= cfg.breaker:
+        return DEVIATION
+    if streak >= cfg.breaker:
+        return ("critical", "global_circuit_breaker", streak)
+    if known_poll and cfg.known_poll and streak >= cfg.critical:
+        return ("critical", "known_poll_no_progress", streak)
+    if known_poll and cfg.known_poll and streak >= cfg.warning:
+        return ("warning", "known_poll_no_progress", streak)
+    if cfg.ping_pong and pong >= cfg.critical and pong_evidence:
+        return ("critical", "ping_pong", pong)
+    if cfg.ping_pong and pong >= cfg.warning:
+        return ("warning", "ping_pong", pong)
+    recent = sum(1 for r in history if r.tool_name == tool_name and r.args_hash == current)
+    if not known_poll and cfg.generic_repeat and streak >= cfg.critical:
+        return ("critical", "generic_repeat", streak)
+    if not known_poll and cfg.generic_repeat and recent >= cfg.warning:
+        return ("warning", "generic_repeat", recent)
+    return None
+
+
+# -- one run: the runner around detection and the post-compaction guard --------------------
+
+
+@dataclass
+class ReferenceRun:
+    cfg: Config
+    history: list[Record] = field(default_factory=list)
+    guard_remaining: int = 0
+    guard_history: list[tuple[str, str, str]] = field(default_factory=list)
+
+    def _trim(self) -> None:
+        del self.history[: max(0, len(self.history) - self.cfg.history_size)]
+
+    def call(self, tool_name: str, args_json: str, call_id: str | None) -> Verdict | str | None:
+        params = js_parse(args_json)
+        verdict = detect_tool_call_loop(self.history, tool_name, params, self.cfg)
+        if self.cfg.enabled is not False:  # recordToolCall
+            record = Record(tool_name, hash_tool_call(tool_name, params), call_id, params=params)
+            self.history.append(record)
+            self._trim()
+        return verdict
+
+    def result(
+        self,
+        tool_name: str,
+        args_json: str | None,
+        result_json: str | None,
+        error: str | None,
+        call_id: str | None,
+    ) -> Verdict | None:
+        if args_json is None:
+            # loopguard's events may omit a result's args when its call id names the call (the
+            # reference's gateway always knows them): the call's args, while the call is in
+            # the window; a worker knows no args for a call it no longer has
+            known = next(
+                (r for r in reversed(self.history) if call_id and r.tool_call_id == call_id),
+                None,
+            )
+            params = known.params if known is not None and known.tool_name == tool_name else {}
+        else:
+            params = js_parse(args_json)
+        result = UNDEFINED if result_json is None else js_parse(result_json)
+        result_hash, unknown = hash_tool_outcome(tool_name, params, result, error)
+        if not result_hash:  # recordToolCallOutcome records nothing, observes nothing
+            return None
+        args_hash = hash_tool_call(tool_name, params)
+        for record in reversed(self.history):
+            if call_id and record.tool_call_id != call_id:
+                continue
+            if record.tool_name != tool_name or record.args_hash != args_hash:
+                continue
+            if record.result_hash is not None:
+                continue
+            record.result_hash, record.unknown_tool_name = result_hash, unknown
+            break
+        else:
+            self.history.append(Record(tool_name, args_hash, call_id, result_hash, unknown, params))
+        self._trim()
+        return self._observe(tool_name, args_hash, result_hash)
+
+    def compaction(self) -> None:
+        """armPostCompaction, after every compaction retry kind."""
+        self.guard_remaining = self.cfg.window
+        self.guard_history = []
+
+    def _observe(self, tool_name: str, args_hash: str, result_hash: str) -> Verdict | None:
+        if self.cfg.enabled is False or self.guard_remaining <= 0:
+            return None
+        self.guard_remaining -= 1
+        triple = (tool_name, args_hash, result_hash)
+        self.guard_history.append(triple)
+        matches = sum(1 for entry in self.guard_history if entry == triple)
+        if matches >= self.cfg.window:
+            return ("critical", "post_compaction_guard", matches)
+        return None
