@@ -129,6 +129,7 @@ class GatewayClient:
             poll_ms=100,
             thread_name="loopguard-control",
             fetch_max_wait_ms=20,  # decisions must not wait out a long poll (see faust_tuning)
+            isolation_level="read_committed",  # a worker's aborted transaction is no decision
             **kafka_options,
         )
         if not self._follower.open(wait=30):  # until workers created it
