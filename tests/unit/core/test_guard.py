@@ -317,3 +317,18 @@ def test_guard_object_round_trip():
     hit = copy.observe("read", "sig", "h")
     assert hit is not None and hit.count == 3 and hit.tool_name == "read"
     assert not copy.armed
+
+
+def test_a_vetoed_call_counts_in_the_window():
+    # A deliberate deviation (README): the loop veto is the call's outcome, repeating its last
+    # one, so blocked calls after a compaction fill the window like the loop they stop.
+    run = Run(loop_guard(enabled=True, warningThreshold=2, criticalThreshold=3, abortAfterBlocks=9))
+    for _ in range(4):
+        run.cycle("read", ARGS, text_result("same"))
+    assert run.decisions[-1].action is Action.BLOCK
+    run.compaction()
+    for _ in range(3):
+        decided = run.cycle("read", ARGS, text_result("same"))
+        assert decided[0].action is Action.BLOCK  # answered with the veto, not the tool
+    d = one(guard_decisions(run))
+    assert (d.action, d.count, d.error_code) == (Action.ABORT, 3, "compaction_loop_persisted")
