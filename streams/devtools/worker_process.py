@@ -8,6 +8,7 @@ without any fixed sleep.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -18,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from streams.core.events import Action
+from streams.core.events import Action, ToolCall
 from streams.gateway.client import GatewayClient
 
 CANARY_AGENT = "loopguard-canary"
@@ -97,7 +98,9 @@ def wait_until_processing(
     run = client.start_run(CANARY_AGENT, run_id=f"canary-{uuid.uuid4().hex[:12]}")
     run.compaction()
     for _ in range(3):
-        run.before_tool("canary_probe", {"probe": True})
+        # Published as is, never through before_tool: a gateway client with an in-time wait
+        # budget would otherwise wait for a worker that is not ready yet, call by call.
+        run.emit(ToolCall, tool_name="canary_probe", args_json=json.dumps({"probe": True}))
         run.after_tool("canary_probe", {"probe": True}, result={"status": "same"})
     run.end("canary")
     deadline = time.monotonic() + timeout
