@@ -1,4 +1,4 @@
-"""SQL audit trail: every decision, dead letter and run high-water mark, queryable later.
+"""SQL audit trail: every decision, dead letter and run's progress, queryable later.
 
 The stream processor may see the same Kafka message more than once (rebalances, replays),
 so every write here is idempotent: replaying a batch never adds a row or moves a run
@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from alembic import command
 from alembic.config import Config
@@ -42,6 +42,9 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 import migrations
 from streams.core.events import Action, Decision
+
+if TYPE_CHECKING:
+    from streams.wire.avro import RunWatermark
 
 DEFAULT_URL = "sqlite:///loopguard-data/audit.db"
 # Works from any cwd, for editable installs and for wheels (migrations/ ships next to streams/).
@@ -130,7 +133,8 @@ class DeadLetter(Base):
 
 
 class ProcessedEvent(Base):
-    """Per-run high-water mark, so ``loopguard runs`` can show how far each run got."""
+    """Per-run progress (from the workers' RunWatermarks), so ``loopguard runs`` can show how far
+    each run got: its status, the last seq processed and how many events it applied."""
 
     __tablename__ = "processed_events"
 
@@ -142,19 +146,6 @@ class ProcessedEvent(Base):
     first_event_time: Mapped[int] = mapped_column(BigInteger)
     last_event_time: Mapped[int] = mapped_column(BigInteger)
     status: Mapped[str] = mapped_column(String(32))
-
-
-@dataclass(frozen=True, slots=True)
-class RunUpdate:
-    """One observation of a run's progress; ``events`` is how many events it accounts for."""
-
-    run_id: str
-    agent_id: str
-    gateway_id: str
-    last_seq: int
-    event_time: int
-    status: str = "active"
-    events: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,7 +244,7 @@ def row_to_decision(row: DecisionRow) -> Decision:
     return Decision.from_dict(values)
 
 
-def _in_waves(rows: Iterable[RunUpdate]) -> list[list[dict[str, Any]]]:
+def _in_waves(marks: Iterable[RunWatermark]) -> list[list[dict[str, Any]]]:
     """Split rows so no run appears twice in one statement, keeping each run's order.
 
     PostgreSQL refuses an ON CONFLICT DO UPDATE that touches one row twice, which a
@@ -261,21 +252,21 @@ def _in_waves(rows: Iterable[RunUpdate]) -> list[list[dict[str, Any]]]:
     """
     waves: list[list[dict[str, Any]]] = []
     seen: dict[str, int] = {}
-    for row in rows:
-        n = seen.get(row.run_id, 0)
-        seen[row.run_id] = n + 1
+    for mark in marks:
+        n = seen.get(mark.run_id, 0)
+        seen[mark.run_id] = n + 1
         if n == len(waves):
             waves.append([])
         waves[n].append(
             {
-                "run_id": row.run_id,
-                "agent_id": row.agent_id,
-                "gateway_id": row.gateway_id,
-                "last_seq": row.last_seq,
-                "events": row.events,
-                "first_event_time": row.event_time,
-                "last_event_time": row.event_time,
-                "status": row.status,
+                "run_id": mark.run_id,
+                "agent_id": mark.agent_id,
+                "gateway_id": mark.gateway_id,
+                "last_seq": mark.seq,
+                "events": mark.event_count,
+                "first_event_time": mark.event_time,
+                "last_event_time": mark.event_time,
+                "status": mark.status,
             }
         )
     return waves
@@ -354,25 +345,14 @@ class AuditStore:
         with self.engine.begin() as conn:
             return conn.execute(stmt).first() is not None
 
-    def upsert_run_progress(
-        self,
-        run_id: str,
-        agent_id: str,
-        gateway_id: str,
-        last_seq: int,
-        event_time: int,
-        status: str = "active",
-    ) -> None:
-        """Record that a run reached ``last_seq``; see :meth:`upsert_runs`."""
-        self.upsert_runs([RunUpdate(run_id, agent_id, gateway_id, last_seq, event_time, status)])
+    def record_progress(self, watermarks: Iterable[RunWatermark]) -> None:
+        """Store run progress from the workers' watermarks: one row per run, idempotent and
+        monotonic, whatever order and however often they arrive.
 
-    def upsert_runs(self, rows: Iterable[RunUpdate]) -> None:
-        """Merge progress observations so replays and out-of-order delivery are harmless.
-
-        ``last_seq``/``last_event_time`` only grow and ``first_event_time`` only shrinks;
-        ``events`` grows only when ``last_seq`` advances (a redelivery is not new work);
-        ``status`` is taken from an observation at or beyond the stored ``last_seq``; the
-        first non-empty agent/gateway id sticks.
+        A watermark at a higher seq sets ``last_seq``, ``events`` (its event count) and
+        ``last_event_time``; one at the stored seq or beyond sets ``status``; an older one
+        (a redelivery, a replay) moves nothing back. ``first_event_time`` is kept from the
+        first watermark stored for the run, and the first non-empty agent/gateway id sticks.
         """
         t = ProcessedEvent
         ins = self._insert(ProcessedEvent)
@@ -384,20 +364,13 @@ class AuditStore:
                 "agent_id": case((t.agent_id == "", new.agent_id), else_=t.agent_id),
                 "gateway_id": case((t.gateway_id == "", new.gateway_id), else_=t.gateway_id),
                 "last_seq": case((advances, new.last_seq), else_=t.last_seq),
-                "events": t.events + case((advances, new.events), else_=0),
-                "first_event_time": case(
-                    (new.first_event_time < t.first_event_time, new.first_event_time),
-                    else_=t.first_event_time,
-                ),
-                "last_event_time": case(
-                    (new.last_event_time > t.last_event_time, new.last_event_time),
-                    else_=t.last_event_time,
-                ),
+                "events": case((advances, new.events), else_=t.events),
+                "last_event_time": case((advances, new.last_event_time), else_=t.last_event_time),
                 "status": case((new.last_seq >= t.last_seq, new.status), else_=t.status),
             },
         )
         with self.engine.begin() as conn:
-            for wave in _in_waves(rows):
+            for wave in _in_waves(watermarks):
                 conn.execute(upsert, wave)
 
     # -- reads ----------------------------------------------------------------------------
@@ -413,21 +386,13 @@ class AuditStore:
             return [row_to_decision(row) for row in session.scalars(stmt)]
 
     def run_progress(self, run_id: str) -> RunProgress | None:
-        """The stored high-water mark for a run, or None if it was never seen."""
+        """The stored progress of a run, or None while no watermark of it was recorded."""
         with Session(self.engine) as session:
             row = session.get(ProcessedEvent, run_id)
             if row is None:
                 return None
-            return RunProgress(
-                run_id=row.run_id,
-                agent_id=row.agent_id,
-                gateway_id=row.gateway_id,
-                last_seq=row.last_seq,
-                events=row.events,
-                first_event_time=row.first_event_time,
-                last_event_time=row.last_event_time,
-                status=row.status,
-            )
+            fields = dataclasses.fields(RunProgress)
+            return RunProgress(**{f.name: getattr(row, f.name) for f in fields})
 
     def runs(
         self,

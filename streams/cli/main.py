@@ -8,7 +8,6 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
-from dataclasses import asdict
 
 from streams.cli.common import EXIT_ERROR, EXIT_OK, EXIT_USAGE, add_db_arg, add_topic_args
 from streams.cli.config_commands import add_config_parser, run_config
@@ -172,7 +171,7 @@ def run_runs(args: argparse.Namespace) -> int:
             limit=args.limit,
         )
     if args.json:
-        print(json.dumps([_summary_dict(s) for s in summaries], ensure_ascii=False, indent=2))
+        print(json.dumps([s.to_dict() for s in summaries], ensure_ascii=False, indent=2))
         return EXIT_OK
     if not summaries:
         print("no runs match")
@@ -180,15 +179,15 @@ def run_runs(args: argparse.Namespace) -> int:
         print(
             f"{s.run_id:<34} agent={s.agent_id:<14} gateway={s.gateway_id:<10} "
             f"worst={s.worst_action.value:<5} warn={s.warn} block={s.block} abort={s.abort} "
-            f"detectors={','.join(s.detectors)}"
+            f"status={_or_dash(s.status)} last_seq={_or_dash(s.last_seq)} "
+            f"events={_or_dash(s.events)} detectors={','.join(s.detectors)}"
         )
     return EXIT_OK
 
 
-def _summary_dict(summary: object) -> dict[str, object]:
-    data = asdict(summary)  # type: ignore[call-overload]
-    data["worst_action"] = data["worst_action"].value
-    return data
+def _or_dash(value: object) -> str:
+    """A run's progress field, or ``-`` while no watermark of the run has been recorded."""
+    return "-" if value is None else str(value)
 
 
 def run_migrate(args: argparse.Namespace) -> int:

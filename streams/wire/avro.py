@@ -26,7 +26,6 @@ from typing import Any
 from fastavro import schemaless_reader, schemaless_writer
 from fastavro.read import SchemaResolutionError
 from fastavro.validation import ValidationError, validate
-from faust.serializers import codecs as faust_codecs
 
 from streams.core.events import EVENT_KINDS, Action, AgentEvent, Decision, Envelope
 from streams.wire.errors import (
@@ -59,12 +58,9 @@ __all__ = [
     "DEFAULT_MAX_MESSAGE_SIZE",
     "MARKER",
     "SCHEMA_DIR",
-    "AgentEventCodec",
     "BadMarkerError",
     "CodecError",
-    "DeadLetterCodec",
     "DeadLetterRecord",
-    "DecisionCodec",
     "EncodeError",
     "InvalidDatumError",
     "InvalidSchemaError",
@@ -86,7 +82,6 @@ __all__ = [
     "event_schema_json",
     "load_schemas",
     "parsing_canonical_form",
-    "register_codecs",
     "schema_fingerprint",
     "schema_json_for",
 ]
@@ -630,68 +625,3 @@ def decode_dead_letter(
     """Decode a dead letter (larger default limit: it wraps a possibly oversized payload)."""
     datum = _own()["DeadLetter"].decode(data, registry, max_size)
     return DeadLetterRecord(**{name: datum[name] for name in _DEAD_LETTER_FIELDS})
-
-
-# ---------------------------------------------------------------------------- faust codecs
-
-
-class _AvroCodec(faust_codecs.Codec):
-    """Shared plumbing: kwargs go through ``Codec.kwargs`` so ``clone()``/``|`` keep them."""
-
-    def __init__(
-        self,
-        children: tuple[faust_codecs.CodecT, ...] | None = None,
-        *,
-        max_size: int | None = None,
-        registry: SchemaRegistry | None = None,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(children, max_size=max_size, registry=registry, **kwargs)
-
-    @property
-    def max_size(self) -> int | None:
-        return self.kwargs["max_size"]
-
-    @property
-    def registry(self) -> SchemaRegistry | None:
-        return self.kwargs["registry"]
-
-    def _limit(self, default: int) -> int:
-        return default if self.max_size is None else self.max_size
-
-
-class AgentEventCodec(_AvroCodec):
-    """Faust codec ``loopguard_event``: AgentEvent <-> single-object Avro."""
-
-    def _dumps(self, obj: Any) -> bytes:
-        return encode_event(obj, max_size=self._limit(DEFAULT_MAX_MESSAGE_SIZE))
-
-    def _loads(self, s: bytes) -> AgentEvent:
-        return decode_event(s, self.registry, max_size=self._limit(DEFAULT_MAX_MESSAGE_SIZE))
-
-
-class DecisionCodec(_AvroCodec):
-    """Faust codec ``loopguard_decision``: Decision <-> single-object Avro."""
-
-    def _dumps(self, obj: Any) -> bytes:
-        return encode_decision(obj, max_size=self._limit(DEFAULT_MAX_MESSAGE_SIZE))
-
-    def _loads(self, s: bytes) -> Decision:
-        return decode_decision(s, self.registry, max_size=self._limit(DEFAULT_MAX_MESSAGE_SIZE))
-
-
-class DeadLetterCodec(_AvroCodec):
-    """Faust codec ``loopguard_dead_letter``: DeadLetterRecord <-> single-object Avro."""
-
-    def _dumps(self, obj: Any) -> bytes:
-        return encode_dead_letter(obj, max_size=self._limit(DEAD_LETTER_MAX_SIZE))
-
-    def _loads(self, s: bytes) -> DeadLetterRecord:
-        return decode_dead_letter(s, self.registry, max_size=self._limit(DEAD_LETTER_MAX_SIZE))
-
-
-def register_codecs() -> None:
-    """Make the codecs available to Faust by name (idempotent)."""
-    faust_codecs.register("loopguard_event", AgentEventCodec())
-    faust_codecs.register("loopguard_decision", DecisionCodec())
-    faust_codecs.register("loopguard_dead_letter", DeadLetterCodec())

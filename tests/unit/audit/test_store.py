@@ -25,11 +25,11 @@ from streams.audit.store import (
     Base,
     DeadLetter,
     RunProgress,
-    RunUpdate,
     alembic_config,
     migrate,
 )
 from streams.core.events import Action, Decision
+from streams.wire.avro import RunWatermark
 
 REPO = Path(__file__).resolve().parents[3]
 AUDIT_TABLES = {"decisions", "dead_letters", "processed_events"}
@@ -311,53 +311,73 @@ def test_dead_letters_are_counted_once(audit_store: AuditStore) -> None:
 # -- run progress -------------------------------------------------------------------------
 
 
+def mark(
+    run_id: str,
+    seq: int,
+    event_time: int,
+    status: str = "active",
+    event_count: int | None = None,
+    agent_id: str = "agent-a",
+    gateway_id: str = "gw-1",
+) -> RunWatermark:
+    """A worker's watermark for ``run_id`` at ``seq`` (event count = seq unless given)."""
+    return RunWatermark(
+        run_id=run_id,
+        agent_id=agent_id,
+        gateway_id=gateway_id,
+        seq=seq,
+        event_time=event_time,
+        status=status,
+        event_count=seq if event_count is None else event_count,
+    )
+
+
 def test_run_progress_only_moves_forward(audit_store: AuditStore) -> None:
     s = audit_store
     assert s.run_progress("r") is None
-    s.upsert_run_progress("r", "agent-a", "gw-1", last_seq=1, event_time=1_000, status="active")
-    s.upsert_run_progress("r", "agent-a", "gw-1", last_seq=3, event_time=3_000, status="active")
-    s.upsert_run_progress("r", "agent-a", "gw-1", last_seq=3, event_time=3_000, status="active")
+    s.record_progress([mark("r", 1, 1_000)])
+    s.record_progress([mark("r", 3, 3_000, event_count=2)])
+    s.record_progress([mark("r", 3, 3_000, event_count=2)])  # redelivered
     assert s.run_progress("r") == RunProgress("r", "agent-a", "gw-1", 3, 2, 1_000, 3_000, "active")
 
-    # late, out-of-order event: widens the time range but does not move seq or status back
-    s.upsert_run_progress("r", "", "", last_seq=0, event_time=500, status="weird")
-    s.upsert_run_progress("r", "agent-a", "gw-1", last_seq=4, event_time=4_000, status="ended")
-    s.upsert_run_progress("r", "agent-a", "gw-1", last_seq=2, event_time=2_000, status="active")
-    assert s.run_progress("r") == RunProgress("r", "agent-a", "gw-1", 4, 3, 500, 4_000, "ended")
+    # replayed older watermarks move nothing back; first_event_time stays the first one's
+    s.record_progress([mark("r", 0, 500, "weird", agent_id="", gateway_id="")])
+    s.record_progress([mark("r", 4, 4_000, "ended")])
+    s.record_progress([mark("r", 2, 2_000)])
+    assert s.run_progress("r") == RunProgress("r", "agent-a", "gw-1", 4, 4, 1_000, 4_000, "ended")
 
     # a terminal status can still be set at the same seq (e.g. abort of the last event)
-    s.upsert_run_progress("r", "agent-a", "gw-1", last_seq=4, event_time=4_000, status="aborted")
+    s.record_progress([mark("r", 4, 4_000, "aborted")])
     progress = s.run_progress("r")
     assert progress is not None
-    assert (progress.last_seq, progress.events, progress.status) == (4, 3, "aborted")
+    assert (progress.last_seq, progress.events, progress.status) == (4, 4, "aborted")
 
 
-def test_upsert_runs_batch_with_repeated_runs(audit_store: AuditStore) -> None:
-    rows = [
-        RunUpdate("a", "agent-a", "gw", last_seq=1, event_time=10),
-        RunUpdate("b", "agent-b", "gw", last_seq=5, event_time=50),
-        RunUpdate("a", "agent-a", "gw", last_seq=2, event_time=20),
-        RunUpdate("a", "agent-a", "gw", last_seq=3, event_time=30, status="ended", events=4),
-        RunUpdate("b", "agent-b", "gw", last_seq=5, event_time=50),  # duplicate
+def test_record_progress_batch_with_repeated_runs(audit_store: AuditStore) -> None:
+    marks = [
+        mark("a", 1, 10),
+        mark("b", 5, 50, agent_id="agent-b"),
+        mark("a", 2, 20),
+        mark("a", 3, 30, "ended", event_count=4),
+        mark("b", 5, 50, agent_id="agent-b"),  # duplicate
     ]
-    audit_store.upsert_runs(rows)
-    audit_store.upsert_runs(rows)  # whole batch replayed
+    audit_store.record_progress(marks)
+    audit_store.record_progress(marks)  # whole batch replayed
     progress = {run: audit_store.run_progress(run) for run in ("a", "b")}
-    assert progress["a"] == RunProgress("a", "agent-a", "gw", 3, 6, 10, 30, "ended")
-    assert progress["b"] == RunProgress("b", "agent-b", "gw", 5, 1, 50, 50, "active")
-    audit_store.upsert_runs([])
+    assert progress["a"] == RunProgress("a", "agent-a", "gw-1", 3, 4, 10, 30, "ended")
+    assert progress["b"] == RunProgress("b", "agent-b", "gw-1", 5, 5, 50, 50, "active")
+    audit_store.record_progress([])
 
 
-def _expected_progress(updates: list[tuple[int, int, str]]) -> tuple[int, int, int, int, str]:
+def _expected_progress(marks: list[RunWatermark]) -> tuple[int, int, int, int, str]:
     """Reference model of the merge rule: (last_seq, events, first, last, status)."""
-    seq, t, status = updates[0]
-    state = [seq, 1, t, t, status]
-    for seq, t, status in updates[1:]:
-        if seq >= state[0]:
-            state[4] = status
-        if seq > state[0]:
-            state[0], state[1] = seq, state[1] + 1
-        state[2], state[3] = min(state[2], t), max(state[3], t)
+    first = marks[0]
+    state = [first.seq, first.event_count, first.event_time, first.event_time, first.status]
+    for m in marks[1:]:
+        if m.seq >= state[0]:
+            state[4] = m.status
+        if m.seq > state[0]:
+            state[0], state[1], state[3] = m.seq, m.event_count, m.event_time
     return tuple(state)  # type: ignore[return-value]
 
 
@@ -372,6 +392,7 @@ def _expected_progress(updates: list[tuple[int, int, str]]) -> tuple[int, int, i
             st.integers(0, 20),
             st.integers(0, 10**13),
             st.sampled_from(["active", "ended", "aborted"]),
+            st.integers(0, 30),
         ),
         min_size=1,
         max_size=12,
@@ -379,23 +400,22 @@ def _expected_progress(updates: list[tuple[int, int, str]]) -> tuple[int, int, i
     batched=st.booleans(),
 )
 def test_run_progress_matches_reference(
-    audit_store: AuditStore, updates: list[tuple[int, int, str]], batched: bool
+    audit_store: AuditStore, updates: list[tuple[int, int, str, int]], batched: bool
 ) -> None:
     run = f"prop-{next(_unique)}"
-    rows = [RunUpdate(run, "ag", "gw", seq, t, status) for seq, t, status in updates]
+    marks = [mark(run, seq, t, status, count) for seq, t, status, count in updates]
     if batched:
-        audit_store.upsert_runs(rows)
+        audit_store.record_progress(marks)
     else:
-        for row in rows:
-            audit_store.upsert_runs([row])
+        for m in marks:
+            audit_store.record_progress([m])
     got = audit_store.run_progress(run)
     assert got is not None
     assert (got.last_seq, got.events, got.first_event_time, got.last_event_time, got.status) == (
-        _expected_progress(updates)
+        _expected_progress(marks)
     )
     assert got.last_seq == max(u[0] for u in updates)
-    assert got.first_event_time == min(u[1] for u in updates)
-    assert got.last_event_time == max(u[1] for u in updates)
+    assert got.first_event_time == updates[0][1]
 
 
 # -- runs() -------------------------------------------------------------------------------
@@ -432,7 +452,7 @@ def fleet(audit_store: AuditStore) -> AuditStore:
             d(run_id="r3", agent_id="a2", gateway_id="g1", seq=4, event_time=5_000),
         ]
     )
-    audit_store.upsert_run_progress("r2", "a1", "g2", 9, 9_000, "aborted")
+    audit_store.record_progress([mark("r2", 9, 9_000, "aborted", 9, "a1", "g2")])
     return audit_store
 
 
@@ -454,7 +474,7 @@ def test_runs_summarises_each_run(fleet: AuditStore) -> None:
     assert (r1.status, r1.last_seq, r1.events) == (None, None, None)
     assert r2.worst_action is Action.ABORT
     assert r2.detectors == ["no_progress", "repeat"]
-    assert (r2.status, r2.last_seq, r2.events) == ("aborted", 9, 1)
+    assert (r2.status, r2.last_seq, r2.events) == ("aborted", 9, 9)
     assert (r3.worst_action, r3.decisions, r3.detectors) == (Action.WARN, 1, ["repeat"])
 
 
@@ -508,7 +528,7 @@ def test_hostile_identifiers_are_stored_and_matched_literally(audit_store: Audit
     hostile = make_decision(run_id=HOSTILE, agent_id=HOSTILE, detector="repeat' OR '1'='1")
     decoys = [make_decision(run_id="x"), make_decision(run_id="x%"), make_decision(run_id="x_")]
     assert audit_store.record_decisions([hostile, *decoys]) == 4
-    audit_store.upsert_run_progress(HOSTILE, HOSTILE, "gw", 1, 1, "active")
+    audit_store.record_progress([mark(HOSTILE, 1, 1, agent_id=HOSTILE, gateway_id="gw")])
 
     assert audit_store.history(HOSTILE) == [hostile]
     assert audit_store.history("x%") == [decoys[1]]

@@ -11,10 +11,11 @@ from dataclasses import asdict
 import pytest
 from core_helpers import Run, loop_guard
 
-from streams.audit.store import AuditStore, RunUpdate
+from streams.audit.store import AuditStore
 from streams.cli.common import EXIT_ERROR, EXIT_OK
 from streams.cli.main import build_parser, main
 from streams.core.events import Action, Decision
+from streams.wire.avro import RunWatermark
 
 START = 1_700_000_000_000
 
@@ -50,9 +51,17 @@ def filled(audit_store: AuditStore) -> dict[str, list[Decision]]:
         assert run.decisions, run.run_id
         audit_store.record_decisions(run.decisions)
         last = run.events[-1].envelope
-        audit_store.upsert_runs(
-            [RunUpdate(run.run_id, run.agent_id, run.gateway_id, last.seq, last.event_time)]
+        status = "aborted" if run.run_id == "run-repeat" else "active"
+        mark = RunWatermark(
+            run_id=run.run_id,
+            agent_id=run.agent_id,
+            gateway_id=run.gateway_id,
+            seq=last.seq,
+            event_time=last.event_time,
+            status=status,
+            event_count=len(run.events),
         )
+        audit_store.record_progress([mark])
     return {run_id: run.decisions for run_id, run in runs.items()}
 
 
@@ -115,6 +124,8 @@ def test_runs_json_is_the_store_answer(filled, audit_store, capsys, flags, kwarg
     assert code == EXIT_OK
     expected = [summary_json(s) for s in audit_store.runs(**{"limit": 50, **kwargs})]
     assert json.loads(out) == expected
+    for run in expected:  # every run has its progress
+        assert run["status"] in ("active", "aborted") and run["last_seq"] and run["events"]
 
 
 def test_runs_text(filled, audit_store, capsys) -> None:
@@ -128,6 +139,9 @@ def test_runs_text(filled, audit_store, capsys) -> None:
     counts = {a: sum(d.action is a for d in filled["run-repeat"]) for a in Action}
     assert "agent=coder" in repeat and "gateway=gw-1" in repeat and "worst=abort" in repeat
     assert f"warn={counts[Action.WARN]} block={counts[Action.BLOCK]}" in repeat
+    progress = audit_store.run_progress("run-repeat")
+    assert progress is not None and progress.last_seq == progress.events > 0
+    assert f"status=aborted last_seq={progress.last_seq} events={progress.events}" in repeat
     compaction = next(line for line in lines if line.startswith("run-compaction"))
     assert "detectors=post_compaction_guard" in compaction
 

@@ -17,8 +17,6 @@ from typing import Any
 import avro.io
 import avro.schema
 import pytest
-from faust.serializers import codecs as faust_codecs
-from faust.serializers.registry import Registry as FaustRegistry
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -40,7 +38,6 @@ from streams.wire import avro as avro_codec
 from streams.wire.avro import (
     MARKER,
     NAME_MAX_BYTES,
-    AgentEventCodec,
     BadMarkerError,
     CodecError,
     DeadLetterRecord,
@@ -63,7 +60,6 @@ from streams.wire.avro import (
     event_schema_json,
     load_schemas,
     parsing_canonical_form,
-    register_codecs,
     schema_fingerprint,
     schema_json_for,
 )
@@ -774,58 +770,6 @@ def test_property_mutated_messages_decode_or_raise_codec_error(
     index = data.draw(st.integers(min_value=0, max_value=len(message) - 1))
     message[index] = data.draw(st.integers(min_value=0, max_value=255))
     assert_event_or_codec_error(bytes(message))
-
-
-# ------------------------------------------------------------------------ faust codecs
-
-
-def test_faust_codecs_round_trip() -> None:
-    register_codecs()
-    register_codecs()  # idempotent
-    for event in SAMPLE_EVENTS:
-        data = faust_codecs.dumps("loopguard_event", event)
-        assert data == encode_event(event)
-        assert faust_codecs.loads("loopguard_event", data) == event
-    data = faust_codecs.dumps("loopguard_decision", SAMPLE_DECISION)
-    assert faust_codecs.loads("loopguard_decision", data) == SAMPLE_DECISION
-    letter = DeadLetterRecord(
-        source_topic="t", partition=1, offset=2, error="e", payload=b"p", event_time=3
-    )
-    data = faust_codecs.dumps("loopguard_dead_letter", letter)
-    assert faust_codecs.loads("loopguard_dead_letter", data) == letter
-    with pytest.raises(BadMarkerError):
-        faust_codecs.loads("loopguard_event", b"garbage")
-
-
-def test_faust_serializer_registry_uses_the_codec_by_name() -> None:
-    """What a Faust topic with ``value_serializer="loopguard_event"`` does per message."""
-    register_codecs()
-    registry = FaustRegistry()
-    event = SAMPLE_EVENTS[0]
-    data = registry.dumps_value(None, event, serializer="loopguard_event")
-    assert data == encode_event(event)
-    assert registry.loads_value(None, data, serializer="loopguard_event") == event
-
-
-def test_faust_codec_options_survive_clone() -> None:
-    registry = SchemaRegistry()
-    codec = AgentEventCodec(max_size=20, registry=registry)
-    cloned = codec.clone()
-    assert cloned.kwargs == {"max_size": 20, "registry": registry}
-    with pytest.raises(PayloadTooLargeError):
-        cloned.loads(encode_event(SAMPLE_EVENTS[0]))
-    evolved = AgentEventCodec(registry=EVOLVED)
-    datum = {
-        "run_id": "r",
-        "agent_id": "",
-        "gateway_id": "",
-        "seq": 0,
-        "event_time": 0,
-        "body": {"tool_name": "t", "model": None, "args_json": "{}", "tool_call_id": None},
-    }
-    assert evolved.loads(avro_write(newer_event_schema(), datum, "ToolCall")) == ToolCall(
-        Envelope("r", "", "", 0, 0), "t"
-    )
 
 
 # ------------------------------------------------------------------ events from flat dicts
