@@ -69,7 +69,10 @@ class RunAborted(RuntimeError):
     """loopguard aborted the run; the gateway must stop it and report ``decision.reason``."""
 
     def __init__(self, decision: Decision) -> None:
-        super().__init__(f"{decision.error_code or decision.detector}: {decision.reason}")
+        code = decision.error_code or decision.detector
+        reason = decision.reason
+        # Some reasons already start with their code; say it once.
+        super().__init__(reason if reason.startswith(f"{code}:") else f"{code}: {reason}")
         self.decision = decision
 
 
