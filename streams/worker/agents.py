@@ -182,9 +182,10 @@ class WorkerAgents:
         await self.parts.deadletter_topic.send(key=message.key, value=encode_dead_letter(record))
 
     async def audit_decisions(self, stream: faust.StreamT) -> None:
-        """Write every decision to SQL in batches; retries until the database takes them."""
+        """Write every decision and run's progress to SQL in batches; retries until the
+        database takes them."""
         async for batch in stream.take(self.settings.audit_batch, within=0.2):
-            decisions = []
+            decisions, watermarks = [], []
             for value in batch:
                 try:
                     message = decode_control(value)
@@ -193,7 +194,10 @@ class WorkerAgents:
                     continue
                 if isinstance(message, Decision):
                     decisions.append(message)
+                else:
+                    watermarks.append(message)
             await self.parts.audit.write_decisions(decisions)
+            await self.parts.audit.write_progress(watermarks)  # `loopguard runs` shows it
 
     async def audit_dead_letters(self, stream: faust.StreamT) -> None:
         async for event in stream.events():

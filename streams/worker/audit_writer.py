@@ -19,7 +19,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from streams.audit.store import AuditStore
 from streams.core.events import Decision
 from streams.settings import redact_url
-from streams.wire.avro import CodecError, decode_dead_letter
+from streams.wire.avro import CodecError, RunWatermark, decode_dead_letter
 from streams.worker.metrics import WorkerMetrics
 
 log = logging.getLogger("loopguard.audit")
@@ -79,6 +79,10 @@ class AuditWriter:
             self.metrics.set_audit_backlog(0)
             self.metrics.audit_written(len(decisions))
         return written
+
+    async def write_progress(self, watermarks: Sequence[RunWatermark]) -> None:
+        if watermarks:
+            await self._with_retry("run progress", lambda s: s.record_progress(watermarks))
 
     async def write_dead_letter(self, value: bytes) -> None:
         try:

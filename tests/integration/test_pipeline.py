@@ -87,6 +87,15 @@ def test_ping_pong_loop_is_warned_blocked_and_aborted(running_pipeline) -> None:
     rows = wait_for_audit(pipeline, run.run_id, len(expected))
     assert by_key(rows) == by_key(expected)
     assert client.duplicates == 0
+    # Run progress from the worker's watermarks: `loopguard runs` shows how far the run got.
+    deadline = time.monotonic() + 30
+    while True:
+        with pipeline.store() as store:
+            (summary,) = [s for s in store.runs() if s.run_id == run.run_id]
+        if summary.last_seq == run.seq or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert (summary.last_seq, summary.events, summary.status) == (run.seq, run.seq, "aborted")
     # The worker runs the build of the core this process imported (CI's compiled run too).
     assert f"detector core: {core_build()}" in pipeline.worker_logs(tail=10**7)
 
