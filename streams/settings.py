@@ -102,6 +102,9 @@ class Settings:
     sasl_username: str = ""
     sasl_password: str = ""
     ssl_cafile: str = ""
+    # How long a Kafka client waits for its first broker answer: long for long-lived clients
+    # (a worker may start before its brokers), short for commands (`loopguard replay`, ...).
+    bootstrap_timeout_ms: int = 30_000
     topics: Topics = field(default_factory=Topics)
 
     @classmethod
@@ -156,6 +159,7 @@ class Settings:
             sasl_username=_env("SASL_USERNAME", ""),
             sasl_password=_env("SASL_PASSWORD", ""),
             ssl_cafile=_env("SSL_CAFILE", ""),
+            bootstrap_timeout_ms=_int("BOOTSTRAP_TIMEOUT_MS", cls.bootstrap_timeout_ms),
             topics=Topics.from_env(),
         )
 
@@ -166,7 +170,10 @@ class Settings:
 
     def kafka_client_options(self) -> dict[str, object]:
         """Security options in kafka-python's spelling (admin, gateway client, tools)."""
-        options: dict[str, object] = {"security_protocol": self.security_protocol}
+        options: dict[str, object] = {
+            "security_protocol": self.security_protocol,
+            "bootstrap_timeout_ms": self.bootstrap_timeout_ms,
+        }
         if self.sasl_mechanism:
             options.update(
                 sasl_mechanism=self.sasl_mechanism,

@@ -48,10 +48,17 @@ def add_db_arg(parser: argparse.ArgumentParser) -> None:
     )
 
 
+COMMAND_BOOTSTRAP_TIMEOUT_MS = 3_000
+
+
 def settings_from_args(args: argparse.Namespace) -> Settings:
-    """The environment's settings with ``--broker`` and ``--topic-prefix`` applied."""
+    """The environment's settings with ``--broker`` and ``--topic-prefix`` applied; Kafka
+    clients give up on an unreachable broker after 3 s (the command then says so)."""
     return replace(
-        Settings.from_env(), broker=args.broker, topics=Topics.with_prefix(args.topic_prefix)
+        Settings.from_env(),
+        broker=args.broker,
+        topics=Topics.with_prefix(args.topic_prefix),
+        bootstrap_timeout_ms=COMMAND_BOOTSTRAP_TIMEOUT_MS,
     )
 
 
@@ -83,5 +90,9 @@ def run_reporting_errors(
         print(f"loopguard {command}: {exc}", file=sys.stderr)
         return EXIT_ERROR
     except KafkaError as exc:
-        print(f"loopguard {command}: broker {args.broker}: {exc}", file=sys.stderr)
+        print(
+            f"loopguard {command}: broker {args.broker}: {exc} (check --broker / "
+            "LOOPGUARD_BROKER and that Kafka is running there)",
+            file=sys.stderr,
+        )
         return EXIT_ERROR

@@ -8,6 +8,8 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from streams.cli.common import EXIT_ERROR, EXIT_OK, EXIT_USAGE, add_db_arg, add_topic_args
 from streams.cli.config_commands import add_config_parser, run_config
@@ -136,11 +138,58 @@ def run_worker(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def run_history(args: argparse.Namespace) -> int:
-    # Deferred, as in every query command: SQLAlchemy is not loaded for the other commands.
+if TYPE_CHECKING:  # deferred at run time (SQLAlchemy)
     from streams.audit.store import AuditStore
 
-    with AuditStore(args.db) as store:
+
+class TrailError(RuntimeError):
+    """The audit trail cannot be read; the message says what to do."""
+
+
+EXIT_BROKEN_PIPE = 141  # as a shell reports a process ended by SIGPIPE
+
+
+def read_trail(url: str) -> AuditStore:
+    """The audit trail for a read-only command: never creates a file or a folder, and says
+    in one line when there is no trail, no schema yet, or no database answering."""
+    # Deferred, as in every query command: SQLAlchemy is not loaded for the other commands.
+    from sqlalchemy import inspect
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+
+    from streams.audit.store import AuditStore
+    from streams.settings import redact_url
+
+    shown = redact_url(url)
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise TrailError(f"--db {shown} is not a database URL") from None
+    database = parsed.database or ""
+    is_file = parsed.get_backend_name() == "sqlite" and database not in ("", ":memory:")
+    if is_file and not Path(database).exists():
+        raise TrailError(
+            f"no audit trail at {database} (workers write it with --db {shown}; "
+            f"`loopguard migrate --db {shown}` creates an empty one)"
+        )
+    options = {"connect_args": {"connect_timeout": 5}} if shown.startswith("postgresql") else {}
+    store = AuditStore(url, **options)
+    try:
+        ready = inspect(store.engine).has_table("decisions")
+    except SQLAlchemyError as exc:
+        store.close()
+        first = str(exc).splitlines()[0][:200]
+        raise TrailError(f"cannot reach the audit database {shown}: {first}") from None
+    if not ready:
+        store.close()
+        raise TrailError(
+            f"the audit trail at {shown} has no schema yet: run `loopguard migrate --db {shown}`"
+        )
+    return store
+
+
+def run_history(args: argparse.Namespace) -> int:
+    with read_trail(args.db) as store:
         decisions = store.history(args.run_id)
     if args.json:
         for decision in decisions:
@@ -158,9 +207,7 @@ def run_history(args: argparse.Namespace) -> int:
 
 
 def run_runs(args: argparse.Namespace) -> int:
-    from streams.audit.store import AuditStore
-
-    with AuditStore(args.db) as store:
+    with read_trail(args.db) as store:
         summaries = store.runs(
             agent=args.agent,
             gateway=args.gateway,
@@ -237,6 +284,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return COMMANDS[args.command](args)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `loopguard history RUN | head -1`: the reader has had enough
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
+        return EXIT_BROKEN_PIPE
+    except TrailError as exc:
+        print(f"loopguard {args.command}: {exc}", file=sys.stderr)
+        return EXIT_ERROR
     except Exception as exc:  # a clear one-line error for operators, never a traceback
         if os.environ.get("LOOPGUARD_DEBUG"):
             raise

@@ -80,7 +80,8 @@ class TopicReader:
             consumer = group_less_consumer(self.bootstrap_servers, **self.kafka_options)
         except KafkaError as exc:
             raise ReaderError(
-                f"cannot connect to broker {','.join(self.bootstrap_servers)}: {exc}"
+                f"cannot connect to broker {','.join(self.bootstrap_servers)}: {exc} "
+                "(check --broker / LOOPGUARD_BROKER and that Kafka is running there)"
             ) from None
         self._consumer = consumer
         tps = all_partitions(consumer, self.topic)

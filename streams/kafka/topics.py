@@ -46,8 +46,10 @@ def ensure_topics(settings: Settings, timeout: float = 30.0) -> list[str]:
             admin = KafkaAdminClient(
                 bootstrap_servers=settings.bootstrap_servers,
                 client_id="loopguard-admin",
-                bootstrap_timeout_ms=max(100, int((deadline - time.monotonic()) * 1000)),
-                **settings.kafka_client_options(),
+                **{
+                    **settings.kafka_client_options(),
+                    "bootstrap_timeout_ms": max(100, int((deadline - time.monotonic()) * 1000)),
+                },
             )
             break
         except KafkaError as exc:

@@ -93,8 +93,10 @@ def partition_counts(settings: Settings, names: list[str]) -> dict[str, int]:
             admin = KafkaAdminClient(
                 bootstrap_servers=settings.bootstrap_servers,
                 client_id="loopguard-startup",
-                bootstrap_timeout_ms=int(BROKER_TIMEOUT * 1000),
-                **settings.kafka_client_options(),
+                **{
+                    **settings.kafka_client_options(),
+                    "bootstrap_timeout_ms": int(BROKER_TIMEOUT * 1000),
+                },
             )
             try:
                 described = admin.describe_topics(names)
