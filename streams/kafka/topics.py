@@ -74,6 +74,33 @@ def ensure_topics(settings: Settings, timeout: float = 30.0) -> list[str]:
         admin.close()
 
 
+def create_like(settings: Settings, name: str, model: str, timeout: float = 10.0) -> bool:
+    """Create topic ``name`` with the partitions and replication of topic ``model`` unless it
+    exists; for topics outside the app's layout (``replay --publish-to``) on brokers that do
+    not create topics on first use. Returns whether it was created."""
+    admin = KafkaAdminClient(
+        bootstrap_servers=settings.bootstrap_servers,
+        client_id="loopguard-admin",
+        **{**settings.kafka_client_options(), "bootstrap_timeout_ms": int(timeout * 1000)},
+    )
+    try:
+        if name in set(admin.list_topics()):
+            return False
+        (described,) = admin.describe_topics([model])
+        partitions = described["partitions"]
+        replicas = len(partitions[0]["replica_nodes"]) if partitions else 1
+        durable = {"min.insync.replicas": str(settings.min_insync_replicas)} if replicas > 1 else {}
+        try:
+            admin.create_topics(
+                [NewTopic(name, len(partitions) or 1, replicas, topic_configs=durable)]
+            )
+        except TopicAlreadyExistsError:
+            return False
+        return True
+    finally:
+        admin.close()
+
+
 def all_partitions(consumer: KafkaConsumer, topic: str, wait: float = 0.0) -> list[TopicPartition]:
     """Every partition of ``topic``, sorted, for a group-less consumer to ``assign``.
 

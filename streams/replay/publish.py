@@ -14,8 +14,11 @@ def publish_decisions(settings: Any, topic: str, reports: list[RunReport]) -> in
     # Deferred: kafka-python and fastavro load only when a replay publishes.
     from kafka import KafkaProducer
 
+    from streams.kafka.topics import create_like
     from streams.wire.avro import encode_decision
 
+    # Brokers that do not create topics on first use (Apache Kafka as deployed) need it made.
+    create_like(settings, topic, settings.topics.control)
     producer = KafkaProducer(
         bootstrap_servers=settings.bootstrap_servers,
         acks="all",
