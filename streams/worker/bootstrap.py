@@ -13,7 +13,7 @@ from typing import Any
 
 import faust
 
-from streams.core.config import fleet_from_document, load_fleet_config
+from streams.core.config import load_fleet_config
 from streams.kafka.config_topic import ConfigWatcher
 from streams.kafka.schema_topic import SchemaTopic
 from streams.settings import Settings
@@ -127,10 +127,7 @@ def build_worker(settings: Settings) -> faust.App:
     kafka_options = settings.kafka_client_options()
     # Per-agent overrides published at run time (`loopguard config set`): every worker reads all.
     overrides = ConfigWatcher(settings.bootstrap_servers, settings.topics.config, **kafka_options)
-    fleet = (
-        load_fleet_config(settings.config_file) if settings.config_file else fleet_from_document({})
-    )
-    configs = ConfigBook(fleet, overrides)
+    configs = ConfigBook(load_fleet_config(settings.config_file), overrides)
     registry = default_registry()
     metrics = WorkerMetrics()
     parts = WorkerParts(

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from streams.core.config import FleetConfig, LoopDetectionConfig
-
-GLOBAL_KEY = "*"
+from streams.core.config import GLOBAL_KEY, FleetConfig, LoopDetectionConfig
 
 
 class Overrides(Protocol):
@@ -30,11 +28,9 @@ class ConfigBook:
         cfg = self._cache.get(key)
         if cfg is None:
             fleet = self.fleet
-            global_block = self.overrides.get(GLOBAL_KEY)
-            if global_block is not None:
-                fleet = FleetConfig(global_block, fleet.agent_blocks)
-            agent_block = self.overrides.get(agent_id)
-            if agent_block is not None:
-                fleet = fleet.with_agent(agent_id, agent_block)
+            for override in (GLOBAL_KEY, agent_id):
+                block = self.overrides.get(override)
+                if block is not None:
+                    fleet = fleet.with_override(override, block)
             cfg = self._cache[key] = fleet.for_agent(agent_id)
         return cfg
