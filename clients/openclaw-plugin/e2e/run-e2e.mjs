@@ -22,6 +22,9 @@
 //   LOOPGUARD_WAIT_BUDGET_MS   plugin waitBudgetMs (default 1000 here, so verdicts are deterministic;
 //                              the plugin's own default is 50)
 //   LOOPGUARD_FAIL_MODE        open | closed (default open)
+//   LOOPGUARD_CONNECT_WAIT_MS  plugin connectWaitMs (default: the plugin's, 3000): how long the
+//                              run's first call waits for the Kafka connection (a 3-broker
+//                              cluster on a loaded host can take longer than 3 s)
 //   LOOPGUARD_AGENT_ID         OpenClaw agent id (default main)
 //   LOOPGUARD_RUN_SESSION_ID   OpenClaw session id (default a fresh one)
 //   MODEL_TOOL, MODEL_TOOL_ARGS  the looping tool call (default read {"path":"loop.txt"})
@@ -232,6 +235,7 @@ async function main() {
       gatewayId: process.env.LOOPGUARD_GATEWAY_ID || 'openclaw-e2e',
       waitBudgetMs: Number(process.env.LOOPGUARD_WAIT_BUDGET_MS || 1000),
       failMode: process.env.LOOPGUARD_FAIL_MODE || 'open',
+      ...(process.env.LOOPGUARD_CONNECT_WAIT_MS ? { connectWaitMs: Number(process.env.LOOPGUARD_CONNECT_WAIT_MS) } : {}),
     };
     if (brokers.length === 0) delete pluginConfig.brokers;
     const config = {

@@ -97,9 +97,15 @@ const RUN_IDLE_DROP_MS = 6 * 60 * 60 * 1000;
  * lifecycle end/error) and may then retry the same run (after a context-overflow compaction,
  * a timeout compaction, a model fallback). Those ends are applied after this grace period,
  * and any activity of the run in between cancels them. The agent command's own terminal
- * lifecycle event (it carries `startedAt`) is final and applied at once.
+ * lifecycle event (it carries `startedAt`) is final and applied at once, and gateway_stop
+ * applies the pending ends with their own status.
+ *
+ * It errs long: a run ended too early and then retried would go on as a new loopguard run
+ * under the same id, whose events (seq from 1 again) the worker drops as duplicates, so the
+ * rest of the run would go unguarded. On a loaded host OpenClaw took more than 3 s between a
+ * failed attempt's end and the start of the compaction that precedes its retry.
  */
-export const ATTEMPT_END_GRACE_MS = 3000;
+export const ATTEMPT_END_GRACE_MS = 30_000;
 
 /** Compactions run as derived runs `<runId>:compaction:<id>` on the agent event bus. */
 export function baseRunId(runId: string | undefined): string | undefined {
@@ -176,6 +182,8 @@ export class LoopguardGuard {
   private readonly runs = new Map<string, RunEntry>();
   /** sessionKey / sessionId -> key of the run active on it. */
   private readonly sessionRuns = new Map<string, string>();
+  /** Keys of recently ended runs (insertion order, bounded): activity after the end is reported. */
+  private readonly endedKeys = new Set<string>();
   private unsubscribe?: () => void;
   private subscribed = false;
   private readonly now: () => number;
@@ -291,6 +299,11 @@ export class LoopguardGuard {
     let entry = this.runs.get(key);
     if (!entry) {
       this.dropIdleRuns();
+      if (this.endedKeys.has(key)) {
+        // OpenClaw went on with a run whose end was already published (see ATTEMPT_END_GRACE_MS)
+        this.trace({ event: 'run_restarted_after_end', runId: key });
+        this.log.warn(`loopguard: run ${key} shows activity after its end was published; loopguard may ignore it from here on`);
+      }
       entry = {
         key,
         agentId: ctx?.agentId || agentIdFromSessionKey(ctx?.sessionKey) || 'main',
@@ -348,6 +361,8 @@ export class LoopguardGuard {
   private forget(entry: RunEntry): void {
     entry.ended = true;
     this.runs.delete(entry.key);
+    this.endedKeys.add(entry.key);
+    if (this.endedKeys.size > 1000) this.endedKeys.delete(this.endedKeys.values().next().value as string);
     for (const id of [entry.sessionKey, entry.sessionId]) {
       if (id && this.sessionRuns.get(id) === entry.key) this.sessionRuns.delete(id);
     }
@@ -626,7 +641,8 @@ export class LoopguardGuard {
   async close(status = 'interrupted'): Promise<void> {
     if (this.closed) return;
     try {
-      await Promise.all([...this.runs.values()].map((entry) => this.endRun(entry, status, 'close')));
+      // a run whose attempt ended (its end pending) ended as reported; the others are cut short
+      await Promise.all([...this.runs.values()].map((entry) => this.endRun(entry, entry.pendingEnd?.status ?? status, 'close')));
     } catch (error) {
       this.log.warn(`loopguard: ending open runs failed: ${errorText(error)}`);
     }

@@ -145,6 +145,29 @@ describe(`loopguard plugin through OpenClaw ${openclaw.version}'s hook runner`, 
     assert.equal(client.published.filter((e) => e.kind === 'run_started').length, 2);
   });
 
+  test('gateway_stop ends a run whose attempt ended with that status, an open one as gateway_stop', async () => {
+    const { runner, client } = await setup();
+    await call(runner, 'run-p', 1);
+    await call(runner, 'run-q', 1);
+    await runner.runAgentEnd({ runId: 'run-p', success: true, messages: [] }, ctxOf('run-p'));
+    await sleep(20);
+    assert.deepEqual(client.kinds('run-p'), ['run_started', 'tool_call'], 'an attempt end waits for its grace period');
+    await runner.runGatewayStop({ reason: 'test' }, {});
+    await eventually(() => assert.equal(client.published.filter((e) => e.kind === 'run_ended').length, 2));
+    const ends = Object.fromEntries(client.published.filter((e) => e.kind === 'run_ended').map((e) => [e.runId, e.status]));
+    assert.deepEqual(ends, { 'run-p': 'completed', 'run-q': 'gateway_stop' });
+    assert.equal(client.closed, true);
+  });
+
+  test('activity after a published end is reported (the worker would drop a restarted run)', async () => {
+    const { runner, client, logger } = await setup();
+    await call(runner, 'run-r', 1);
+    openclaw.harnessRuntime.emitAgentEvent({ runId: 'run-r', stream: 'lifecycle', data: { phase: 'end', startedAt: Date.now() - 5, endedAt: Date.now() } });
+    await eventually(() => assert.deepEqual(client.kinds('run-r').at(-1), 'run_ended'));
+    await call(runner, 'run-r', 2);
+    assert.ok(logger.lines.some((l) => l.startsWith('warn') && l.includes('run run-r shows activity after its end was published')), logger.lines.join('\n'));
+  });
+
   test('session_end ends the run still open on that session', async () => {
     const { runner, client } = await setup();
     await call(runner, 'run-h', 1);
