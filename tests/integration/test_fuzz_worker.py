@@ -619,9 +619,15 @@ def test_hostile_input_is_dead_lettered_and_valid_runs_are_decided(running_pipel
         (accepted_ids if accepted else refused_ids).append(run_id)
         if accepted and data.draw(st.booleans(), label="keyed by run id"):
             streams.append(run_msgs("hostile run id", events))
-        else:  # keyed by something else: the worker re-keys them
+        elif accepted:  # keyed by something else (one key per run, as a gateway keying by,
+            # say, session would): the worker re-keys them, in order. Events of one run under
+            # many keys lose their order: a RunEnded overtaking them ends the run without them.
+            wrong_key = key()
             rekeyed = run_msgs("hostile run id, re-keyed", events)
-            streams.extend([Msg(m.label, key(), m.value)] for m in rekeyed)
+            streams.append([Msg(m.label, wrong_key, m.value) for m in rekeyed])
+        else:  # refused: every event dead-lettered, each under a key of its own
+            refused = run_msgs("hostile run id, refused", events)
+            streams.extend([Msg(m.label, key(), m.value)] for m in refused)
 
     rng = data.draw(st.randoms(use_true_random=False), label="interleaving")
     msgs: list[Msg] = []
