@@ -830,6 +830,9 @@ def register_views(
                 "uptime_seconds": round(time.time() - started, 1),
             }
             body.update(await _call_health(health))
+            if body["status"] == "ok" and body["db"] != "ok":
+                # Decisions still flow while the audit trail waits: degraded, not down.
+                body["status"] = "degraded"
             return self.json(body, status=200 if body["status"] in HEALTHY else 503)
 
     @app.page("/metrics", name="loopguard-metrics")

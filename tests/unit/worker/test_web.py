@@ -243,6 +243,7 @@ def test_healthz_async_provider_and_database_down(tmp_path) -> None:
         health = json.loads(body)
         assert status == 200 and health["partitions"] == [0, 1]
         assert health["db"].startswith("audit database unavailable")
+        assert health["status"] == "degraded"  # decisions flow; the audit trail waits
         status, headers, page = running.get("/status")
         assert status == 503 and headers["Content-Type"].startswith("text/html")
         assert "audit database unavailable" in page and 'id="worker-health"' in page
