@@ -219,6 +219,8 @@ class GatewayClient:
     def take_verdict(self, run_id: str, published_seq: int = 0) -> Verdict:
         """The run's verdict once the worker has processed up to ``published_seq``, or at the
         end of the wait budget, whichever comes first."""
+        if self.wait_budget <= 0:
+            published_seq = 0  # no waiting: enforce whatever has arrived (no timeout either)
         deadline = time.monotonic() + self.wait_budget
         with self._lock:
             control = self._control[run_id]

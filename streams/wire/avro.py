@@ -577,7 +577,8 @@ def decode_control(
 ) -> Decision | RunWatermark:
     """A control-topic message: a watermark when it carries the watermark schema's
     fingerprint, otherwise a Decision (ours or a registered evolution of it)."""
-    if data[len(MARKER) : HEADER_SIZE] == _own()["RunWatermark"].schema.fingerprint:
+    is_bytes = isinstance(data, bytes | bytearray | memoryview)  # a tombstone is None
+    if is_bytes and data[len(MARKER) : HEADER_SIZE] == _own()["RunWatermark"].schema.fingerprint:
         return decode_watermark(data, registry, max_size=max_size)
     return decode_decision(data, registry, max_size=max_size)
 

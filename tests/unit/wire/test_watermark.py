@@ -51,3 +51,5 @@ def test_a_watermark_needs_a_run_id_and_garbage_is_a_codec_error() -> None:
     data = encode_watermark(MARK)
     with pytest.raises(CodecError):
         decode_control(data[:12])
+    with pytest.raises(CodecError):  # a tombstone on the control topic
+        decode_control(None)  # type: ignore[arg-type]
