@@ -2,8 +2,8 @@
 "the same result".
 
 Rules follow the reference runtime: canonical JSON (sorted keys) so key order never matters,
-numbers canonicalised as JavaScript holds them (so ``1`` and ``1.0`` are one value, as for a
-TypeScript gateway); ``exec`` outcomes hash only status, exit code, timeout flag and trimmed
+numbers as JavaScript holds them (``1`` and ``1.0`` are one value, as for a TypeScript
+gateway); ``exec`` outcomes hash only status, exit code, timeout flag and trimmed
 output; outbound message sends drop per-call ids and timestamps; errors hash their message;
 a JSON ``null`` result is an outcome like any other. Two loopguard fixes on top: exec output
 is normalised for clock times, durations and PIDs (changing timestamps kept the reference's
@@ -106,115 +106,88 @@ def _value_depth(value: Any) -> int:
 
 # -- numbers as JavaScript holds them ---------------------------------------------------
 #
-# A TypeScript gateway parses JSON numbers into doubles and writes them back the way
-# JSON.stringify does: ``1.0`` is ``1``, ``12345678901234567890`` is the double nearest to it
-# (written ``12345678901234567000``), ``1e21`` is ``1e+21``, NaN and infinities are ``null``.
-# A Python gateway sends the same values as Python writes them. So decoded numbers are
-# canonicalised once, when the text is parsed: integral values a double holds exactly as an
-# integer (|n| <= 2**53) become ints, other finite values a JSNumber that serialises as
-# JavaScript writes it, non-finite values None. The same call then hashes the same whichever
-# gateway sent it, byte for byte as a JavaScript implementation of these rules would.
+# A TypeScript gateway parses JSON numbers into doubles: ``1`` and ``1.0`` are one value,
+# ``12345678901234567890`` is the double nearest to it (``12345678901234567000``), NaN and
+# infinities are written ``null``. A Python gateway sends the same values as Python writes
+# them (``1.0``, every digit of a big integer). So canonical JSON holds every number as the
+# double JavaScript would: the same call hashes the same whichever gateway sent it.
+#
+# orjson writes a double in its shortest round-trip form, so equal doubles already give
+# equal bytes, except where Python keeps two types: an integral float (written ``1.0``)
+# against an int (``1``), and an int beyond 2**53 against its double. The fast path
+# serialises with orjson refusing such ints, and takes the slow path (numbers canonicalised,
+# then serialised again) only when the output holds ``.0``: the common payload pays one
+# substring test, not a walk over its values.
 
 _SAFE_INTEGER = 2**53
 _INFINITY = float("inf")
-# Only texts with a number token that has a fraction, an exponent or 16+ digits can hold a
-# value that changes: texts without one skip the walk (a string like "v1.2" only costs it).
-_NUMBER_HINT = re.compile(r"[0-9][.eE]|[0-9]{16}")
-
-
-@mypyc_attr(native_class=False)  # builtin base: a plain Python class in the compiled build
-class JSNumber(float):
-    """A JSON number JavaScript does not write as a plain integer (``0.5``, ``1e+21``)."""
-
-    __slots__ = ()
-
-
-def js_number_text(value: float) -> str:
-    """``Number.prototype.toString`` of a finite double (ECMAScript Number::toString).
-
-    Python's ``repr`` gives the same shortest round-trip digits JavaScript uses; only where
-    the decimal point goes and how the exponent is written differ.
-    """
-    if value == 0:
-        return "0"
-    if value < 0:
-        return "-" + js_number_text(-value)
-    mantissa, _, exponent = repr(value).partition("e")
-    whole, _, fraction = mantissa.partition(".")
-    digits = whole + fraction
-    significant = digits.lstrip("0")
-    # value = 0.<significant> * 10**point
-    point = len(whole) + (int(exponent) if exponent else 0) - (len(digits) - len(significant))
-    significant = significant.rstrip("0")
-    count = len(significant)
-    if count <= point <= 21:
-        return significant + "0" * (point - count)
-    if 0 < point <= 21:
-        return significant[:point] + "." + significant[point:]
-    if -6 < point <= 0:
-        return "0." + "0" * -point + significant
-    shown = point - 1
-    sign = "+" if shown >= 0 else "-"
-    head = significant if count == 1 else significant[0] + "." + significant[1:]
-    return f"{head}e{sign}{abs(shown)}"
+_SORT = orjson.OPT_SORT_KEYS
+_SORT_STRICT = orjson.OPT_SORT_KEYS | orjson.OPT_STRICT_INTEGER  # ints beyond 2**53 raise
 
 
 def js_number(value: Any) -> Any:
-    """A decoded JSON number (int or float) as the core keeps it: see above."""
+    """A JSON number (int or float) as the double JavaScript holds: an int when integral
+    and exactly held (|n| <= 2**53), None when not finite (JSON.stringify writes null),
+    else a float."""
     number: float
     if type(value) is int:
         if -_SAFE_INTEGER <= value <= _SAFE_INTEGER:
             return value
         try:
-            number = float(value)
-        except OverflowError:  # beyond any double: JavaScript reads Infinity, writes null
+            number = float(value)  # the nearest double, as JSON.parse reads it
+        except OverflowError:  # beyond any double: JavaScript reads Infinity
             return None
     else:
-        number = float(value)
+        number = value
     if number != number or number == _INFINITY or number == -_INFINITY:
         return None
     if number.is_integer() and -_SAFE_INTEGER <= number <= _SAFE_INTEGER:
         return int(number)
-    return JSNumber(number)
+    return number
 
 
 def _is_number(value: Any) -> bool:
-    t = type(value)
-    return t is int or t is float or t is JSNumber
+    kind = type(value)
+    return kind is int or kind is float
 
 
 def canonical_numbers(value: Any) -> Any:
-    """``value`` with every number canonicalised (lists and dicts are changed in place)."""
-    if _is_number(value):
+    """A copy of ``value`` with every number as :func:`js_number` gives it (iterative: any
+    depth; ``value`` itself is left as it is)."""
+    kind = type(value)
+    if kind is int or kind is float:
         return js_number(value)
-    stack: list[Any] = [value]
+    if kind is not dict and kind is not list:
+        return value
+    root: Any = {} if kind is dict else []
+    stack: list[tuple[Any, Any]] = [(value, root)]
     while stack:
-        node = stack.pop()
-        if type(node) is dict:
-            for key, item in node.items():  # replaces values only: the size never changes
-                if _is_number(item):
-                    node[key] = js_number(item)
-                elif type(item) is dict or type(item) is list:
-                    stack.append(item)
-        elif type(node) is list:
-            for index, item in enumerate(node):
-                if _is_number(item):
-                    node[index] = js_number(item)
-                elif type(item) is dict or type(item) is list:
-                    stack.append(item)
-    return value
+        source, target = stack.pop()
+        if type(source) is dict:
+            for key, item in source.items():
+                kind = type(item)
+                if kind is dict or kind is list:
+                    child: Any = {} if kind is dict else []
+                    stack.append((item, child))
+                    target[key] = child
+                else:
+                    target[key] = js_number(item) if kind is int or kind is float else item
+        else:
+            for item in source:
+                kind = type(item)
+                if kind is dict or kind is list:
+                    child = {} if kind is dict else []
+                    stack.append((item, child))
+                    target.append(child)
+                else:
+                    target.append(js_number(item) if kind is int or kind is float else item)
+    return root
 
 
 # JavaScript's ``undefined`` where a reference rule hashes a field without a ``?? null``:
 # stable stringify writes it as the bare word, distinct from ``null`` and from any string.
 UNDEFINED = orjson.Fragment(b"undefined")
 _UNDEFINED_FALLBACK = "\x00undefined"  # the standard library path cannot write bare words
-
-
-def _js_default(value: Any) -> Any:
-    if type(value) is JSNumber:
-        return orjson.Fragment(js_number_text(value).encode())
-    raise TypeError(f"not JSON: {type(value).__name__}")
 
 
 def _fallback_default(value: Any) -> Any:
@@ -224,16 +197,23 @@ def _fallback_default(value: Any) -> Any:
 
 
 def canonical_json(value: Any) -> bytes:
-    """Key-order independent, whitespace free UTF-8 JSON.
+    """Key-order independent, whitespace free UTF-8 JSON, numbers as JavaScript holds them.
 
     orjson does the common case several times faster than the standard library; values it
-    refuses (lone surrogates, integers beyond 64 bits, non-string keys, nesting past 254)
-    take the standard library's path, so every input still has exactly one canonical form
-    (a JSNumber is written there as Python writes the float); past ``MAX_FALLBACK_DEPTH``
+    refuses (lone surrogates, non-string keys, nesting past 254) take the standard library's
+    path, so every input still has exactly one canonical form; past ``MAX_FALLBACK_DEPTH``
     that path raises :class:`NestedTooDeepError`.
     """
     try:
-        return orjson.dumps(value, default=_js_default, option=orjson.OPT_SORT_KEYS)
+        data = orjson.dumps(value, option=_SORT_STRICT)
+    except (TypeError, orjson.JSONEncodeError):
+        pass  # an integer beyond 2**53, or a value orjson refuses
+    else:
+        if b".0" not in data:  # no integral float below 2**53 (orjson writes those "N.0")
+            return data
+    value = canonical_numbers(value)
+    try:
+        return orjson.dumps(value, option=_SORT)
     except (TypeError, orjson.JSONEncodeError):
         if _value_depth(value) > MAX_FALLBACK_DEPTH:
             raise NestedTooDeepError(f"JSON nested deeper than {MAX_FALLBACK_DEPTH}") from None
@@ -249,28 +229,28 @@ def canonical_json(value: Any) -> bytes:
 
 
 def digest(value: Any) -> str:
-    try:  # canonical_json inlined: this runs several times per event
-        data = orjson.dumps(value, default=_js_default, option=orjson.OPT_SORT_KEYS)
+    try:  # canonical_json's fast path inlined: this runs several times per event
+        data = orjson.dumps(value, option=_SORT_STRICT)
     except (TypeError, orjson.JSONEncodeError):
         data = canonical_json(value)
+    else:
+        if b".0" in data:
+            data = canonical_json(value)
     return _sha256(data).hexdigest()
 
 
 def parse_json(text: str | None) -> Any:
-    """Decode a JSON payload, numbers canonicalised (:func:`js_number`); text that is not
-    JSON is hashed as the plain string it is."""
+    """Decode a JSON payload; text that is not JSON is hashed as the plain string it is."""
     if text is None:
         return _MISSING
     try:
-        value = orjson.loads(text)
+        return orjson.loads(text)
     except orjson.JSONDecodeError:
         pass  # may still be JSON orjson refuses (NaN, lone surrogates, huge ints)
-    else:
-        return canonical_numbers(value) if _NUMBER_HINT.search(text) else value
     if _text_depth(text) > MAX_FALLBACK_DEPTH:
         return text
     try:
-        return canonical_numbers(_with_headroom(json.loads, text))
+        return _with_headroom(json.loads, text)
     except (ValueError, RecursionError):
         return text
 
