@@ -38,24 +38,32 @@ def topic_specs(settings: Settings) -> list[NewTopic]:
     ]
 
 
-def ensure_topics(settings: Settings, timeout: float = 30.0) -> list[str]:
-    """Create missing topics; returns the names created. Retries while the broker starts."""
-    deadline = time.monotonic() + timeout
+def admin_client(settings: Settings, timeout: float) -> KafkaAdminClient:
+    """An admin client that gives up on a broker that does not answer within ``timeout`` s."""
+    return KafkaAdminClient(
+        bootstrap_servers=settings.bootstrap_servers,
+        client_id="loopguard-admin",
+        **{
+            **settings.kafka_client_options(),
+            "bootstrap_timeout_ms": max(100, int(timeout * 1000)),
+        },
+    )
+
+
+def connect_admin(settings: Settings, deadline: float) -> KafkaAdminClient:
+    """An admin client, retried while the broker starts, until ``deadline`` (monotonic)."""
     while True:
         try:
-            admin = KafkaAdminClient(
-                bootstrap_servers=settings.bootstrap_servers,
-                client_id="loopguard-admin",
-                **{
-                    **settings.kafka_client_options(),
-                    "bootstrap_timeout_ms": max(100, int((deadline - time.monotonic()) * 1000)),
-                },
-            )
-            break
+            return admin_client(settings, deadline - time.monotonic())
         except KafkaError as exc:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"broker {settings.broker} unreachable: {exc}") from None
             time.sleep(0.2)
+
+
+def ensure_topics(settings: Settings, timeout: float = 30.0) -> list[str]:
+    """Create missing topics; returns the names created. Retries while the broker starts."""
+    admin = connect_admin(settings, time.monotonic() + timeout)
     try:
         existing = set(admin.list_topics())
         created = []
@@ -78,11 +86,7 @@ def create_like(settings: Settings, name: str, model: str, timeout: float = 10.0
     """Create topic ``name`` with the partitions and replication of topic ``model`` unless it
     exists; for topics outside the app's layout (``replay --publish-to``) on brokers that do
     not create topics on first use. Returns whether it was created."""
-    admin = KafkaAdminClient(
-        bootstrap_servers=settings.bootstrap_servers,
-        client_id="loopguard-admin",
-        **{**settings.kafka_client_options(), "bootstrap_timeout_ms": int(timeout * 1000)},
-    )
+    admin = admin_client(settings, timeout)
     try:
         if name in set(admin.list_topics()):
             return False
@@ -99,6 +103,22 @@ def create_like(settings: Settings, name: str, model: str, timeout: float = 10.0
         return True
     finally:
         admin.close()
+
+
+def partition_counts(settings: Settings, names: list[str], timeout: float) -> dict[str, int]:
+    """Partitions per topic; waits (until ``timeout``) for topics just created to show up in
+    the brokers' metadata. A topic that never does is left out."""
+    deadline = time.monotonic() + timeout
+    while True:
+        admin = connect_admin(settings, deadline)
+        try:
+            described = admin.describe_topics(names)
+        finally:
+            admin.close()
+        counts = {t["name"]: len(t["partitions"]) for t in described if not t.get("error_code")}
+        if set(names) <= set(counts) or time.monotonic() > deadline:
+            return counts
+        time.sleep(0.2)
 
 
 def all_partitions(consumer: KafkaConsumer, topic: str, wait: float = 0.0) -> list[TopicPartition]:

@@ -11,16 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import time
 from collections.abc import Iterator
 
-from kafka.admin import KafkaAdminClient
-from kafka.errors import KafkaError
 from sqlalchemy import text
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
 
 from streams.audit.store import create_audit_engine
-from streams.kafka.topics import ensure_topics, topic_specs
+from streams.kafka.topics import ensure_topics, partition_counts, topic_specs
 from streams.settings import Settings, redact_url
 from streams.worker.faust_patches import PATCHED_VERSION, patch_mismatches
 
@@ -66,14 +63,15 @@ def co_partitioned(settings: Settings) -> set[str]:
 
 def prepare_topics(settings: Settings, timeout: float = BROKER_TIMEOUT) -> list[str]:
     """Create missing topics, then verify the partition counts of all of them."""
+    names = [spec.name for spec in topic_specs(settings)]
     try:
         with quiet("kafka"):  # the one-line reason below says it all
             created = ensure_topics(settings, timeout=timeout)
+            counts = partition_counts(settings, names, timeout=timeout)
     except RuntimeError as exc:
         raise StartupError(
             f"{exc} (check --broker / LOOPGUARD_BROKER and that Kafka is running there)"
         ) from None
-    counts = partition_counts(settings, [spec.name for spec in topic_specs(settings)])
     events = counts.get(settings.topics.events)
     for name in sorted(co_partitioned(settings)):
         if counts.get(name) != events:
@@ -84,34 +82,6 @@ def prepare_topics(settings: Settings, timeout: float = BROKER_TIMEOUT) -> list[
                 " / --app-id"
             )
     return created
-
-
-def partition_counts(settings: Settings, names: list[str]) -> dict[str, int]:
-    deadline = time.monotonic() + BROKER_TIMEOUT
-    while True:
-        try:
-            admin = KafkaAdminClient(
-                bootstrap_servers=settings.bootstrap_servers,
-                client_id="loopguard-startup",
-                **{
-                    **settings.kafka_client_options(),
-                    "bootstrap_timeout_ms": int(BROKER_TIMEOUT * 1000),
-                },
-            )
-            try:
-                described = admin.describe_topics(names)
-            finally:
-                admin.close()
-            counts = {t["name"]: len(t["partitions"]) for t in described if not t.get("error_code")}
-            if set(names) <= set(counts) or time.monotonic() > deadline:
-                return counts
-        except KafkaError as exc:
-            if time.monotonic() > deadline:
-                raise StartupError(
-                    f"broker {settings.broker} unreachable: {exc} (check --broker / "
-                    "LOOPGUARD_BROKER)"
-                ) from None
-        time.sleep(0.2)
 
 
 def check_database_url(settings: Settings) -> str:
