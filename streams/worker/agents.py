@@ -80,8 +80,6 @@ class WorkerAgents:
     def __init__(self, parts: WorkerParts) -> None:
         self.parts = parts
         self.settings = parts.settings
-        self.last_processed_at = 0.0  # wall clock of the newest event guard_runs applied
-        self.lag = 0  # events waiting in this worker's partitions, as last sampled
 
     def register(self) -> None:
         app, parts = self.parts.app, self.parts
@@ -140,7 +138,6 @@ class WorkerAgents:
                     key=decision.run_id.encode(), value=encode_decision(decision)
                 )
             metrics.observe_decisions(outcome.decisions)
-        self.last_processed_at = time.time()
         metrics.observe_latency(time.perf_counter() - started)
 
     async def decode(self, value: bytes) -> AgentEvent:
@@ -226,17 +223,18 @@ class WorkerAgents:
     async def sample_lag(self) -> None:
         metrics = self.parts.metrics
         await metrics.sample_consumer_lag(self.parts.app.consumer, self.settings.topics.events)
-        self.lag = int(metrics.snapshot()["lag_total"])
         metrics.set_runs(len(self.parts.runs))
 
     def health(self) -> dict[str, Any]:
-        """/healthz: "stalled" (503) when events wait and none was applied for a while."""
-        idle = time.time() - self.last_processed_at if self.last_processed_at else None
-        stalled = self.lag > 0 and (idle is None or idle > STALL_SECONDS)
+        """/healthz: "stalled" (503) when events wait and none was taken in for a while; read
+        from the metrics the worker keeps anyway (lag sampled every LAG_SAMPLE_SECONDS)."""
+        seen = self.parts.metrics.snapshot()
+        lag, idle = seen["lag_total"], seen["last_event_age_seconds"]
+        stalled = lag > 0 and (idle is None or idle > STALL_SECONDS)
         return {
             "status": "stalled" if stalled else "ok",
-            "consumer_lag": self.lag,
-            "last_event_age_seconds": None if idle is None else round(idle, 1),
+            "consumer_lag": lag,
+            "last_event_age_seconds": idle,
             "broker_profile": self.settings.profile,
         }
 
