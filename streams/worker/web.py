@@ -795,6 +795,7 @@ def register_views(
     metrics: WorkerMetrics | None = None,
     *,
     health: HealthProvider | None = None,
+    clock_ms: Callable[[], int] | None = None,
 ) -> WorkerMetrics:
     """Add the loopguard pages to a Faust app's web server; returns the metrics it serves.
 
@@ -802,6 +803,8 @@ def register_views(
     ``health``: called on every ``/healthz`` and status page; returns fields merged into
     ``/healthz``'s JSON (e.g. ``{"status": "degraded", "lag": 1200}``). ``status`` other
     than ``ok``/``degraded`` makes ``/healthz`` answer 503; a provider that raises does too.
+    ``clock_ms``: wall clock in epoch ms that time windows ("15m") count back from; tests
+    pin it so a window does not drift past fixtures during a long run.
     """
     from sqlalchemy.exc import SQLAlchemyError
 
@@ -809,6 +812,7 @@ def register_views(
 
     store = _Store(db_url)
     started = time.time()
+    now = clock_ms if clock_ms is not None else (lambda: int(time.time() * 1000))
     served = metrics if metrics is not None else WorkerMetrics()
     shown_url = redact_url(db_url)
 
@@ -869,7 +873,7 @@ def register_views(
                 q = status_query(request.query)
             except BadRequest as exc:
                 return self.text(str(exc), status=400)
-            now_ms = int(time.time() * 1000)
+            now_ms = now()
             data, error = None, None
             try:
                 data = await store.run(lambda s: load_status(s, q, now_ms))
@@ -898,7 +902,7 @@ def register_views(
             except SQLAlchemyError as exc:
                 return self.text(_db_error(exc), status=503)
             known = timeline.decisions or timeline.progress is not None
-            text = render_run(timeline, app_id=str(app.conf.id), now_ms=int(time.time() * 1000))
+            text = render_run(timeline, app_id=str(app.conf.id), now_ms=now())
             return self.html(text, status=200 if known else 404, headers=dict(HTML_HEADERS))
 
     @app.page(STATIC_PREFIX + "{name}", name="loopguard-static")

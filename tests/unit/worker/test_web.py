@@ -194,7 +194,8 @@ def server(trail: AuditStore) -> Iterator[Server]:
     metrics.set_lag(2, 17)
     metrics.set_runs(3)
     metrics.observe_event("tool_call")
-    with serve(trail.url.render_as_string(hide_password=False), metrics=metrics) as running:
+    url = trail.url.render_as_string(hide_password=False)
+    with serve(url, metrics=metrics, clock_ms=lambda: NOW) as running:
         yield running
 
 
