@@ -1,6 +1,7 @@
 """Bounded load generator: many concurrent runs through N loopguard workers it starts itself.
 
-Starts an embedded tansu broker (memory storage), N workers of one Faust app (SQLite audit trail
+Starts a broker (``--broker tansu``, the embedded one with memory storage, or ``kafka``, a
+3-node Apache Kafka cluster on loopback), N workers of one Faust app (SQLite audit trail
 in a temp dir, or ``--db URL``) and a gateway client, then produces a pre-encoded mix of runs
 with kafka-python at ``--rate`` (default unlimited): mostly ordinary varied tool cycles, some
 loops (generic repeat, ping-pong, loops that survive a context compaction); every run ends with
@@ -24,8 +25,9 @@ then the ``runs`` table size over time, rebuilt from its changelog topic (the wo
 tombstone per expired run), and the memory per active run measured in-process: ``--run-mem``
 RunStates with 30-call histories built through LoopGuard under tracemalloc.
 
-    python bench/load_gen.py [--workers 2] [--runs 2000] [--events 60000] [--seconds 300]
-                             [--rate 0] [--idle-ttl 30] [--waves 1] [--db URL] [--json]
+    python bench/load_gen.py [--broker tansu|kafka] [--workers 2] [--runs 2000]
+                             [--events 60000] [--seconds 300] [--rate 0] [--idle-ttl 30]
+                             [--waves 1] [--db URL] [--json]
 
 The issue's targets are ``--runs 10000 --events 1000000``: give ``--idle-ttl`` well above
 runs / (events/s) then, or active runs expire between two of their own events.
@@ -51,6 +53,16 @@ from pathlib import Path
 # Appended, not prepended: an installed build (the compiled core, setup.py) comes first.
 sys.path.append(str(Path(__file__).resolve().parent.parent))
 
+from brokers import add_broker_arg, start_broker  # noqa: E402  (this directory)
+from harness import (  # noqa: E402
+    CONFIG,
+    RssSampler,
+    broker_pids,
+    mb,
+    percentile,
+    rss_kb,
+    start_workers,
+)
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition  # noqa: E402
 from kafka.partitioner.default import murmur2  # noqa: E402
 
@@ -66,22 +78,14 @@ from streams.core.events import (  # noqa: E402
     ToolCall,
     ToolResult,
 )
-from streams.devtools.embedded_broker import EmbeddedBroker  # noqa: E402
-from streams.devtools.worker_process import WorkerProcess, wait_until_processing  # noqa: E402
+from streams.devtools.worker_process import wait_until_processing  # noqa: E402
 from streams.gateway.client import GatewayClient  # noqa: E402
 from streams.kafka.topics import ensure_topics  # noqa: E402
 from streams.settings import Settings  # noqa: E402
 from streams.wire.avro import encode_event  # noqa: E402
 from streams.worker.state_codec import RunStateCodec  # noqa: E402
 
-CONFIG = {"tools": {"loopDetection": {"enabled": True}}}
 APP_ID = "loopguard"
-# Short group timeouts: tansu answers JoinGroup after about half the session timeout.
-GROUP_ENV = {
-    "LOOPGUARD_SESSION_TIMEOUT": "10",
-    "LOOPGUARD_HEARTBEAT_INTERVAL": "1",
-    "LOOPGUARD_REBALANCE_TIMEOUT": "20",
-}
 EXPIRE_TIMER_INTERVAL = 10.0  # streams.worker.agents.WorkerAgents.expire_runs
 TOOLS = ["read_file", "grep", "exec", "web_search", "edit_file", "list_dir", "web_fetch"]
 KINDS = {"ordinary": 0.82, "generic_repeat": 0.06, "ping_pong": 0.06, "compaction_loop": 0.06}
@@ -238,60 +242,6 @@ def make_plan(args: argparse.Namespace, reserve: int, wave: int) -> Plan:
 
 
 # ------------------------------------------------------------------------------ measuring
-
-
-def rss_kb(pid: int, field_name: str = "VmRSS") -> int | None:
-    try:
-        with open(f"/proc/{pid}/status") as status:
-            for line in status:
-                if line.startswith(field_name + ":"):
-                    return int(line.split()[1])
-    except OSError:
-        return None
-    return None
-
-
-class RssSampler(threading.Thread):
-    """Samples VmRSS of every worker every ``interval`` seconds."""
-
-    def __init__(self, pids: list[int], interval: float = 0.5) -> None:
-        super().__init__(name="rss-sampler", daemon=True)
-        self.pids = pids
-        self.interval = interval
-        self.samples: list[tuple[float, list[int | None]]] = []
-        self._stop = threading.Event()
-
-    def run(self) -> None:
-        while not self._stop.is_set():
-            self.sample()
-            self._stop.wait(self.interval)
-
-    def sample(self) -> list[int | None]:
-        values = [rss_kb(pid) for pid in self.pids]
-        self.samples.append((time.perf_counter(), values))
-        return values
-
-    def peak_between(self, start: float, end: float) -> list[int]:
-        peaks = [0] * len(self.pids)
-        for t, values in self.samples:
-            if start <= t <= end:
-                for i, v in enumerate(values):
-                    peaks[i] = max(peaks[i], v or 0)
-        return peaks
-
-    def stop(self) -> None:
-        self._stop.set()
-
-
-def mb(kb: int | None) -> str:
-    return "n/a" if kb is None else f"{kb / 1024:,.0f} MB"
-
-
-def percentile(sorted_values: list[float], q: float) -> float:
-    if not sorted_values:
-        return float("nan")
-    index = min(len(sorted_values) - 1, max(0, int(round(q * len(sorted_values))) - 1))
-    return sorted_values[index]
 
 
 def table_sizes(
@@ -473,7 +423,8 @@ def run_wave(
 
     def progress() -> None:
         while not stop_progress.wait(args.progress):
-            *rss, broker_rss = sampler.samples[-1][1]
+            values = sampler.samples[-1][1]
+            rss, broker_rss = values[: args.workers], sum(v or 0 for v in values[args.workers :])
             print(
                 f"  [wave {number} {time.perf_counter() - start:6.1f}s] produced "
                 f"{wave.produced:,}, decisions seen {heard.count - heard_before:,}, worker RSS "
@@ -588,8 +539,8 @@ def report_wave(args: argparse.Namespace, wave: Wave, pids: list[int], hwm: list
         + f"; peak - before = {(sum(wave.rss_peak[:n]) - total) / 1024:,.0f} MB"
     )
     print(
-        f"    broker (tansu, memory storage) RSS: before {mb(wave.rss_before[n])}, after runs "
-        f"ended {mb(wave.rss_ended[n])}"
+        f"    broker ({args.broker}) RSS: before {mb(sum(v or 0 for v in wave.rss_before[n:]))}, "
+        f"after runs ended {mb(sum(v or 0 for v in wave.rss_ended[n:]))}"
     )
 
 
@@ -627,6 +578,7 @@ def main() -> int:
     parser.add_argument("--no-changelog-scan", action="store_true", help="skip table sizes")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", action="store_true", help="also print one JSON line")
+    add_broker_arg(parser)
     args = parser.parse_args()
     args.concurrency = args.concurrency or args.runs
     expiry_wait = args.expiry_wait
@@ -637,21 +589,8 @@ def main() -> int:
     db_url = args.db or f"sqlite:///{tmp / 'audit.db'}"
     config_file = tmp / "config.json"
     config_file.write_text(json.dumps(CONFIG))
-    broker = EmbeddedBroker(log_path=tmp / "tansu.log").start()
-    workers = [
-        WorkerProcess(
-            broker.url,
-            db_url,
-            profile=broker.profile,
-            app_id=APP_ID,
-            log_path=tmp / f"worker-{i}.log",
-            config_file=str(config_file),
-            partitions=args.partitions,
-            data_dir=str(tmp / f"data-{i}"),
-            env={**GROUP_ENV, "LOOPGUARD_RUN_IDLE_TTL": str(args.idle_ttl)},
-        )
-        for i in range(args.workers)
-    ]
+    broker = start_broker(args.broker, tmp)
+    workers: list = []
     heard = Decisions()
     sampler = client = producer = None
     waves: list[Wave] = []
@@ -661,8 +600,16 @@ def main() -> int:
             broker.profile, broker=broker.url, partitions=args.partitions, app_id=APP_ID
         )
         ensure_topics(settings)
-        for worker in workers:
-            worker.start()
+        workers = start_workers(
+            broker,
+            args.workers,
+            tmp,
+            db_url=db_url,
+            config_file=config_file,
+            partitions=args.partitions,
+            app_id=APP_ID,
+            env={"LOOPGUARD_RUN_IDLE_TTL": str(args.idle_ttl)},
+        )
         client = GatewayClient(broker.bootstrap, "load-gw", on_decision=heard)
         wait_until_processing(client, workers=workers, timeout=120)
         # Every partition processing (all workers joined): one compaction loop per partition.
@@ -673,10 +620,10 @@ def main() -> int:
                     client.publish(event)
             client.flush()
             if not heard.wait_runs(warm, 120):
-                raise RuntimeError(f"warm-up runs not decided; see {tmp}/worker-*.log")
+                raise RuntimeError(f"warm-up runs not decided; see {tmp}/*worker-*.log")
             time.sleep(1)
         pids = [w.process.pid for w in workers]
-        sampler = RssSampler([*pids, broker.process.pid])  # the broker's last
+        sampler = RssSampler([*pids, *broker_pids(broker)])  # the broker's last
         sampler.start()
         producer = KafkaProducer(
             bootstrap_servers=broker.bootstrap, linger_ms=5, acks=1, batch_size=256 * 1024
@@ -716,8 +663,8 @@ def main() -> int:
 
     print()
     print(
-        f"loopguard load: {args.workers} worker(s), {args.partitions} partitions, tansu memory "
-        f"broker, {'SQLite' if not args.db else 'DB ' + args.db.split('://')[0]}, loopback, "
+        f"loopguard load: {args.workers} worker(s), {args.partitions} partitions, broker "
+        f"{args.broker}, {'SQLite' if not args.db else 'DB ' + args.db.split('://')[0]}, loopback, "
         f"LOOPGUARD_RUN_IDLE_TTL={args.idle_ttl:g}"
     )
     for wave in waves:

@@ -1,0 +1,102 @@
+"""The two baselines of ``bench/throughput_bench.py``: forwarders that do nothing else.
+
+* ``aiokafka``: a bare aiokafka consume → produce loop (what a Python Kafka consumer can do
+  on this machine);
+* ``faust``: a Faust app built like the worker (``build_app``, the same Faust patches, broker
+  profile and group settings) with one agent that only forwards (Faust's own cost).
+
+Both read ``<prefix>.events`` and write every record, same key and value, to
+``<prefix>.forward``. They run as a child process, like a worker, and take the worker's
+``LOOPGUARD_*`` environment (broker, profile, app id = consumer group, topic prefix, session
+timeouts, commit interval, producer batch, fetch wait), so a difference in figures is the
+cost of what loopguard does on top, not of other settings:
+
+    LOOPGUARD_BROKER=kafka://127.0.0.1:9092 python bench/forwarders.py aiokafka|faust
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+# Appended, not prepended: an installed build (the compiled core, setup.py) comes first.
+sys.path.append(str(Path(__file__).resolve().parent.parent))
+
+from streams.settings import Settings  # noqa: E402
+
+
+def forward_topic(settings: Settings) -> str:
+    return f"{settings.topics.events.rsplit('.', 1)[0]}.forward"
+
+
+async def aiokafka_forward(settings: Settings) -> None:
+    """Fetch in batches, send each record, commit every ``commit_interval`` (auto-commit)."""
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+    servers = settings.bootstrap_servers
+    consumer = AIOKafkaConsumer(
+        settings.topics.events,
+        bootstrap_servers=servers,
+        group_id=settings.app_id,
+        auto_offset_reset="earliest",
+        enable_auto_commit=True,
+        auto_commit_interval_ms=int(settings.commit_interval * 1000),
+        fetch_max_wait_ms=settings.fetch_max_wait_ms,
+        session_timeout_ms=int(settings.session_timeout * 1000),
+        heartbeat_interval_ms=int(settings.heartbeat_interval * 1000),
+        rebalance_timeout_ms=int(settings.rebalance_timeout * 1000),
+    )
+    # acks=all and the profile's batch size, as Faust's producer in the worker.
+    producer = AIOKafkaProducer(
+        bootstrap_servers=servers, acks="all", max_batch_size=settings.producer_max_batch
+    )
+    out = forward_topic(settings)
+    await producer.start()
+    await consumer.start()
+    try:
+        while True:
+            batches = await consumer.getmany(timeout_ms=1000, max_records=10_000)
+            for records in batches.values():
+                for record in records:
+                    await producer.send(out, record.value, key=record.key)
+    finally:
+        await consumer.stop()
+        await producer.stop()
+
+
+def faust_forward(settings: Settings) -> None:
+    """One Faust agent: ``async for key, value in stream.items(): await out.send(...)``."""
+    from streams.worker.bootstrap import apply_faust_patches, build_app
+
+    apply_faust_patches(settings)
+    Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
+    app = build_app(settings)
+    raw = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw"}
+    source = app.topic(settings.topics.events, value_serializer="raw", **raw)
+    sink = app.topic(forward_topic(settings), value_serializer="raw", **raw)
+
+    async def forward(stream) -> None:  # faust.StreamT
+        async for key, value in stream.items():
+            await sink.send(key=key, value=value)
+
+    app.agent(source, name="forward")(forward)
+    sys.argv = ["forwarders", "worker", "-l", "warn", "--without-web"]
+    app.main()
+
+
+def main() -> int:
+    kind = sys.argv[1] if len(sys.argv) > 1 else ""
+    settings = Settings.from_env()
+    if kind == "aiokafka":
+        asyncio.run(aiokafka_forward(settings))
+        return 0
+    if kind == "faust":
+        faust_forward(settings)
+        return 0
+    print(__doc__, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,244 @@
+"""What the benches share: starting a fleet of workers, group progress, process memory.
+
+One place for it, so every bench starts workers the same way (same group timeouts, config,
+data dirs) and measures RSS and consumer progress the same way; the benches differ only in
+the load they offer and the figures they print.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from kafka import KafkaConsumer, TopicPartition
+
+from streams.devtools.worker_process import WorkerProcess
+from streams.settings import Settings, Topics
+
+CONFIG = {"tools": {"loopDetection": {"enabled": True}}}
+# Short group timeouts: tansu answers JoinGroup after about half the session timeout.
+GROUP_ENV = {
+    "LOOPGUARD_SESSION_TIMEOUT": "10",
+    "LOOPGUARD_HEARTBEAT_INTERVAL": "1",
+    "LOOPGUARD_REBALANCE_TIMEOUT": "20",
+}
+
+
+def bench_settings(broker, partitions: int, app_id: str, prefix: str = "loopguard") -> Settings:
+    """Settings of the broker's profile for ``app_id`` on topics ``<prefix>.*``."""
+    settings = Settings.for_profile(
+        broker.profile, broker=broker.url, partitions=partitions, app_id=app_id
+    )
+    return replace(settings, topics=Topics.with_prefix(prefix))
+
+
+def start_workers(
+    broker,  # bench.brokers: EmbeddedBroker | ClusterBroker
+    count: int,
+    workdir: Path,
+    *,
+    db_url: str,
+    config_file: Path,
+    partitions: int,
+    app_id: str = "loopguard",
+    prefix: str = "loopguard",
+    env: dict[str, str] | None = None,
+) -> list[WorkerProcess]:
+    """Start ``count`` workers of one app (one consumer group); the caller stops them."""
+    workers = [
+        WorkerProcess(
+            broker.url,
+            db_url,
+            profile=broker.profile,
+            app_id=app_id,
+            log_path=workdir / f"{app_id}-worker-{i}.log",
+            config_file=str(config_file),
+            partitions=partitions,
+            data_dir=str(workdir / f"{app_id}-data-{i}"),
+            env={**GROUP_ENV, **(env or {}), "LOOPGUARD_TOPIC_PREFIX": prefix},
+        )
+        for i in range(count)
+    ]
+    for worker in workers:
+        worker.start()
+    return workers
+
+
+def broker_pids(broker) -> list[int]:
+    """The broker's processes: tansu's one, or every node of the Kafka cluster."""
+    cluster = getattr(broker, "cluster", None)
+    if cluster is not None:
+        return [pid for i in range(cluster.nodes) if (pid := cluster.pid(i))]
+    return [broker.process.pid]
+
+
+# --------------------------------------------------------------------- consumer progress
+
+
+class GroupProgress:
+    """Committed offsets of a consumer group against the end offsets of its input topic.
+
+    Measures any consumer the same way (aiokafka loop, Faust app, loopguard workers): it is
+    done with the input when it has committed up to the end of every partition.
+    """
+
+    def __init__(self, bootstrap: str, group: str, topic: str, partitions: int) -> None:
+        self.consumer = KafkaConsumer(
+            bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False
+        )
+        self.partitions = [TopicPartition(topic, p) for p in range(partitions)]
+
+    def ends(self) -> dict[TopicPartition, int]:
+        return self.consumer.end_offsets(self.partitions)
+
+    def committed(self) -> dict[TopicPartition, int]:
+        return {tp: self.consumer.committed(tp) or 0 for tp in self.partitions}
+
+    def wait_for(
+        self,
+        ends: dict[int, int] | dict[TopicPartition, int],
+        timeout: float,
+        alive=None,
+        report=None,
+        every: float = 10.0,
+    ) -> float:
+        """Poll (every 50 ms) until every partition is committed up to ``ends`` (by partition
+        number or TopicPartition); returns the monotonic time that was first seen.
+        ``alive()`` returning False aborts; ``report(committed)`` is called every ``every`` s."""
+        want = {
+            (tp.partition if isinstance(tp, TopicPartition) else tp): e for tp, e in ends.items()
+        }
+        deadline = last = time.monotonic()
+        deadline += timeout
+        while True:
+            committed = {tp.partition: c for tp, c in self.committed().items()}
+            now = time.monotonic()
+            if all(committed.get(p, 0) >= end for p, end in want.items()):
+                return now
+            if now > deadline:
+                left = sum(end - committed.get(p, 0) for p, end in want.items())
+                raise TimeoutError(f"{left} records not committed after {timeout:.0f}s")
+            if alive is not None and not alive():
+                raise RuntimeError("a consumer process died; see its log")
+            if report is not None and now - last >= every:
+                last = now
+                report(sum(min(committed.get(p, 0), end) for p, end in want.items()))
+            time.sleep(0.05)
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+# -------------------------------------------------------------------------- process memory
+
+
+def rss_kb(pid: int | None, field_name: str = "VmRSS") -> int | None:
+    """A field of /proc/PID/status in kB (VmRSS now, VmHWM the peak), None when gone."""
+    if not pid:
+        return None
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith(field_name + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+class RssSampler(threading.Thread):
+    """Samples VmRSS of every pid every ``interval`` seconds."""
+
+    def __init__(self, pids: list[int | None], interval: float = 0.5) -> None:
+        super().__init__(name="rss-sampler", daemon=True)
+        self.pids = pids
+        self.interval = interval
+        self.samples: list[tuple[float, list[int | None]]] = []
+        self._stop = threading.Event()
+
+    def run(self) -> None:
+        while not self._stop.is_set():
+            self.sample()
+            self._stop.wait(self.interval)
+
+    def sample(self) -> list[int | None]:
+        values = [rss_kb(pid) for pid in self.pids]
+        self.samples.append((time.perf_counter(), values))
+        return values
+
+    def peak_between(self, start: float, end: float) -> list[int]:
+        peaks = [0] * len(self.pids)
+        for t, values in self.samples:
+            if start <= t <= end:
+                for i, v in enumerate(values):
+                    peaks[i] = max(peaks[i], v or 0)
+        return peaks
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def mb(kb: int | None) -> str:
+    return "n/a" if kb is None else f"{kb / 1024:,.0f} MB"
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    if not sorted_values:
+        return float("nan")
+    index = min(len(sorted_values) - 1, max(0, int(round(q * len(sorted_values))) - 1))
+    return sorted_values[index]
+
+
+# ---------------------------------------------------------------------- readiness, topics
+
+
+def wait_assigned(workers: list[WorkerProcess], partitions: int, timeout: float) -> None:
+    """Poll the workers' logs until the last assignment each logged is non-empty and they
+    cover every partition once: all workers joined, no rebalance left to run."""
+    marker = "events partitions assigned to this worker: "
+    deadline = time.monotonic() + timeout
+    while True:
+        latest = []
+        for worker in workers:
+            if not worker.alive:
+                raise RuntimeError(f"worker exited; see {worker.log_path}")
+            assert worker.log_path is not None
+            lines = [
+                line.split(marker, 1)[1]
+                for line in worker.log_path.read_text(errors="replace").splitlines()
+                if marker in line
+            ]
+            latest.append(lines[-1].strip() if lines else "[]")
+        owned = [int(p) for text in latest for p in text.strip("[]").split(",") if p.strip()]
+        if all(text != "[]" for text in latest) and sorted(owned) == list(range(partitions)):
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"workers not all assigned after {timeout:.0f}s: {latest}")
+        time.sleep(0.2)
+
+
+def scan_topic(bootstrap: str, topic: str, partitions: int, timeout: float = 300.0):
+    """Every record of ``topic`` from the beginning to its current end, partition by
+    partition (a group-less consumer; yields kafka-python ConsumerRecords)."""
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap,
+        group_id=None,
+        enable_auto_commit=False,
+        fetch_max_bytes=64 * 1_048_576,
+        max_partition_fetch_bytes=16 * 1_048_576,
+    )
+    try:
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        consumer.assign(tps)
+        consumer.seek_to_beginning(*tps)
+        ends = consumer.end_offsets(tps)
+        deadline = time.monotonic() + timeout
+        while any(consumer.position(tp) < ends[tp] for tp in tps):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{topic} not read to its end in {timeout:.0f}s")
+            for batch in consumer.poll(timeout_ms=500, max_records=50_000).values():
+                yield from batch
+    finally:
+        consumer.close()

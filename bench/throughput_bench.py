@@ -1,0 +1,381 @@
+"""loopguard's throughput against its baselines, measured side by side in one run.
+
+On one broker (``--broker tansu|kafka``), the same pre-encoded events (``--runs`` runs
+interleaved round robin, ``--events`` in all, built by ``bench/load_gen.py``'s workload) and
+the same partitions go through, one after the other:
+
+1. a bare aiokafka consume → produce loop (``bench/forwarders.py aiokafka``);
+2. a bare Faust agent that only forwards (``bench/forwarders.py faust``);
+3. one loopguard worker;
+4. two loopguard workers (one consumer group).
+
+Each contender gets its own topics (``tb-<name>.*``) and consumer group. It is started and
+proven consuming (one probe record per partition committed), then stopped with SIGSTOP while
+the events are produced, and resumed with SIGCONT: the figure is events / (SIGCONT → every
+partition committed to its end), so producing does not share the 2 cores with consuming and
+every contender is timed the same way (commits every 0.5 s: that much slack at the end).
+
+Then, with the two workers: decision latency at ``--rate`` events/s offered (10,000 new runs
+interleaved plus a compaction loop every ``--probe-every`` events whose abort is timed from its
+last event produced to the decision received); changelog bytes written per event (every record
+of the one-worker run's changelog topic, key + value, / events); memory per active run (the
+one worker's RSS peak during the drain minus its idle RSS, / runs; and tracemalloc in-process).
+
+    python bench/throughput_bench.py [--broker tansu|kafka] [--events 100000] [--runs 10000]
+                                     [--rate 2000] [--latency-seconds 30] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+# Appended, not prepended: an installed build (the compiled core, setup.py) comes first.
+sys.path.append(str(Path(__file__).resolve().parent.parent))
+
+from brokers import add_broker_arg, start_broker  # noqa: E402  (this directory)
+from harness import (  # noqa: E402
+    CONFIG,
+    GroupProgress,
+    RssSampler,
+    bench_settings,
+    broker_pids,
+    mb,
+    rss_kb,
+    scan_topic,
+    start_workers,
+    wait_assigned,
+)
+from kafka import KafkaProducer  # noqa: E402
+from latency import latency_at_rate, memory_per_run_safe  # noqa: E402
+from load_gen import compaction_loop_run, make_plan, sentinel_ids  # noqa: E402
+
+from streams.devtools.worker_process import WorkerProcess  # noqa: E402
+from streams.kafka.topics import create_like, ensure_topics  # noqa: E402
+from streams.wire.avro import CodecError, decode_control, encode_event  # noqa: E402
+
+FORWARDERS = Path(__file__).resolve().parent / "forwarders.py"
+# SIGSTOPped consumers miss heartbeats while the events are produced: a session long enough
+# that the group does not rebalance meanwhile (tansu then answers a join after ~15 s).
+GROUP_ENV = {
+    "LOOPGUARD_SESSION_TIMEOUT": "30",
+    "LOOPGUARD_HEARTBEAT_INTERVAL": "3",
+    "LOOPGUARD_REBALANCE_TIMEOUT": "60",
+    "LOOPGUARD_RUN_IDLE_TTL": "3600",
+}
+
+
+class ForwarderProcess(WorkerProcess):
+    """A baseline forwarder run like a worker (same start/stop, same LOOPGUARD_* settings)."""
+
+    kind = "aiokafka"
+
+    def command(self) -> list[str]:
+        return [sys.executable, str(FORWARDERS), self.kind]
+
+
+def start_forwarder(kind: str, broker, prefix: str, partitions: int, tmp: Path):
+    env = {
+        **GROUP_ENV,
+        "LOOPGUARD_BROKER": broker.url,
+        "LOOPGUARD_BROKER_PROFILE": broker.profile,
+        "LOOPGUARD_APP_ID": prefix,
+        "LOOPGUARD_TOPIC_PREFIX": prefix,
+        "LOOPGUARD_PARTITIONS": str(partitions),
+        "LOOPGUARD_DATA_DIR": str(tmp / f"{prefix}-data"),
+    }
+    process = ForwarderProcess(broker.url, "", log_path=tmp / f"{prefix}.log", env=env)
+    process.kind = kind
+    return [process.start()]
+
+
+def produce(producer: KafkaProducer, topic: str, messages) -> dict[int, int]:
+    """Send and flush; returns the end offset per partition, from the brokers' answers
+    (tansu's ListOffsets answer is per batch, not per record)."""
+    futures = [producer.send(topic, key=key, value=value) for key, value in messages]
+    producer.flush()
+    ends: dict[int, int] = {}
+    for future in futures:
+        meta = future.get(timeout=60)
+        ends[meta.partition] = max(ends.get(meta.partition, 0), meta.offset + 1)
+    return ends
+
+
+def signal_all(processes: list[WorkerProcess], sig: int) -> None:
+    for process in processes:
+        assert process.process is not None
+        os.killpg(process.process.pid, sig)
+
+
+def run_contender(name: str, ctx: dict, plan, keep: bool = False) -> dict:
+    """Start ``name``, prove it consumes, stop it, produce the load, resume, time the drain."""
+    args, broker, tmp = ctx["args"], ctx["broker"], ctx["tmp"]
+    prefix = f"tb-{name}"
+    settings = bench_settings(broker, args.partitions, prefix, prefix)
+    ensure_topics(settings)
+    kind, _, count = name.partition("x")
+    if kind in ("aiokafka", "faust"):
+        create_like(settings, f"{prefix}.forward", settings.topics.events)
+        processes = start_forwarder(kind, broker, prefix, args.partitions, tmp)
+    else:
+        processes = start_workers(
+            broker,
+            int(count),
+            tmp,
+            db_url=ctx["db_url"],
+            config_file=ctx["config_file"],
+            partitions=args.partitions,
+            app_id=prefix,
+            prefix=prefix,
+            env=GROUP_ENV,
+        )
+    progress = GroupProgress(broker.bootstrap, prefix, settings.topics.events, args.partitions)
+    producer, topic = ctx["producer"], settings.topics.events
+    figures: dict = {"name": name, "processes": len(processes)}
+    try:
+        started = time.monotonic()
+        if kind == "loopguard":
+            wait_assigned(processes, args.partitions, timeout=180)
+        probes = [
+            (e.envelope.run_id.encode(), encode_event(e))
+            for run_id in sentinel_ids(f"{prefix}-probe", args.partitions)
+            for e in compaction_loop_run(run_id)
+        ]
+        alive = lambda: all(p.alive for p in processes)  # noqa: E731
+        ends = produce(producer, topic, probes)
+        progress.wait_for(ends, timeout=180, alive=alive)
+        print(f"  {name}: consuming {time.monotonic() - started:.1f}s after start", flush=True)
+        pids = [p.process.pid for p in processes if p.process]
+        idle = [rss_kb(pid) or 0 for pid in pids]
+        signal_all(processes, signal.SIGSTOP)
+        loaded = time.monotonic()
+        try:
+            ends = produce(producer, topic, zip(plan.keys, plan.values, strict=True))
+        finally:
+            produced_in = time.monotonic() - loaded
+            sampler = RssSampler(pids)
+            sampler.start()
+            resumed = time.monotonic()
+            signal_all(processes, signal.SIGCONT)
+        print(
+            f"  {name}: {len(plan.values):,} events produced in {produced_in:.1f}s "
+            f"(consumer stopped); resumed",
+            flush=True,
+        )
+
+        def report(committed: int) -> None:
+            print(
+                f"  [{name} {time.monotonic() - resumed:6.1f}s] committed "
+                f"{committed:,} of {sum(ends.values()):,}",
+                flush=True,
+            )
+
+        done = progress.wait_for(ends, args.drain_timeout, alive, report, args.progress)
+        sampler.stop()
+        elapsed = done - resumed
+        figures.update(
+            events=len(plan.values),
+            seconds=round(elapsed, 2),
+            events_per_s=round(len(plan.values) / elapsed),
+            produced_in=round(produced_in, 1),
+            rss_idle_kb=idle,
+            rss_peak_kb=sampler.peak_between(0, float("inf")),
+            rebalanced=produced_in > float(GROUP_ENV["LOOPGUARD_SESSION_TIMEOUT"]),
+        )
+        print(f"  {name}: {figures['events_per_s']:,} events/s ({elapsed:.1f}s)", flush=True)
+        if kind == "loopguard":
+            figures.update(decision_check(broker.bootstrap, settings, plan))
+        if name == "loopguardx1":
+            figures.update(changelog_size(broker.bootstrap, prefix, args.partitions, plan))
+        if keep:
+            ctx["kept"] = (processes, settings)
+            processes = []
+    finally:
+        progress.close()
+        for process in processes:
+            process.stop()
+    return figures
+
+
+def decision_check(bootstrap: str, settings, plan) -> dict:
+    """Decisions on the control topic against what the pure core decides on the events."""
+    seen: set[tuple[str, int]] = set()
+    runs = set(plan.run_ids)
+    for record in scan_topic(bootstrap, settings.topics.control, settings.partitions):
+        try:
+            message = decode_control(record.value)
+        except CodecError:
+            continue
+        if hasattr(message, "action") and message.run_id in runs:
+            seen.add((message.run_id, message.seq))
+    expected = set(plan.triggers)
+    return {
+        "decisions_expected": len(expected),
+        "decisions_missing": len(expected - seen),
+        "decisions_unexpected": len(seen - expected),
+    }
+
+
+def changelog_size(bootstrap: str, app_id: str, partitions: int, plan) -> dict:
+    """Records and bytes (key + value) the table wrote to its changelog, per event."""
+    records = size = 0
+    for record in scan_topic(bootstrap, f"{app_id}-runs-changelog", partitions):
+        records += 1
+        size += len(record.key or b"") + len(record.value or b"")
+    events = len(plan.values)
+    return {
+        "changelog_records_per_event": round(records / events, 3),
+        "changelog_bytes_per_event": round(size / events, 1),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_broker_arg(parser)
+    parser.add_argument("--events", type=int, default=100_000, help="events per contender")
+    parser.add_argument("--runs", type=int, default=10_000, help="runs interleaved (10000)")
+    parser.add_argument("--partitions", type=int, default=4, help="partitions (default 4)")
+    parser.add_argument("--rate", type=int, default=2000, help="offered events/s for latency")
+    parser.add_argument("--latency-seconds", type=float, default=30.0, help="0 = skip")
+    parser.add_argument("--probe-every", type=int, default=100, help="events per timed run")
+    parser.add_argument("--only", help="comma list of aiokafka,faust,loopguardx1,loopguardx2")
+    parser.add_argument("--drain-timeout", type=float, default=600.0)
+    parser.add_argument("--run-mem", type=int, default=10_000, help="tracemalloc runs (0 = skip)")
+    parser.add_argument("--progress", type=float, default=10.0, help="progress line every N s")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--json", action="store_true", help="also print one JSON line")
+    args = parser.parse_args()
+    args.load_at_start = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    names = (args.only or "aiokafka,faust,loopguardx1,loopguardx2").split(",")
+
+    tmp = Path(tempfile.mkdtemp(prefix="loopguard-throughput-"))
+    config_file = tmp / "config.json"
+    config_file.write_text(json.dumps(CONFIG))
+    plan_args = argparse.Namespace(
+        runs=args.runs, events=args.events, seed=args.seed, concurrency=args.runs
+    )
+    plan = make_plan(plan_args, 0, 0)
+    print(
+        f"{len(plan.values):,} events in {args.runs:,} runs interleaved, "
+        f"{len(plan.triggers):,} decisions expected; logs in {tmp}",
+        flush=True,
+    )
+    broker = start_broker(args.broker, tmp)
+    print(f"broker {args.broker} up: {broker.bootstrap}", flush=True)
+    producer = KafkaProducer(
+        bootstrap_servers=broker.bootstrap, linger_ms=5, acks=1, batch_size=256 * 1024
+    )
+    ctx = {
+        "args": args,
+        "broker": broker,
+        "tmp": tmp,
+        "producer": producer,
+        "db_url": f"sqlite:///{tmp / 'audit.db'}",
+        "config_file": config_file,
+    }
+    results: dict[str, dict] = {}
+    latency: dict | None = None
+    try:
+        for name in names:
+            print(f"{name}:", flush=True)
+            results[name] = run_contender(name, ctx, plan, keep=name == "loopguardx2")
+        if "kept" in ctx and args.latency_seconds > 0:
+            processes, settings = ctx["kept"]
+            latency = latency_at_rate(args, broker, settings, producer, processes)
+    finally:
+        producer.close()
+        for process in ctx.get("kept", ([], None))[0]:
+            process.stop()
+        broker_rss = [rss_kb(pid) for pid in broker_pids(broker)]
+        broker.stop()
+    memory = memory_per_run_safe(args.run_mem, args.seed) if args.run_mem else None
+    report(args, results, latency, memory, broker_rss)
+    return 0
+
+
+def report(args, results: dict, latency: dict | None, memory: dict | None, broker_rss) -> None:
+    print()
+    print(
+        f"throughput side by side: broker {args.broker}, {args.partitions} partitions, "
+        f"{args.runs:,} runs interleaved, pre-produced backlog, {os.cpu_count()} cores"
+    )
+    base = results.get("aiokafka", {}).get("events_per_s")
+    print(f"  {'contender':<28}{'events/s':>10}{'vs aiokafka':>13}{'seconds':>9}  notes")
+    for name, r in results.items():
+        ratio = f"{r['events_per_s'] / base:.1%}" if base else "n/a"
+        notes = []
+        if "decisions_expected" in r:
+            notes.append(
+                f"decisions: {r['decisions_expected']:,} expected, "
+                f"{r['decisions_missing']:,} missing, "
+                f"{r['decisions_unexpected']:,} unexpected"
+            )
+        if r["rebalanced"]:
+            notes.append("producing outlasted the session timeout: may include a rebalance")
+        label = {
+            "aiokafka": "bare aiokafka loop",
+            "faust": "bare Faust forwarding agent",
+            "loopguardx1": "loopguard, 1 worker",
+            "loopguardx2": "loopguard, 2 workers",
+        }[name]
+        print(
+            f"  {label:<28}{r['events_per_s']:>10,}{ratio:>13}{r['seconds']:>9.1f}  "
+            + "; ".join(notes)
+        )
+    one, two = results.get("loopguardx1"), results.get("loopguardx2")
+    if one and two:
+        print(
+            f"  two workers / one: {two['events_per_s'] / one['events_per_s']:.2f}x "
+            f"({two['events_per_s'] / 2:,.0f} events/s per worker with two)"
+        )
+    if one and "changelog_bytes_per_event" in one:
+        print(
+            f"  changelog written (1 worker): {one['changelog_bytes_per_event']:,.0f} bytes/"
+            f"event, {one['changelog_records_per_event']:.2f} records/event"
+        )
+    if one:
+        grown = one["rss_peak_kb"][0] - one["rss_idle_kb"][0]
+        print(
+            f"  worker RSS (1 worker): idle {mb(one['rss_idle_kb'][0])}, peak "
+            f"{mb(one['rss_peak_kb'][0])}: {grown * 1024 / args.runs:,.0f} bytes per run "
+            f"held ({args.runs:,} runs)"
+        )
+    if memory:
+        print(
+            f"  memory per active run, tracemalloc ({memory['runs']:,} RunStates, 30-call "
+            f"histories): {memory['bytes_per_run']:,.0f} bytes"
+        )
+    if latency:
+        print(
+            f"  decision latency, 2 workers, {latency['offered_per_s']:,.0f} events/s offered "
+            f"for {latency['seconds']:.0f}s ({args.runs:,} runs interleaved + timed "
+            f"compaction loops): p50 {latency['p50_ms']:,.1f} ms, p99 "
+            f"{latency['p99_ms']:,.1f} ms over {latency['samples']:,} decisions "
+            f"({latency['missing']} missing); caught up {latency['catch_up_s']:.1f}s after "
+            f"the last event"
+        )
+    print(f"  broker RSS at the end: {' + '.join(mb(v) for v in broker_rss)}")
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"  load average at the end (1/5/15 min): {load}; at the start: {args.load_at_start}")
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "broker": args.broker,
+                    "runs": args.runs,
+                    "results": results,
+                    "latency": latency,
+                    "memory": memory,
+                }
+            )
+        )
+
+
+if __name__ == "__main__":
+    sys.exit(main())
