@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -27,20 +26,20 @@ from pathlib import Path
 sys.path.append(str(Path(__file__).resolve().parent.parent))
 
 from brokers import add_broker_arg, start_broker  # noqa: E402  (this directory)
+from harness import CONFIG, cpu_seconds, start_workers  # noqa: E402
 from kafka import KafkaProducer  # noqa: E402
 from load_gen import sentinel_ids  # noqa: E402  (this directory is on sys.path)
 
 from streams.core.config import fleet_from_document  # noqa: E402
 from streams.core.engine import LoopGuard  # noqa: E402
 from streams.core.events import CompactionRetry, Decision, Envelope, ToolCall, ToolResult  # noqa: E402
-from streams.devtools.worker_process import WorkerProcess, wait_until_processing  # noqa: E402
+from streams.devtools.worker_process import wait_until_processing  # noqa: E402
 from streams.gateway.client import GatewayClient  # noqa: E402
 from streams.kafka.topics import ensure_topics  # noqa: E402
 from streams.settings import Settings  # noqa: E402
 from streams.wire.avro import encode_event  # noqa: E402
 
 PARTITIONS = 4
-CONFIG = {"tools": {"loopDetection": {"enabled": True}}}
 
 
 def compaction_loop_run(run_id: str, t0: int = 0) -> list:
@@ -74,12 +73,6 @@ def busy_run(run_id: str, length: int) -> list:
     return events
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process (all its threads) so far, from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=40_000, help="events for throughput")
@@ -95,15 +88,7 @@ def main() -> int:
     config_file = tmp / "config.json"
     config_file.write_text(json.dumps(CONFIG))
     broker = start_broker(args.broker, tmp)
-    worker = WorkerProcess(
-        broker.url,
-        db_url,
-        profile=broker.profile,
-        log_path=tmp / "worker.log",
-        config_file=str(config_file),
-        partitions=PARTITIONS,
-        data_dir=str(tmp / "data"),
-    )
+    worker = None
     arrivals: dict[str, float] = {}
     arrived = threading.Condition()
 
@@ -116,7 +101,9 @@ def main() -> int:
         ensure_topics(
             Settings.for_profile(broker.profile, broker=broker.url, partitions=PARTITIONS)
         )
-        worker.start()
+        (worker,) = start_workers(
+            broker, 1, tmp, db_url=db_url, config_file=config_file, partitions=PARTITIONS
+        )
         client = GatewayClient(broker.bootstrap, "bench-gw", on_decision=on_decision)
         wait_until_processing(client, workers=[worker])
         producer = KafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=5, acks="all")
@@ -182,7 +169,8 @@ def main() -> int:
         client.close()
         producer.close()
     finally:
-        worker.stop()
+        if worker is not None:
+            worker.stop()
         broker.stop()
 
     print(f"loopguard end-to-end benchmark (1 worker, broker: {args.broker}, loopback)")

@@ -8,8 +8,8 @@
 Both read ``<prefix>.events`` and write every record, same key and value, to
 ``<prefix>.forward``. They run as a child process, like a worker, and take the worker's
 ``LOOPGUARD_*`` environment (broker, profile, app id = consumer group, topic prefix, session
-timeouts, commit interval, producer batch, fetch wait), so a difference in figures is the
-cost of what loopguard does on top, not of other settings:
+timeouts, commit interval, fetch wait; the bench sets 16 KB producer batches), so a
+difference in figures is the cost of what loopguard does on top, not of other settings:
 
     LOOPGUARD_BROKER=kafka://127.0.0.1:9092 python bench/forwarders.py aiokafka|faust
 """
@@ -31,35 +31,43 @@ def forward_topic(settings: Settings) -> str:
 
 
 async def aiokafka_forward(settings: Settings) -> None:
-    """Fetch in batches, send each record, commit every ``commit_interval`` (auto-commit)."""
+    """Fetch in batches, send each record; every ``commit_interval`` wait for the sends so far
+    to be acknowledged and commit their offsets (at least once, as the Faust apps commit)."""
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
     servers = settings.bootstrap_servers
+    interval = settings.commit_interval
     consumer = AIOKafkaConsumer(
         settings.topics.events,
         bootstrap_servers=servers,
         group_id=settings.app_id,
         auto_offset_reset="earliest",
-        enable_auto_commit=True,
-        auto_commit_interval_ms=int(settings.commit_interval * 1000),
+        enable_auto_commit=False,
         fetch_max_wait_ms=settings.fetch_max_wait_ms,
         session_timeout_ms=int(settings.session_timeout * 1000),
         heartbeat_interval_ms=int(settings.heartbeat_interval * 1000),
         rebalance_timeout_ms=int(settings.rebalance_timeout * 1000),
     )
-    # acks=all and the profile's batch size, as Faust's producer in the worker.
-    producer = AIOKafkaProducer(
-        bootstrap_servers=servers, acks="all", max_batch_size=settings.producer_max_batch
-    )
+    # acks=all as Faust's producer; aiokafka's own batching (16 KB), whatever the profile.
+    producer = AIOKafkaProducer(bootstrap_servers=servers, acks="all")
     out = forward_topic(settings)
     await producer.start()
     await consumer.start()
+    loop = asyncio.get_running_loop()
+    pending: dict = {}  # TopicPartition -> (last send's future, offset to commit)
+    committed_at = loop.time()
     try:
         while True:
-            batches = await consumer.getmany(timeout_ms=1000, max_records=10_000)
-            for records in batches.values():
+            batches = await consumer.getmany(timeout_ms=int(interval * 1000), max_records=10_000)
+            for tp, records in batches.items():
                 for record in records:
-                    await producer.send(out, record.value, key=record.key)
+                    sent = await producer.send(out, record.value, key=record.key)
+                pending[tp] = (sent, records[-1].offset + 1)
+            if pending and loop.time() - committed_at >= interval:
+                await asyncio.gather(*(sent for sent, _ in pending.values()))
+                await consumer.commit({tp: offset for tp, (_, offset) in pending.items()})
+                pending.clear()
+                committed_at = loop.time()
     finally:
         await consumer.stop()
         await producer.stop()

@@ -45,10 +45,11 @@ from typing import Any
 sys.path.append(str(Path(__file__).resolve().parent.parent))
 
 from brokers import add_broker_arg, start_broker  # noqa: E402  (this directory)
+from harness import CONFIG, cpu_seconds, start_workers  # noqa: E402
 from load_gen import sentinel_ids  # noqa: E402  (this directory)
 
 from streams.core.events import Action  # noqa: E402
-from streams.devtools.worker_process import WorkerProcess, wait_until_processing  # noqa: E402
+from streams.devtools.worker_process import wait_until_processing  # noqa: E402
 from streams.gateway.client import GatewayClient  # noqa: E402
 from streams.kafka.topics import ensure_topics  # noqa: E402
 from streams.settings import Settings, Topics  # noqa: E402
@@ -56,7 +57,6 @@ from streams.settings import Settings, Topics  # noqa: E402
 PARTITIONS = 4
 PREFIX = "loopguard"  # the worker's default (LOOPGUARD_TOPIC_PREFIX unset)
 TOPICS = Topics.with_prefix(PREFIX)
-CONFIG = {"tools": {"loopDetection": {"enabled": True}}}
 TS_DIR = Path(__file__).resolve().parent.parent / "clients" / "typescript"
 TS_BENCH = TS_DIR / "build" / "test" / "bench-wait.js"
 
@@ -201,12 +201,6 @@ def typescript_phase(bootstrap: str, prefix: str, budget: float, args: argparse.
 # ---------------------------------------------------------------------------------- main
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process (all its threads) so far, from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def drain(probe: GatewayClient, phase: int, timeout: float = 900.0) -> float:
     """Seconds until the worker has processed everything produced so far: a sentinel run per
     partition (compaction + 3 identical cycles) whose abort must come back."""
@@ -254,15 +248,7 @@ def main() -> int:
     config_file = tmp / "config.json"
     config_file.write_text(json.dumps(CONFIG))
     broker = start_broker(args.broker, tmp)
-    worker = WorkerProcess(
-        broker.url,
-        db_url,
-        profile=broker.profile,
-        log_path=tmp / "worker.log",
-        config_file=str(config_file),
-        partitions=PARTITIONS,
-        data_dir=str(tmp / "data"),
-    )
+    worker = None
     budgets = [0.0, args.budget_ms, args.long_budget_ms]
     results: list[dict[str, Any]] = []
     try:
@@ -270,7 +256,9 @@ def main() -> int:
             broker.profile, broker=broker.url, partitions=PARTITIONS, topics=TOPICS
         )
         ensure_topics(settings)
-        worker.start()
+        (worker,) = start_workers(
+            broker, 1, tmp, db_url=db_url, config_file=config_file, partitions=PARTITIONS
+        )
         probe = GatewayClient(
             broker.bootstrap, "bench-probe", topics=settings.topics, wait_budget_ms=0
         )
@@ -292,10 +280,11 @@ def main() -> int:
                 results.append(result)
                 print(f"  {json.dumps(result)}", flush=True)
                 if not worker.alive:
-                    raise RuntimeError(f"the worker died; see {tmp / 'worker.log'}")
+                    raise RuntimeError(f"the worker died; see {worker.log_path}")
         probe.close()
     finally:
-        worker.stop()
+        if worker is not None:
+            worker.stop()
         broker.stop()
 
     print(

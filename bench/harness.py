@@ -7,6 +7,7 @@ the load they offer and the figures they print.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from dataclasses import replace
@@ -180,6 +181,12 @@ class RssSampler(threading.Thread):
         self._stop.set()
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (all its threads) so far, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def mb(kb: int | None) -> str:
     return "n/a" if kb is None else f"{kb / 1024:,.0f} MB"
 
@@ -194,29 +201,22 @@ def percentile(sorted_values: list[float], q: float) -> float:
 # ---------------------------------------------------------------------- readiness, topics
 
 
-def wait_assigned(workers: list[WorkerProcess], partitions: int, timeout: float) -> None:
-    """Poll the workers' logs until the last assignment each logged is non-empty and they
-    cover every partition once: all workers joined, no rebalance left to run."""
+def assignment_complete(workers: list[WorkerProcess], partitions: int) -> bool:
+    """Whether the last assignment each worker logged is non-empty and together they cover
+    every partition once: all workers joined, no rebalance left to run."""
     marker = "events partitions assigned to this worker: "
-    deadline = time.monotonic() + timeout
-    while True:
-        latest = []
-        for worker in workers:
-            if not worker.alive:
-                raise RuntimeError(f"worker exited; see {worker.log_path}")
-            assert worker.log_path is not None
-            lines = [
-                line.split(marker, 1)[1]
-                for line in worker.log_path.read_text(errors="replace").splitlines()
-                if marker in line
-            ]
-            latest.append(lines[-1].strip() if lines else "[]")
-        owned = [int(p) for text in latest for p in text.strip("[]").split(",") if p.strip()]
-        if all(text != "[]" for text in latest) and sorted(owned) == list(range(partitions)):
-            return
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"workers not all assigned after {timeout:.0f}s: {latest}")
-        time.sleep(0.2)
+    latest = []
+    for worker in workers:
+        if worker.log_path is None or not worker.log_path.exists():
+            return False
+        lines = [
+            line.split(marker, 1)[1]
+            for line in worker.log_path.read_text(errors="replace").splitlines()
+            if marker in line
+        ]
+        latest.append(lines[-1].strip() if lines else "[]")
+    owned = [int(p) for text in latest for p in text.strip("[]").split(",") if p.strip()]
+    return all(text != "[]" for text in latest) and sorted(owned) == list(range(partitions))
 
 
 def scan_topic(bootstrap: str, topic: str, partitions: int, timeout: float = 300.0):
