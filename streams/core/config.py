@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,11 +24,24 @@ DEFAULTS: dict[str, Any] = {
     "criticalThreshold": 20,
     "unknownToolThreshold": 10,
     "globalCircuitBreakerThreshold": 30,
-    "detectors": {"genericRepeat": True, "knownPollNoProgress": True, "pingPong": True},
-    "postCompactionGuard": {"windowSize": 3},
+    "detectors": {
+        "genericRepeat": True,
+        "knownPollNoProgress": True,
+        "pingPong": True,
+        # loopguard extensions (issue 17), on with the others:
+        "consecutiveErrors": True,
+        "errorRepeat": True,
+    },
+    # loopguard extension: ``stormThreshold`` compaction retries in a row with no progress
+    # between them abort the run (compaction_storm).
+    "postCompactionGuard": {"windowSize": 3, "stormThreshold": 3},
     # loopguard extension: blocks the gateway obeyed and the agent kept looping through
     # before the run is aborted (the reference never escalated a block).
     "abortAfterBlocks": 3,
+    # loopguard extensions (issue 17): failed calls in a row whatever the tool, and the same
+    # call failing with the same error.
+    "consecutiveErrors": {"warningThreshold": 5, "criticalThreshold": 10},
+    "errorRepeatThreshold": 3,
 }
 INT_FIELDS = (
     "historySize",
@@ -36,8 +50,13 @@ INT_FIELDS = (
     "unknownToolThreshold",
     "globalCircuitBreakerThreshold",
     "abortAfterBlocks",
+    "errorRepeatThreshold",
 )
+# Nested objects whose every field is a whole number >= 1.
+INT_BLOCKS = ("postCompactionGuard", "consecutiveErrors")
 MAX_HISTORY_SIZE = 100_000
+
+log = logging.getLogger("loopguard.config")
 
 
 class ConfigError(ValueError):
@@ -49,6 +68,8 @@ class DetectorSwitches:
     generic_repeat: bool = True
     known_poll_no_progress: bool = True
     ping_pong: bool = True
+    consecutive_errors: bool = True
+    error_repeat: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +84,11 @@ class LoopDetectionConfig:
     global_circuit_breaker_threshold: int = 30
     detectors: DetectorSwitches = field(default_factory=DetectorSwitches)
     compaction_window_size: int = 3
+    compaction_storm_threshold: int = 3
     abort_after_blocks: int = 3
+    consecutive_errors_warning: int = 5
+    consecutive_errors_critical: int = 10
+    error_repeat_threshold: int = 3
     version: str = ""
 
     @property
@@ -116,14 +141,15 @@ def _check_nested(key: str, value: Any, where: str) -> None:
             raise ConfigError(f"{where}.{sub}: unknown field (known: {known})")
         if key == "detectors" and not isinstance(sub_value, bool):
             raise ConfigError(f"{where}.{sub}: expected true or false, got {sub_value!r}")
-        if key == "postCompactionGuard" and (
+        if key in INT_BLOCKS and (
             isinstance(sub_value, bool) or not isinstance(sub_value, int) or sub_value < 1
         ):
             raise ConfigError(f"{where}.{sub}: expected a whole number >= 1, got {sub_value!r}")
 
 
 def merge_blocks(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
-    """Field-by-field merge: nested ``detectors``/``postCompactionGuard`` merge per key too."""
+    """Field-by-field merge: nested blocks (``detectors``, ``postCompactionGuard``,
+    ``consecutiveErrors``) merge per key too."""
     merged = copy.deepcopy(base)
     for key, value in override.items():
         if isinstance(value, dict) and isinstance(merged.get(key), dict):
@@ -142,10 +168,14 @@ def resolve(block: dict[str, Any] | None, path: str = "tools.loopDetection") -> 
     critical = max(raw["criticalThreshold"], warning + 1)
     breaker = max(raw["globalCircuitBreakerThreshold"], critical + 1)
     detectors = raw["detectors"]
+    errors = raw["consecutiveErrors"]
+    # The same raising rule for the error streak's own pair of thresholds.
+    errors_critical = max(errors["criticalThreshold"], errors["warningThreshold"] + 1)
     canonical = {
         **raw,
         "criticalThreshold": critical,
         "globalCircuitBreakerThreshold": breaker,
+        "consecutiveErrors": {**errors, "criticalThreshold": errors_critical},
     }
     version = hashlib.sha256(
         json.dumps(canonical, sort_keys=True, separators=(",", ":")).encode()
@@ -161,11 +191,69 @@ def resolve(block: dict[str, Any] | None, path: str = "tools.loopDetection") -> 
             generic_repeat=detectors["genericRepeat"],
             known_poll_no_progress=detectors["knownPollNoProgress"],
             ping_pong=detectors["pingPong"],
+            consecutive_errors=detectors["consecutiveErrors"],
+            error_repeat=detectors["errorRepeat"],
         ),
         compaction_window_size=raw["postCompactionGuard"]["windowSize"],
+        compaction_storm_threshold=raw["postCompactionGuard"]["stormThreshold"],
         abort_after_blocks=raw["abortAfterBlocks"],
+        consecutive_errors_warning=errors["warningThreshold"],
+        consecutive_errors_critical=errors_critical,
+        error_repeat_threshold=raw["errorRepeatThreshold"],
         version=version,
     )
+
+
+def config_warnings(cfg: LoopDetectionConfig) -> list[str]:
+    """Thresholds this config can never reach because ``historySize`` is smaller.
+
+    Every history count (repeats, identical-outcome streaks, ping-pong alternations,
+    unknown-tool and same-error streaks) is taken over the window before the current call,
+    so it never exceeds ``historySize``: a threshold above it silently never fires. Such a
+    window is kept as configured, not clamped (shortening ``historySize`` is the spec's own
+    remedy for false positives); loading the config logs these sentences instead. Only
+    ``consecutiveErrors`` and the compaction rules count outside the window.
+    """
+    if not cfg.rolling_detectors_on:
+        return []
+    size = cfg.history_size
+    checks = (
+        ("warningThreshold", cfg.warning_threshold, "loops are never even warned about"),
+        (
+            "criticalThreshold",
+            cfg.critical_threshold,
+            "genericRepeat, knownPollNoProgress and pingPong warn but never block",
+        ),
+        (
+            "globalCircuitBreakerThreshold",
+            cfg.global_circuit_breaker_threshold,
+            "the global circuit breaker never fires",
+        ),
+        ("unknownToolThreshold", cfg.unknown_tool_threshold, "unknown tools are never blocked"),
+        ("errorRepeatThreshold", cfg.error_repeat_threshold, "errorRepeat never fires"),
+    )
+    return [
+        f"historySize {size} is below {name} {value}: {effect} (a count never exceeds the "
+        f"window); raise historySize to at least {value} or lower {name}"
+        for name, value, effect in checks
+        if value > size
+    ]
+
+
+def fleet_warnings(fleet: FleetConfig) -> list[str]:
+    """:func:`config_warnings` of the global block and of every agent, with their paths."""
+    found = [
+        f"tools.loopDetection: {text}" for text in config_warnings(resolve(fleet.global_block))
+    ]
+    for agent_id in sorted(fleet.agent_blocks):
+        path = override_path(agent_id)
+        found += [f"{path}: {text}" for text in config_warnings(fleet.for_agent(agent_id))]
+    return found
+
+
+def log_fleet_warnings(fleet: FleetConfig) -> None:
+    for text in fleet_warnings(fleet):
+        log.warning("%s", text)
 
 
 @dataclass(frozen=True)
@@ -194,10 +282,14 @@ class FleetConfig:
 
     def with_override(self, key: str, block: dict[str, Any]) -> FleetConfig:
         """A copy with one run-time override applied: ``*`` replaces the global block, an
-        agent id that agent's block (as the workers apply the config topic)."""
+        agent id that agent's block (as the workers apply the config topic). Logs the
+        thresholds the result can never reach (:func:`config_warnings`)."""
         if key == GLOBAL_KEY:
-            return FleetConfig(check_block(block, override_path(key)), self.agent_blocks)
-        return self.with_agent(key, block)
+            fleet = FleetConfig(check_block(block, override_path(key)), self.agent_blocks)
+        else:
+            fleet = self.with_agent(key, block)
+        log_fleet_warnings(fleet)
+        return fleet
 
     def to_document(self) -> dict[str, Any]:
         return {
@@ -245,6 +337,7 @@ def fleet_from_document(doc: Any) -> FleetConfig:
     fleet = FleetConfig(global_block, agents)
     for agent_id in agents:  # surface merge errors at load time, not on the first event
         fleet.for_agent(agent_id)
+    log_fleet_warnings(fleet)  # and thresholds the window can never reach
     return fleet
 
 

@@ -4,6 +4,12 @@ Each detector looks at the run's history *before* the current call is recorded a
 call about to happen, exactly like the reference runtime, so counts and thresholds mean the
 same here as in the gateway's own documentation. :func:`detect` queries the history once per
 fact and hands each detector the facts it needs.
+
+One counting convention holds for every detector: a count is the number of *earlier* calls
+(or outcomes) that form the pattern the current call continues, the current call never
+included, and a detector fires when that count reaches its threshold. The reference counted
+the current call in ping-pong only (one call earlier than its other detectors); here
+:func:`pong_count` takes it back out.
 """
 
 from __future__ import annotations
@@ -50,6 +56,11 @@ def unknown_tool_repeat(count: int, missing: str | None, call: CurrentCall) -> D
     )
 
 
+def pong_count(pong: PingPong) -> int:
+    """Earlier calls of the alternation (``PingPong.calls`` includes the current one)."""
+    return pong.calls - 1 if pong.calls else 0
+
+
 def global_circuit_breaker(
     streak: int, latest: str | None, pong: PingPong, call: CurrentCall, cfg: LoopDetectionConfig
 ) -> Detection | None:
@@ -58,11 +69,11 @@ def global_circuit_breaker(
     The reference counted only the current tool's streak, so a ping-pong loop never tripped
     it; here the larger of the two no-progress counts is compared with the threshold.
     """
-    pong_count = pong.calls if pong.no_progress else 0
-    count = max(streak, pong_count)
+    alternation = pong_count(pong) if pong.no_progress else 0
+    count = max(streak, alternation)
     if count < cfg.global_circuit_breaker_threshold:
         return None
-    if pong_count > streak:
+    if alternation > streak:
         what = f"{call.tool_name} and {pong.paired_tool_name} have alternated"
     else:
         what = f"{call.tool_name} has repeated identical no-progress outcomes"
@@ -73,7 +84,7 @@ def global_circuit_breaker(
         f"CRITICAL: {what} {count} times. "
         "Session execution stopped by global circuit breaker to prevent runaway loops.",
         latest or "",
-        pong.paired_tool_name if pong_count > streak else "",
+        pong.paired_tool_name if alternation > streak else "",
     )
 
 
@@ -107,24 +118,25 @@ def ping_pong(
     pong: PingPong, history: RunHistory, call: CurrentCall, cfg: LoopDetectionConfig
 ) -> Detection | None:
     """A,B,A,B… : warn even if outputs change, block only when both sides are stable."""
-    if pong.calls >= cfg.critical_threshold and pong.no_progress:
+    count = pong_count(pong)
+    if count >= cfg.critical_threshold and pong.no_progress:
         return Detection(
             CRITICAL,
             "ping_pong",
-            pong.calls,
+            count,
             f"CRITICAL: You are alternating between repeated tool-call patterns "
-            f"({pong.calls} consecutive calls) with no progress. This appears to be a stuck "
+            f"({count} consecutive calls) with no progress. This appears to be a stuck "
             "ping-pong loop. Session execution blocked to prevent resource waste.",
             history.latest_result_hash(call.sig) or "",
             pong.paired_tool_name,
         )
-    if pong.calls >= cfg.warning_threshold:
+    if count >= cfg.warning_threshold:
         return Detection(
             WARNING,
             "ping_pong",
-            pong.calls,
+            count,
             f"WARNING: You are alternating between repeated tool-call patterns "
-            f"({pong.calls} consecutive calls). This looks like a ping-pong loop; stop "
+            f"({count} consecutive calls). This looks like a ping-pong loop; stop "
             "retrying and report the task as failed.",
             "",
             pong.paired_tool_name,

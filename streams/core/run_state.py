@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from streams.core.config import LoopDetectionConfig
-from streams.core.detectors import CRITICAL, CurrentCall, Detection, detect
+from streams.core.detectors import CRITICAL, CurrentCall, Detection
 from streams.core.events import (
     Action,
     AgentEvent,
@@ -30,6 +30,7 @@ from streams.core.events import (
     event_from_dict,
     event_to_dict,
 )
+from streams.core.failures import detect_with_failures, next_error_streak
 from streams.core.guard import PostCompactionGuard
 from streams.core.hashing import MEMO_MAX_CHARS, call_info, result_outcome
 from streams.core.history import RunHistory
@@ -79,6 +80,7 @@ class RunState:
     last_seq: int = 0  # highest seq processed; every seq before it processed or given up
     status: str = ACTIVE
     blocks: int = 0
+    error_streak: int = 0  # failed tool outcomes in a row (failures.next_error_streak)
     last_event_time: int = 0  # newest event_time seen (run expiry)
     last_seq_time: int = 0  # event_time of the event at last_seq (run progress)
     waiting: dict[int, AgentEvent] = field(default_factory=dict)
@@ -206,7 +208,9 @@ class RunState:
     def _on_call(self, event: ToolCall, cfg: LoopDetectionConfig) -> list[Decision]:
         info = call_info(event.tool_name, event.args_json)
         sig, known_poll, action = info.sig, info.known_poll, info.action
-        hit = detect(self.history, event.tool_name, sig, known_poll, cfg)
+        hit = detect_with_failures(
+            self.history, self.error_streak, event.tool_name, sig, known_poll, cfg
+        )
         record = self.history.append_call(
             event.tool_name,
             sig,
@@ -252,6 +256,9 @@ class RunState:
             # No result and no error: nothing to compare, so, as in the reference, it is not
             # an outcome at all; the call stays open for a result that says something.
             return []
+        self.error_streak = next_error_streak(
+            self.error_streak, event.error is not None, outcome.loop_veto
+        )
         if record is not None:
             self.history.attach_result(record, outcome)
         else:
@@ -358,6 +365,7 @@ class RunState:
             "last_seq": self.last_seq,
             "status": self.status,
             "blocks": self.blocks,
+            "error_streak": self.error_streak,
             "last_event_time": self.last_event_time,
             "last_seq_time": self.last_seq_time,
             "waiting": [event_to_dict(self.waiting[seq]) for seq in sorted(self.waiting)],
@@ -379,6 +387,7 @@ class RunState:
             last_seq=data["last_seq"],
             status=data["status"],
             blocks=data["blocks"],
+            error_streak=data.get("error_streak", 0),  # states written before issue 17: 0
             last_event_time=data["last_event_time"],
             # States written before it was kept: the newest event time is the best guess.
             last_seq_time=data.get("last_seq_time", data["last_event_time"]),

@@ -10,7 +10,11 @@ does, and nothing here is shared with ``streams.core``.
 
 Where loopguard deliberately differs (README, "Deliberate deviations"), :class:`ReferenceRun`
 either has no opinion (the generator avoids the case) or reports :data:`DEVIATION` for the
-event, so a comparison stops there.
+event, so a comparison stops there. Three loopguard rules are restated here too, each marked
+"loopguard:" where it applies, so the comparison goes on through them: one counting convention
+(ping-pong counts the earlier calls of the alternation, like every other detector), and the
+failure rules of issue 17 (``consecutiveErrors`` and ``errorRepeat``, README "Rules"), which
+the reference does not have.
 """
 
 from __future__ import annotations
@@ -327,6 +331,12 @@ class Config:
     known_poll: bool
     ping_pong: bool
     window: int
+    # loopguard's failure rules (issue 17)
+    consecutive_errors: bool = True
+    error_repeat: bool = True
+    errors_warning: int = 5
+    errors_critical: int = 10
+    error_repeat_threshold: int = 3
 
     @classmethod
     def from_block(cls, block: dict[str, Any]) -> Config:
@@ -335,6 +345,8 @@ class Config:
         critical = max(block.get("criticalThreshold", 20), warning + 1)
         breaker = max(block.get("globalCircuitBreakerThreshold", 30), critical + 1)
         detectors = block.get("detectors", {})
+        errors = block.get("consecutiveErrors", {})
+        errors_warning = errors.get("warningThreshold", 5)
         return cls(
             enabled=block.get("enabled"),
             history_size=block.get("historySize", 30),
@@ -346,6 +358,11 @@ class Config:
             known_poll=detectors.get("knownPollNoProgress", True),
             ping_pong=detectors.get("pingPong", True),
             window=block.get("postCompactionGuard", {}).get("windowSize", 3),
+            consecutive_errors=detectors.get("consecutiveErrors", True),
+            error_repeat=detectors.get("errorRepeat", True),
+            errors_warning=errors_warning,
+            errors_critical=max(errors.get("criticalThreshold", 10), errors_warning + 1),
+            error_repeat_threshold=block.get("errorRepeatThreshold", 3),
         )
 
 
@@ -435,6 +452,8 @@ def detect_tool_call_loop(
     streak = no_progress_streak(history, tool_name, current)
     known_poll = is_known_poll_tool_call(tool_name, params)
     pong, pong_evidence = ping_pong_streak(history, current)
+    # loopguard: the current call is not counted (the reference's count includes it)
+    pong = max(pong - 1, 0)
     if unknown >= cfg.unknown_tool:
         return ("critical", "unknown_tool_repeat", unknown)
     # Deviation: loopguard's breaker also counts a stable ping-pong (README).
@@ -458,6 +477,49 @@ def detect_tool_call_loop(
     return None
 
 
+# -- loopguard: the failure rules (issue 17) -----------------------------------------------
+
+
+def latest_result_hash(history: list[Record], args_hash: str) -> str | None:
+    for record in reversed(history):
+        if record.args_hash == args_hash and record.result_hash:
+            return record.result_hash
+    return None
+
+
+def detect_failures(
+    history: list[Record], tool_name: str, params: Any, cfg: Config, error_streak: int
+) -> Verdict | None:
+    """errorRepeat: the call's identical-outcome streak is of one error; consecutiveErrors:
+    the run's last outcomes were all failures, whatever the calls."""
+    if cfg.enabled is not True:
+        return None
+    current = hash_tool_call(tool_name, params)
+    latest = latest_result_hash(history, current)
+    if cfg.error_repeat and latest is not None and latest.startswith("error:"):
+        streak = no_progress_streak(history, tool_name, current)
+        if streak >= cfg.error_repeat_threshold:
+            return ("critical", "error_repeat", streak)
+    if cfg.consecutive_errors and error_streak >= cfg.errors_critical:
+        return ("critical", "consecutive_errors", error_streak)
+    if cfg.consecutive_errors and error_streak >= cfg.errors_warning:
+        return ("warning", "consecutive_errors", error_streak)
+    return None
+
+
+def detect_all(
+    history: list[Record], tool_name: str, params: Any, cfg: Config, error_streak: int
+) -> Verdict | str | None:
+    """The most severe verdict; at equal severity the reference's own comes first."""
+    verdict = detect_tool_call_loop(history, tool_name, params, cfg)
+    if verdict == DEVIATION or (verdict is not None and verdict[0] == "critical"):
+        return verdict
+    extra = detect_failures(history, tool_name, params, cfg, error_streak)
+    if extra is not None and (verdict is None or extra[0] == "critical"):
+        return extra
+    return verdict
+
+
 # -- one run: the runner around detection and the post-compaction guard --------------------
 
 
@@ -467,13 +529,14 @@ class ReferenceRun:
     history: list[Record] = field(default_factory=list)
     guard_remaining: int = 0
     guard_history: list[tuple[str, str, str]] = field(default_factory=list)
+    error_streak: int = 0  # loopguard: failed outcomes in a row
 
     def _trim(self) -> None:
         del self.history[: max(0, len(self.history) - self.cfg.history_size)]
 
     def call(self, tool_name: str, args_json: str, call_id: str | None) -> Verdict | str | None:
         params = js_parse(args_json)
-        verdict = detect_tool_call_loop(self.history, tool_name, params, self.cfg)
+        verdict = detect_all(self.history, tool_name, params, self.cfg, self.error_streak)
         if self.cfg.enabled is not False:  # recordToolCall
             record = Record(tool_name, hash_tool_call(tool_name, params), call_id, params=params)
             self.history.append(record)
@@ -503,6 +566,8 @@ class ReferenceRun:
         result_hash, unknown = hash_tool_outcome(tool_name, params, result, error)
         if not result_hash:  # recordToolCallOutcome records nothing, observes nothing
             return None
+        # loopguard: the failure streak (the generated gateway never answers with a veto)
+        self.error_streak = self.error_streak + 1 if error is not None else 0
         args_hash = hash_tool_call(tool_name, params)
         for record in reversed(self.history):
             if call_id and record.tool_call_id != call_id:

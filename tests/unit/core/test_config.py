@@ -15,7 +15,9 @@ from streams.core.config import (
     ConfigError,
     DetectorSwitches,
     FleetConfig,
+    config_warnings,
     fleet_from_document,
+    fleet_warnings,
     load_fleet_config,
     resolve,
 )
@@ -45,6 +47,10 @@ def test_defaults_match_spec_table():
     assert cfg.detectors == DetectorSwitches(True, True, True)
     assert cfg.compaction_window_size == 3
     assert cfg.abort_after_blocks == 3
+    assert cfg.compaction_storm_threshold == 3
+    assert (cfg.consecutive_errors_warning, cfg.consecutive_errors_critical) == (5, 10)
+    assert cfg.error_repeat_threshold == 3
+    assert cfg.detectors.consecutive_errors and cfg.detectors.error_repeat
 
 
 def test_defaults_table_literal():
@@ -55,9 +61,17 @@ def test_defaults_table_literal():
         "criticalThreshold": 20,
         "unknownToolThreshold": 10,
         "globalCircuitBreakerThreshold": 30,
-        "detectors": {"genericRepeat": True, "knownPollNoProgress": True, "pingPong": True},
-        "postCompactionGuard": {"windowSize": 3},
+        "detectors": {
+            "genericRepeat": True,
+            "knownPollNoProgress": True,
+            "pingPong": True,
+            "consecutiveErrors": True,
+            "errorRepeat": True,
+        },
+        "postCompactionGuard": {"windowSize": 3, "stormThreshold": 3},
         "abortAfterBlocks": 3,
+        "consecutiveErrors": {"warningThreshold": 5, "criticalThreshold": 10},
+        "errorRepeatThreshold": 3,
     }
 
 
@@ -175,6 +189,46 @@ def test_agent_post_compaction_guard_merge():
     )
     assert fleet.for_agent("a").compaction_window_size == 2
     assert fleet.for_agent("b").compaction_window_size == 5
+
+
+def test_agent_failure_rules_merge_key_by_key():
+    """consecutiveErrors merges per key like postCompactionGuard; the switches like detectors."""
+    fleet = fleet_from_document(
+        doc(
+            {
+                "consecutiveErrors": {"warningThreshold": 4, "criticalThreshold": 8},
+                "errorRepeatThreshold": 5,
+                "postCompactionGuard": {"stormThreshold": 6},
+            },
+            {
+                "a": {
+                    "consecutiveErrors": {"criticalThreshold": 6},
+                    "detectors": {"errorRepeat": False},
+                    "postCompactionGuard": {"windowSize": 2},
+                }
+            },
+        )
+    )
+    a, other = fleet.for_agent("a"), fleet.for_agent("other")
+    assert (a.consecutive_errors_warning, a.consecutive_errors_critical) == (4, 6)
+    assert (other.consecutive_errors_warning, other.consecutive_errors_critical) == (4, 8)
+    assert a.error_repeat_threshold == other.error_repeat_threshold == 5
+    assert (a.compaction_window_size, a.compaction_storm_threshold) == (2, 6)
+    assert not a.detectors.error_repeat and a.detectors.consecutive_errors
+    assert other.detectors.error_repeat
+
+
+@pytest.mark.parametrize(
+    ("errors", "warning", "critical"),
+    [
+        ({"warningThreshold": 7}, 7, 10),
+        ({"warningThreshold": 10}, 10, 11),
+        ({"criticalThreshold": 2}, 5, 6),
+    ],
+)
+def test_consecutive_errors_critical_is_raised_above_warning(errors, warning, critical):
+    cfg = resolve({"consecutiveErrors": errors})
+    assert (cfg.consecutive_errors_warning, cfg.consecutive_errors_critical) == (warning, critical)
 
 
 def test_agent_enabled_override_both_directions():
@@ -303,6 +357,17 @@ G = "tools.loopDetection"
         ({"postCompactionGuard": {"windowSize": True}}, f"{G}.postCompactionGuard.windowSize"),
         ({"postCompactionGuard": {"windowSize": "3"}}, f"{G}.postCompactionGuard.windowSize"),
         ({"postCompactionGuard": {"size": 3}}, f"{G}.postCompactionGuard.size"),
+        ({"postCompactionGuard": {"stormThreshold": 0}}, f"{G}.postCompactionGuard.stormThreshold"),
+        ({"consecutiveErrors": 5}, f"{G}.consecutiveErrors"),
+        ({"consecutiveErrors": {"warningThreshold": 0}}, f"{G}.consecutiveErrors.warningThreshold"),
+        (
+            {"consecutiveErrors": {"criticalThreshold": "9"}},
+            f"{G}.consecutiveErrors.criticalThreshold",
+        ),
+        ({"consecutiveErrors": {"threshold": 3}}, f"{G}.consecutiveErrors.threshold"),
+        ({"errorRepeatThreshold": 0}, f"{G}.errorRepeatThreshold"),
+        ({"errorRepeatThreshold": True}, f"{G}.errorRepeatThreshold"),
+        ({"detectors": {"errorRepeat": 1}}, f"{G}.detectors.errorRepeat"),
     ],
 )
 def test_validation_names_global_field(block, path):
@@ -529,6 +594,12 @@ def test_version_is_stable():
         {"detectors": {"pingPong": False}},
         {"postCompactionGuard": {"windowSize": 4}},
         {"abortAfterBlocks": 4},
+        {"postCompactionGuard": {"stormThreshold": 4}},
+        {"detectors": {"consecutiveErrors": False}},
+        {"detectors": {"errorRepeat": False}},
+        {"consecutiveErrors": {"warningThreshold": 4}},
+        {"consecutiveErrors": {"criticalThreshold": 11}},
+        {"errorRepeatThreshold": 4},
     ],
 )
 def test_version_changes_with_every_field(change):
@@ -547,3 +618,59 @@ def test_decisions_carry_the_config_version():
     run.plain_cycle("exec", {"command": "ls"}, exec_result("a"))
     decided = run.call("exec", {"command": "ls"})
     assert decided and decided[0].config_version == lg.config_for(run.agent_id).version
+
+
+# -- thresholds the window can never reach ---------------------------------------------
+
+
+def test_default_config_has_no_warnings():
+    assert config_warnings(resolve({"enabled": True})) == []
+    assert fleet_warnings(fleet_from_document(doc({"enabled": True}))) == []
+
+
+def test_history_below_critical_is_reported_not_clamped():
+    cfg = resolve({"enabled": True, "historySize": 8})
+    assert cfg.history_size == 8  # kept: a short window is the spec's remedy for false positives
+    text = " | ".join(config_warnings(cfg))
+    assert "historySize 8 is below criticalThreshold 20" in text
+    assert "globalCircuitBreakerThreshold 30" in text and "warningThreshold 10" in text
+    assert "errorRepeatThreshold" not in text  # 3 <= 8
+
+
+def test_warnings_only_when_the_rolling_detectors_run():
+    assert config_warnings(resolve({"historySize": 2})) == []  # enabled unset: detectors off
+
+
+def test_fleet_warnings_name_the_block(caplog):
+    document = doc({"enabled": True}, {"tiny": {"historySize": 15}, "fine": {}})
+    with caplog.at_level("WARNING", logger="loopguard.config"):
+        fleet = fleet_from_document(document)
+    found = fleet_warnings(fleet)
+    assert found == [
+        "agents.list[id=tiny].tools.loopDetection: historySize 15 is below criticalThreshold 20: "
+        "genericRepeat, knownPollNoProgress and pingPong warn but never block (a count never "
+        "exceeds the window); raise historySize to at least 20 or lower criticalThreshold",
+        "agents.list[id=tiny].tools.loopDetection: historySize 15 is below "
+        "globalCircuitBreakerThreshold 30: the global circuit breaker never fires (a count "
+        "never exceeds the window); raise historySize to at least 30 or lower "
+        "globalCircuitBreakerThreshold",
+    ]
+    assert [r.getMessage() for r in caplog.records] == found  # logged once, at load
+
+
+def test_an_override_logs_its_warnings(caplog):
+    with caplog.at_level("WARNING", logger="loopguard.config"):
+        FleetConfig().with_override("*", {"enabled": True, "historySize": 25})
+    messages = [r.getMessage() for r in caplog.records]
+    assert len(messages) == 1 and messages[0].startswith(
+        "tools.loopDetection: historySize 25 is below globalCircuitBreakerThreshold 30"
+    )
+
+
+def test_the_warning_is_true_history_below_critical_never_blocks():
+    cfg = {"enabled": True, "historySize": 4, "warningThreshold": 2, "criticalThreshold": 5}
+    assert any("criticalThreshold 5" in t for t in config_warnings(resolve(cfg)))
+    run = Run(guard(cfg))
+    for _ in range(30):
+        run.cycle("read", {"p": 1}, text_result("same"))
+    assert {d.action for d in run.decisions} == {Action.WARN}

@@ -1,9 +1,10 @@
 """The rolling-history detectors, one rule at a time, through the real engine.
 
-Counting convention (as in the reference runtime): detectors run when a ToolCall arrives,
-against the history *before* that call is recorded, so a generic-repeat count is the number of
-*previous* identical calls. ``Run.cycle`` answers a BLOCK like the gateway does: with the loop
-veto result instead of the tool's own result.
+Counting convention (README, "Counting"): detectors run when a ToolCall arrives, against the
+history *before* that call is recorded, so every count is the number of *previous* calls that
+form the pattern the current call continues (a generic-repeat count is the previous identical
+calls, a ping-pong count the previous calls of the alternation). ``Run.cycle`` answers a
+BLOCK like the gateway does: with the loop veto result instead of the tool's own result.
 """
 
 from __future__ import annotations
@@ -28,7 +29,15 @@ from streams.core.hashing import args_hash
 READ = {"path": "/etc/hosts"}
 WRITE = {"path": "/tmp/out", "content": "x"}
 POLL = {"action": "poll", "sessionId": "s-1"}
-ALL_OFF = {"genericRepeat": False, "knownPollNoProgress": False, "pingPong": False}
+# The failure rules (issue 17) are switched off where a test is about the reference's own
+# rules and drives them with failing calls.
+NO_FAILURE_RULES = {"consecutiveErrors": False, "errorRepeat": False}
+ALL_OFF = {
+    "genericRepeat": False,
+    "knownPollNoProgress": False,
+    "pingPong": False,
+    **NO_FAILURE_RULES,
+}
 SMALL = {"warningThreshold": 3, "criticalThreshold": 5, "globalCircuitBreakerThreshold": 7}
 
 
@@ -113,7 +122,12 @@ def test_generic_repeat_without_results_only_warns():
 
 def test_generic_repeat_errors_are_outcomes():
     got = repeat(
-        Run(on(**SMALL)), 6, "read", READ, result=lambda i: None, error="EACCES: permission denied"
+        Run(on(**SMALL, detectors=NO_FAILURE_RULES)),
+        6,
+        "read",
+        READ,
+        result=lambda i: None,
+        error="EACCES: permission denied",
     )
     assert got[6] == ("block", "generic_repeat", 5)
 
@@ -249,25 +263,25 @@ def test_known_poll_results_without_args_use_the_calls_action():
 
 
 def test_ping_pong_defaults_stable():
-    got = alternate(Run(on()), 21)
-    assert got[10] == ("warn", "ping_pong", 10)
-    assert got[19] == ("warn", "ping_pong", 19)
-    assert got[20] == ("block", "ping_pong", 20)
-    assert got[21] == ("block", "ping_pong", 21)
-    assert min(got) == 10
+    got = alternate(Run(on()), 22)
+    assert got[11] == ("warn", "ping_pong", 10)  # 10 earlier calls alternate, like generic
+    assert got[20] == ("warn", "ping_pong", 19)
+    assert got[21] == ("block", "ping_pong", 20)
+    assert got[22] == ("block", "ping_pong", 21)
+    assert min(got) == 11
 
 
 def test_ping_pong_small_thresholds():
     run = Run(on(**SMALL, abortAfterBlocks=99))
-    got = alternate(run, 6)
+    got = alternate(run, 7)
     assert got == {
-        3: ("warn", "ping_pong", 3),
-        4: ("warn", "ping_pong", 4),
-        5: ("block", "ping_pong", 5),
-        6: ("block", "ping_pong", 6),
+        4: ("warn", "ping_pong", 3),
+        5: ("warn", "ping_pong", 4),
+        6: ("block", "ping_pong", 5),
+        7: ("block", "ping_pong", 6),
     }
-    assert run.decisions[-1].paired_tool_name == "read"
-    assert run.decisions[-2].paired_tool_name == "write"
+    assert run.decisions[-1].paired_tool_name == "write"
+    assert run.decisions[-2].paired_tool_name == "read"
 
 
 @pytest.mark.parametrize("side", ["a", "b", "both"])
@@ -277,7 +291,7 @@ def test_ping_pong_changing_outputs_warn_but_never_block(side):
     ra = changing if side in ("a", "both") else stable
     rb = changing if side in ("b", "both") else stable
     got = alternate(Run(on()), 60, ra=ra, rb=rb)
-    assert min(got) == 10
+    assert min(got) == 11
     assert {v[:2] for v in got.values()} == {("warn", "ping_pong")}
 
 
@@ -290,18 +304,18 @@ def test_ping_pong_one_odd_result_in_the_window_prevents_block():
     blocks = sorted(n for n, v in got.items() if v[0] == "block")
     # call 6 carried the odd result; it leaves the 30-call window after call 36
     assert blocks[0] == 37
-    assert all(got[n][0] == "warn" for n in range(10, 37))
+    assert all(got[n][0] == "warn" for n in range(11, 37))
 
 
 def test_ping_pong_same_tool_different_args():
-    got = alternate(Run(on(**SMALL)), 5, a=("read", {"path": "a"}), b=("read", {"path": "b"}))
-    assert got[3] == ("warn", "ping_pong", 3)
-    assert got[5] == ("block", "ping_pong", 5)
+    got = alternate(Run(on(**SMALL)), 6, a=("read", {"path": "a"}), b=("read", {"path": "b"}))
+    assert got[4] == ("warn", "ping_pong", 3)
+    assert got[6] == ("block", "ping_pong", 5)
 
 
 def test_ping_pong_needs_the_expected_next_call():
     run = Run(on(**SMALL))
-    alternate(run, 4)  # A B A B: calls 3 and 4 already warn
+    alternate(run, 4)  # A B A B: call 4 already warns
     run.decisions.clear()
     # the expected next call is A; repeating B is not ping-pong
     assert run.cycle("write", WRITE, text_result("B")) == []
@@ -310,10 +324,11 @@ def test_ping_pong_needs_the_expected_next_call():
 
 
 def test_ping_pong_requires_at_least_two_alternating_calls():
-    run = Run(on(warningThreshold=1, criticalThreshold=2, globalCircuitBreakerThreshold=50))
+    run = Run(on(warningThreshold=2, criticalThreshold=3, globalCircuitBreakerThreshold=50))
     assert run.cycle("read", READ, text_result("A")) == []
     assert run.cycle("write", WRITE, text_result("B")) == []  # no history of A/B yet
-    assert one(run.cycle("read", READ, text_result("A"))).detector == "ping_pong"
+    # A after A, B: two earlier calls alternate (generic repeat sees one earlier A)
+    assert summary(run.cycle("read", READ, text_result("A"))) == [("warn", "ping_pong", 2)]
 
 
 def test_ping_pong_pending_results_are_not_evidence_of_no_progress():
@@ -339,7 +354,7 @@ def unknown(run, n, tool="browser", error="Unknown tool: browser", same_args=Fal
 
 
 def test_unknown_tool_defaults_with_changing_args():
-    got = unknown(Run(on()), 11)
+    got = unknown(Run(on(detectors=NO_FAILURE_RULES)), 11)
     assert got == {11: ("block", "unknown_tool_repeat", 10)}
 
 
@@ -376,7 +391,7 @@ def test_unknown_tool_ordinary_errors_do_not_count():
 
 @pytest.mark.parametrize("same_args", [False, True], ids=["changing-args", "same-args"])
 def test_unknown_tool_block_is_sticky_and_escalates(same_args):
-    got = unknown(Run(on()), 13, same_args=same_args)
+    got = unknown(Run(on(detectors=NO_FAILURE_RULES)), 13, same_args=same_args)
     assert got == {
         11: ("block", "unknown_tool_repeat", 10),
         12: ("block", "unknown_tool_repeat", 11),
@@ -404,10 +419,10 @@ def test_breaker_small_threshold():
 def test_breaker_catches_a_stable_ping_pong_loop():
     # the reference counted the breaker per tool, so this loop escaped it
     run = Run(on(detectors=ALL_OFF))
-    got = alternate(run, 31)
-    assert got[30] == ("abort", "global_circuit_breaker", 30)
-    assert min(got) == 30
-    assert run.decisions[0].paired_tool_name == "read"
+    got = alternate(run, 32)
+    assert got[31] == ("abort", "global_circuit_breaker", 30)
+    assert min(got) == 31
+    assert run.decisions[0].paired_tool_name == "write"
     assert "alternated" in run.decisions[0].reason
 
 
@@ -499,10 +514,9 @@ def test_breaker_wins_over_known_poll():
 def test_known_poll_wins_over_ping_pong():
     run = Run(on(**dict(SMALL, globalCircuitBreakerThreshold=50), abortAfterBlocks=99))
     got = alternate(run, 7, a=("process", POLL), ra=lambda i: poll_result())
-    assert got[3] == ("warn", "ping_pong", 3)
-    assert got[5] == ("block", "ping_pong", 5)
-    assert got[6] == ("block", "ping_pong", 6)
-    # call 7: poll streak 3 (warning) and a stable ping-pong of 7 (critical): poll comes first
+    assert got[4] == ("warn", "ping_pong", 3)
+    assert got[6] == ("block", "ping_pong", 5)
+    # call 7: poll streak 3 (warning) and a stable ping-pong of 6 (critical): poll comes first
     assert got[7] == ("warn", "known_poll_no_progress", 3)
 
 
@@ -510,7 +524,7 @@ def test_ping_pong_wins_over_generic_repeat():
     # A stable, B changing: generic would block A (streak >= critical), ping-pong only warns
     run = Run(on(**dict(SMALL, globalCircuitBreakerThreshold=50)))
     got = alternate(run, 16, rb=lambda i: text_result(f"B{i}"))
-    assert got[11] == ("warn", "ping_pong", 11)  # A's streak is 5 here
+    assert got[11] == ("warn", "ping_pong", 10)  # A's streak is 5 here
     assert {v[:2] for v in got.values()} == {("warn", "ping_pong")}
     # generic alone would block
     run = Run(on(**dict(SMALL, globalCircuitBreakerThreshold=50, detectors={"pingPong": False})))
@@ -520,9 +534,9 @@ def test_ping_pong_wins_over_generic_repeat():
 
 def test_breaker_wins_over_ping_pong_block():
     run = Run(on(**SMALL, abortAfterBlocks=99))
-    got = alternate(run, 7)
-    assert got[6] == ("block", "ping_pong", 6)
-    assert got[7] == ("abort", "global_circuit_breaker", 7)
+    got = alternate(run, 8)
+    assert got[7] == ("block", "ping_pong", 6)
+    assert got[8] == ("abort", "global_circuit_breaker", 7)
 
 
 # -- blocks are outcomes; escalation -----------------------------------------------------
@@ -578,8 +592,8 @@ def test_blocks_accumulate_across_detectors():
     run = Run(on(**SMALL))
     repeat(run, 6, "read", READ)  # one generic block
     repeat(run, 6, "process", POLL, lambda i: poll_result())  # one poll block
-    got = alternate(run, 5, a=("list", {"d": 1}), b=("stat", {"f": 1}))
-    assert got[5] == ("abort", "ping_pong", 5)
+    got = alternate(run, 6, a=("list", {"d": 1}), b=("stat", {"f": 1}))
+    assert got[6] == ("abort", "ping_pong", 5)
     assert [d.action for d in run.decisions if d.action is not Action.WARN] == [
         Action.BLOCK,
         Action.BLOCK,
@@ -589,9 +603,9 @@ def test_blocks_accumulate_across_detectors():
 
 def test_ping_pong_veto_keeps_it_stable():
     run = Run(on(**SMALL))
-    got = alternate(run, 7)
-    assert got[5][0] == "block" and got[6][0] == "block"
-    assert got[7] == ("abort", "global_circuit_breaker", 7)
+    got = alternate(run, 8)
+    assert got[6][0] == "block" and got[7][0] == "block"
+    assert got[8] == ("abort", "global_circuit_breaker", 7)
 
 
 # -- after abort / end -------------------------------------------------------------------
@@ -671,7 +685,7 @@ def test_history_smaller_than_critical_can_never_block():
 
 def test_history_window_caps_ping_pong_count():
     got = alternate(Run(on(historySize=6, warningThreshold=3, criticalThreshold=50)), 20)
-    assert max(v[2] for v in got.values()) == 7  # 6 calls in the window plus the current one
+    assert max(v[2] for v in got.values()) == 6  # the 6 calls in the window, like generic
 
 
 # -- parallel calls, results out of order ------------------------------------------------

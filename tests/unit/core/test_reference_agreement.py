@@ -65,6 +65,23 @@ CONFIGS: list[dict[str, Any]] = [
         "globalCircuitBreakerThreshold": 7,
         "detectors": {"genericRepeat": False, "knownPollNoProgress": False},
     },
+    {
+        "enabled": True,
+        "historySize": 10,
+        "warningThreshold": 4,
+        "criticalThreshold": 8,
+        "unknownToolThreshold": 6,
+        "consecutiveErrors": {"warningThreshold": 2, "criticalThreshold": 4},
+        "errorRepeatThreshold": 2,
+    },
+    {
+        "enabled": True,
+        "historySize": 10,
+        "warningThreshold": 3,
+        "criticalThreshold": 6,
+        "consecutiveErrors": {"warningThreshold": 3, "criticalThreshold": 3},  # raised to 4
+        "detectors": {"errorRepeat": False},
+    },
     {"historySize": 6, "postCompactionGuard": {"windowSize": 2}},  # guard only
     {"enabled": False},  # nothing at all
 ]
@@ -274,4 +291,7 @@ def test_the_generator_reaches_every_verdict():
         ("critical", "unknown_tool_repeat"),
         ("critical", "global_circuit_breaker"),
         ("critical", "post_compaction_guard"),
+        ("critical", "error_repeat"),
+        ("warning", "consecutive_errors"),
+        ("critical", "consecutive_errors"),
     } <= seen
