@@ -89,6 +89,8 @@ class Settings:
     rebalance_timeout: float = 60.0
     max_message_bytes: int = 1_048_576
     run_idle_ttl: float = 3600.0
+    # A crashed agent stops the worker; a stop that hangs (Faust #324) ends after this.
+    crash_exit_seconds: float = 15.0
     audit_batch: int = 500
     fetch_max_wait_ms: int = PROFILES["kafka"].fetch_max_wait_ms
     batch_size: int = 500
@@ -146,6 +148,7 @@ class Settings:
             rebalance_timeout=_float("REBALANCE_TIMEOUT", cls.rebalance_timeout),
             max_message_bytes=_int("MAX_MESSAGE_BYTES", cls.max_message_bytes),
             run_idle_ttl=_float("RUN_IDLE_TTL", cls.run_idle_ttl),
+            crash_exit_seconds=_float("CRASH_EXIT_SECONDS", cls.crash_exit_seconds),
             audit_batch=_int("AUDIT_BATCH", cls.audit_batch),
             fetch_max_wait_ms=_int("FETCH_MAX_WAIT_MS", profile.fetch_max_wait_ms),
             batch_size=_int("BATCH_SIZE", cls.batch_size),

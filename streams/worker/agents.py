@@ -42,6 +42,7 @@ from streams.wire.avro import (
 from streams.wire.errors import UnknownSchemaError
 from streams.wire.schema_registry import SchemaRegistry
 from streams.worker.audit_writer import AuditWriter
+from streams.worker.crash_exit import CrashExit
 from streams.worker.expiry import RunExpiry
 from streams.worker.metrics import WorkerMetrics
 from streams.worker.processor import EventProcessor
@@ -85,12 +86,15 @@ class WorkerAgents:
         app, parts = self.parts.app, self.parts
         # An agent that crashes takes the worker down (exit code 1) rather than leaving a
         # live process that guards nothing; its supervisor (compose, systemd) restarts it.
+        # Faust's stop can hang after a crash (#324), so the crash also arms a deadline.
         crash = {"supervisor_strategy": CrashingSupervisor}
-        app.agent(parts.events_topic, name="guard_runs", **crash)(self.guard_runs)
-        app.agent(parts.control_topic, name="audit_decisions", **crash)(self.audit_decisions)
-        app.agent(parts.deadletter_topic, name="audit_dead_letters", **crash)(
-            self.audit_dead_letters
-        )
+        exit_after = CrashExit(self.settings.crash_exit_seconds)
+        for topic, name, body in (
+            (parts.events_topic, "guard_runs", self.guard_runs),
+            (parts.control_topic, "audit_decisions", self.audit_decisions),
+            (parts.deadletter_topic, "audit_dead_letters", self.audit_dead_letters),
+        ):
+            app.agent(topic, name=name, **crash)(exit_after.guard(name, body))
         app.timer(interval=10.0, name="expire_runs")(self.expire_runs)
         app.timer(interval=LAG_SAMPLE_SECONDS, name="sample_lag")(self.sample_lag)
         app.task(self.announce)

@@ -107,6 +107,8 @@ def test_a_crashed_guarding_agent_ends_the_worker_process(
     deadline = time.monotonic() + 90
     while worker.alive and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not worker.alive, "the worker kept running without its guarding agent"
+    assert not worker.alive, (
+        "the worker kept running without its guarding agent\n" + pipeline.worker_logs(20_000)
+    )
     assert worker.process is not None and worker.process.returncode != 0
     assert "injected: the guarding agent fails" in pipeline.worker_logs(tail=200_000)
