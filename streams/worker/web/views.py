@@ -1,0 +1,211 @@
+"""The Faust web views; queries run in a thread so the stream agents' loop never waits on SQL."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import threading
+import time
+from collections.abc import Callable, Mapping
+from importlib import resources
+from typing import Any, TypeVar
+
+from faust import web
+
+from streams.audit import queries
+from streams.worker.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from streams.worker.metrics import WorkerMetrics
+from streams.worker.web.markup import HTML_HEADERS, STATIC_PREFIX
+from streams.worker.web.params import BadRequest, runs_filters, status_query, summary_dict
+from streams.worker.web.run_page import render_run
+from streams.worker.web.status_page import HEALTHY, load_status, render_status
+
+T = TypeVar("T")
+HealthProvider = Callable[[], Mapping[str, Any]]
+
+STATIC_TYPES = {
+    ".css": "text/css",
+    ".js": "text/javascript",
+    ".svg": "image/svg+xml",
+}
+
+
+class _Store:
+    """One AuditStore per worker, created on first use (the DB may come up after the worker)."""
+
+    def __init__(self, db_url: str) -> None:
+        self.db_url = db_url
+        self._store: Any = None
+        self._lock = threading.Lock()
+
+    def get(self) -> Any:
+        with self._lock:
+            if self._store is None:
+                from streams.audit.store import AuditStore
+
+                self._store = AuditStore(self.db_url)
+            return self._store
+
+    async def run(self, work: Callable[[Any], T]) -> T:
+        return await asyncio.to_thread(lambda: work(self.get()))
+
+
+def _db_error(exc: Exception) -> str:
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return f"audit database unavailable: {type(exc).__name__}: {text[:300]}"
+
+
+async def _call_health(health: HealthProvider | None) -> dict[str, Any]:
+    """The provider's fields; a provider that fails makes the worker unhealthy, not the view."""
+    if health is None:
+        return {}
+    try:
+        result = health()
+        if inspect.isawaitable(result):
+            result = await result
+        return dict(result or {})
+    except Exception as exc:  # noqa: BLE001 - report, never crash the health check
+        return {"status": "error", "health_error": f"{type(exc).__name__}: {exc}"[:300]}
+
+
+def static_asset(name: str) -> tuple[bytes, str] | None:
+    """A file shipped in ``streams/worker/static`` and its content type, or None."""
+    suffix = name[name.rfind(".") :] if "." in name else ""
+    if "/" in name or "\\" in name or name.startswith(".") or suffix not in STATIC_TYPES:
+        return None
+    resource = resources.files("streams.worker").joinpath("static", name)
+    if not resource.is_file():
+        return None
+    return resource.read_bytes(), STATIC_TYPES[suffix]
+
+
+def register_views(
+    app: Any,
+    db_url: str,
+    metrics: WorkerMetrics | None = None,
+    *,
+    health: HealthProvider | None = None,
+    clock_ms: Callable[[], int] | None = None,
+) -> WorkerMetrics:
+    """Add the loopguard pages to a Faust app's web server; returns the metrics it serves.
+
+    ``metrics``: the worker's :class:`WorkerMetrics` (a fresh, idle one if not given).
+    ``health``: called on every ``/healthz`` and status page; returns fields merged into
+    ``/healthz``'s JSON (e.g. ``{"status": "degraded", "lag": 1200}``). ``status`` other
+    than ``ok``/``degraded`` makes ``/healthz`` answer 503; a provider that raises does too.
+    ``clock_ms``: wall clock in epoch ms that time windows ("15m") count back from; tests
+    pin it so a window does not drift past fixtures during a long run.
+    """
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from streams.settings import redact_url
+
+    store = _Store(db_url)
+    started = time.time()
+    now = clock_ms if clock_ms is not None else (lambda: int(time.time() * 1000))
+    served = metrics if metrics is not None else WorkerMetrics()
+    shown_url = redact_url(db_url)
+
+    async def db_state() -> str:
+        try:
+            await store.run(lambda s: s.decision_count())
+            return "ok"
+        except Exception as exc:  # any driver error means "not reachable" here
+            return _db_error(exc)
+
+    @app.page("/healthz", name="loopguard-healthz")
+    class Healthz(web.View):
+        async def get(self, request: web.Request) -> web.Response:
+            body: dict[str, Any] = {
+                "status": "ok",
+                "app_id": app.conf.id,
+                "db": await db_state(),
+                "db_url": shown_url,
+                "uptime_seconds": round(time.time() - started, 1),
+            }
+            body.update(await _call_health(health))
+            if body["status"] == "ok" and body["db"] != "ok":
+                # Decisions still flow while the audit trail waits: degraded, not down.
+                body["status"] = "degraded"
+            return self.json(body, status=200 if body["status"] in HEALTHY else 503)
+
+    @app.page("/metrics", name="loopguard-metrics")
+    class Metrics(web.View):
+        async def get(self, request: web.Request) -> web.Response:
+            return self.bytes(served.render(), headers={"Content-Type": METRICS_CONTENT_TYPE})
+
+    @app.page("/runs", name="loopguard-runs")
+    class Runs(web.View):
+        async def get(self, request: web.Request) -> web.Response:
+            try:
+                filters = runs_filters(request.query)
+            except BadRequest as exc:
+                return self.json({"error": str(exc)}, status=400)
+            try:
+                summaries = await store.run(lambda s: s.runs(**filters))
+            except SQLAlchemyError as exc:
+                return self.json({"error": _db_error(exc)}, status=503)
+            return self.json([summary_dict(s) for s in summaries])
+
+    @app.page("/runs/{run_id}/history", name="loopguard-run-history")
+    class RunHistory(web.View):
+        async def get(self, request: web.Request, run_id: str) -> web.Response:
+            try:
+                decisions = await store.run(lambda s: s.history(run_id))
+            except SQLAlchemyError as exc:
+                return self.json({"error": _db_error(exc)}, status=503)
+            return self.json([d.to_dict() for d in decisions])
+
+    @app.page("/status", name="loopguard-status")
+    class Status(web.View):
+        async def get(self, request: web.Request) -> web.Response:
+            try:
+                q = status_query(request.query)
+            except BadRequest as exc:
+                return self.text(str(exc), status=400)
+            now_ms = now()
+            data, error = None, None
+            try:
+                data = await store.run(lambda s: load_status(s, q, now_ms))
+            except SQLAlchemyError as exc:
+                error = _db_error(exc)
+            text = render_status(
+                data,
+                q,
+                app_id=str(app.conf.id),
+                db_url=shown_url,
+                db_error=error,
+                snapshot=served.snapshot() if metrics is not None else None,
+                health=await _call_health(health),
+                now_ms=now_ms,
+            )
+            return self.html(text, status=503 if error else 200, headers=dict(HTML_HEADERS))
+
+    @app.page("/status/run", name="loopguard-status-run")
+    class StatusRun(web.View):
+        async def get(self, request: web.Request) -> web.Response:
+            run_id = request.query.get("id")
+            if not run_id:
+                return self.text("id: the run id is required (/status/run?id=RUN)", status=400)
+            try:
+                timeline = await store.run(lambda s: queries.run_timeline(s, run_id))
+            except SQLAlchemyError as exc:
+                return self.text(_db_error(exc), status=503)
+            known = timeline.decisions or timeline.progress is not None
+            text = render_run(timeline, app_id=str(app.conf.id), now_ms=now())
+            return self.html(text, status=200 if known else 404, headers=dict(HTML_HEADERS))
+
+    @app.page(STATIC_PREFIX + "{name}", name="loopguard-static")
+    class Static(web.View):
+        async def get(self, request: web.Request, name: str) -> web.Response:
+            asset = static_asset(name)
+            if asset is None:
+                return self.text("not found", status=404)
+            data, content_type = asset
+            return self.bytes(
+                data,
+                content_type=content_type,
+                headers={"Cache-Control": "max-age=300", "X-Content-Type-Options": "nosniff"},
+            )
+
+    return served
