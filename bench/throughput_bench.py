@@ -276,17 +276,25 @@ def changelog_size(bootstrap: str, app_id: str, partitions: int, plan) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_broker_arg(parser)
-    parser.add_argument("--events", type=int, default=100_000, help="events per contender")
+    parser.add_argument(
+        "--events", type=int, default=100_000, help="events (at least what --runs need; 100000)"
+    )
     parser.add_argument("--runs", type=int, default=10_000, help="runs interleaved (10000)")
     parser.add_argument("--partitions", type=int, default=4, help="partitions (default 4)")
-    parser.add_argument("--rate", type=int, default=2000, help="offered events/s for latency")
-    parser.add_argument("--latency-seconds", type=float, default=30.0, help="0 = skip")
-    parser.add_argument("--probe-every", type=int, default=100, help="events per timed run")
+    parser.add_argument("--rate", type=int, default=2000, help="offered events/s (2000)")
+    parser.add_argument(
+        "--latency-seconds", type=float, default=30.0, help="latency phase (30; 0 = skip)"
+    )
+    parser.add_argument(
+        "--probe-every", type=int, default=100, help="a timed run every N events (100)"
+    )
     parser.add_argument("--only", help="comma list of aiokafka,faust,loopguardx1,loopguardx2")
-    parser.add_argument("--drain-timeout", type=float, default=600.0)
-    parser.add_argument("--run-mem", type=int, default=10_000, help="tracemalloc runs (0 = skip)")
-    parser.add_argument("--progress", type=float, default=10.0, help="progress line every N s")
-    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--drain-timeout", type=float, default=600.0, help="max s per drain (600)")
+    parser.add_argument(
+        "--run-mem", type=int, default=10_000, help="tracemalloc runs (10000; 0 = skip)"
+    )
+    parser.add_argument("--progress", type=float, default=10.0, help="progress line every N s (10)")
+    parser.add_argument("--seed", type=int, default=1, help="workload seed (1)")
     parser.add_argument("--json", action="store_true", help="also print one JSON line")
     args = parser.parse_args()
     # A stopped bench stops its broker and processes (the finally clauses run).
