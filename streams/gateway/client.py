@@ -48,6 +48,7 @@ from streams.core.events import (
     ToolCall,
     ToolResult,
 )
+from streams.gateway.throttle import LogThrottle
 from streams.kafka.reader import TopicFollower
 from streams.kafka.schema_topic import publish_schema
 from streams.settings import Topics
@@ -61,6 +62,7 @@ from streams.wire.avro import (
 from streams.wire.schema_registry import default_registry
 
 log = logging.getLogger("loopguard.gateway")
+TIMEOUT_LOG_INTERVAL = 10.0  # seconds between "had not processed" warnings
 
 LOOP_VETO_RESULT = {"details": {"status": "blocked", "deniedReason": "tool-loop"}}
 
@@ -115,6 +117,7 @@ class GatewayClient:
         self.wait_budget = wait_budget_ms / 1000
         self.fail_mode = fail_mode
         self.wait_timeouts = 0
+        self._timeout_log = LogThrottle(TIMEOUT_LOG_INTERVAL)
         self.topics = topics or Topics()
         self.on_decision = on_decision
         self._producer = KafkaProducer(
@@ -234,21 +237,25 @@ class GatewayClient:
             timed_out = control.watermark < published_seq
             warnings, control.warnings = tuple(control.warnings), []
             block, control.block = control.block, None
+            logged, held_back = False, 0
             if timed_out:
                 self.wait_timeouts += 1
+                if logged := self._timeout_log.admit():
+                    held_back = self._timeout_log.take_held_back()
         if block is not None:
             return Verdict(False, warnings, block, timed_out, block.reason)
-        if timed_out:
+        if logged:
             log.warning(
-                "run %s: loopguard had not processed seq %d within %.0f ms; failing %s",
+                "run %s: loopguard had not processed seq %d within %.0f ms; failing %s%s",
                 run_id,
                 published_seq,
                 self.wait_budget * 1000,
                 self.fail_mode,
+                f" ({held_back} more timed out since the last such line)" if held_back else "",
             )
-            if self.fail_mode == "closed":
-                reason = f"loopguard did not answer within {self.wait_budget * 1000:.0f} ms"
-                return Verdict(False, warnings, None, True, reason)
+        if timed_out and self.fail_mode == "closed":
+            reason = f"loopguard did not answer within {self.wait_budget * 1000:.0f} ms"
+            return Verdict(False, warnings, None, True, reason)
         return Verdict(True, warnings, None, timed_out)
 
     def close(self) -> None:
