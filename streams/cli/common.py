@@ -12,8 +12,13 @@ import os
 import sys
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from streams.settings import DEFAULT_DB_URL, Settings, Topics
+
+if TYPE_CHECKING:  # deferred at run time (SQLAlchemy)
+    from streams.audit.store import AuditStore
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_DIVERGED = 0, 1, 2, 3
 
@@ -96,3 +101,60 @@ def run_reporting_errors(
             file=sys.stderr,
         )
         return EXIT_ERROR
+
+
+class TrailError(RuntimeError):
+    """The audit trail cannot be read; the message says what to do."""
+
+
+def missing_sqlite_file(url: str) -> str | None:
+    """The file of an SQLite ``url`` when that file does not exist (nothing was ever recorded
+    there), else None (another backend, an in-memory database, an existing file, no URL)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return None
+    database = parsed.database or ""
+    is_file = parsed.get_backend_name() == "sqlite" and database not in ("", ":memory:")
+    return database if is_file and not Path(database).exists() else None
+
+
+def read_trail(url: str) -> AuditStore:
+    """The audit trail for a read-only command: never creates a file or a folder, and says
+    in one line when there is no trail, no schema yet, or no database answering."""
+    # Deferred, as in every query command: SQLAlchemy is not loaded for the other commands.
+    from sqlalchemy import inspect
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+
+    from streams.audit.store import AuditStore
+    from streams.settings import redact_url
+
+    shown = redact_url(url)
+    try:
+        make_url(url)
+    except ArgumentError:
+        raise TrailError(f"--db {shown} is not a database URL") from None
+    missing = missing_sqlite_file(url)
+    if missing is not None:
+        raise TrailError(
+            f"no audit trail at {missing} (workers write it with --db {shown}; "
+            f"`loopguard migrate --db {shown}` creates an empty one)"
+        )
+    options = {"connect_args": {"connect_timeout": 5}} if shown.startswith("postgresql") else {}
+    store = AuditStore(url, **options)
+    try:
+        ready = inspect(store.engine).has_table("decisions")
+    except SQLAlchemyError as exc:
+        store.close()
+        first = str(exc).splitlines()[0][:200]
+        raise TrailError(f"cannot reach the audit database {shown}: {first}") from None
+    if not ready:
+        store.close()
+        raise TrailError(
+            f"the audit trail at {shown} has no schema yet: run `loopguard migrate --db {shown}`"
+        )
+    return store

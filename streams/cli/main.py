@@ -8,10 +8,17 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING
 
-from streams.cli.common import EXIT_ERROR, EXIT_OK, EXIT_USAGE, add_db_arg, add_topic_args
+from streams.cli.backtest_commands import add_backtest_parser, run_backtest
+from streams.cli.common import (
+    EXIT_ERROR,
+    EXIT_OK,
+    EXIT_USAGE,
+    TrailError,
+    add_db_arg,
+    add_topic_args,
+    read_trail,
+)
 from streams.cli.config_commands import add_config_parser, run_config
 from streams.cli.replay_commands import (
     add_export_parser,
@@ -90,6 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_db_arg(migrate)
 
     add_db_arg(add_replay_parser(sub))
+    add_backtest_parser(sub)
     add_export_parser(sub)
     add_config_parser(sub)
     return parser
@@ -138,54 +146,7 @@ def run_worker(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-if TYPE_CHECKING:  # deferred at run time (SQLAlchemy)
-    from streams.audit.store import AuditStore
-
-
-class TrailError(RuntimeError):
-    """The audit trail cannot be read; the message says what to do."""
-
-
 EXIT_BROKEN_PIPE = 141  # as a shell reports a process ended by SIGPIPE
-
-
-def read_trail(url: str) -> AuditStore:
-    """The audit trail for a read-only command: never creates a file or a folder, and says
-    in one line when there is no trail, no schema yet, or no database answering."""
-    # Deferred, as in every query command: SQLAlchemy is not loaded for the other commands.
-    from sqlalchemy import inspect
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError, SQLAlchemyError
-
-    from streams.audit.store import AuditStore
-    from streams.settings import redact_url
-
-    shown = redact_url(url)
-    try:
-        parsed = make_url(url)
-    except ArgumentError:
-        raise TrailError(f"--db {shown} is not a database URL") from None
-    database = parsed.database or ""
-    is_file = parsed.get_backend_name() == "sqlite" and database not in ("", ":memory:")
-    if is_file and not Path(database).exists():
-        raise TrailError(
-            f"no audit trail at {database} (workers write it with --db {shown}; "
-            f"`loopguard migrate --db {shown}` creates an empty one)"
-        )
-    options = {"connect_args": {"connect_timeout": 5}} if shown.startswith("postgresql") else {}
-    store = AuditStore(url, **options)
-    try:
-        ready = inspect(store.engine).has_table("decisions")
-    except SQLAlchemyError as exc:
-        store.close()
-        first = str(exc).splitlines()[0][:200]
-        raise TrailError(f"cannot reach the audit database {shown}: {first}") from None
-    if not ready:
-        store.close()
-        raise TrailError(
-            f"the audit trail at {shown} has no schema yet: run `loopguard migrate --db {shown}`"
-        )
-    return store
 
 
 def run_history(args: argparse.Namespace) -> int:
@@ -255,6 +216,7 @@ def run_demo(args: argparse.Namespace) -> int:
 
 COMMANDS = {
     "replay": run_replay,
+    "backtest": run_backtest,
     "export": run_export,
     "config": run_config,
     "worker": run_worker,

@@ -86,7 +86,7 @@ def _offset_spec(text: str) -> tuple[int | None, int]:
     return partition, value
 
 
-def _add_selection(parser: argparse.ArgumentParser, verb: str) -> None:
+def add_selection_args(parser: argparse.ArgumentParser, verb: str) -> None:
     parser.add_argument(
         "--run",
         action="append",
@@ -156,7 +156,7 @@ def add_replay_parser(sub: Any) -> argparse.ArgumentParser:
         "events topic",
     )
     add_topic_args(parser)
-    _add_selection(parser, "replay")
+    add_selection_args(parser, "replay")
     parser.add_argument(
         "--publish-to",
         metavar="TOPIC",
@@ -187,23 +187,23 @@ def add_export_parser(sub: Any) -> argparse.ArgumentParser:
         help="output file ('-' for stdout; the summary then goes to stderr)",
     )
     add_topic_args(parser)
-    _add_selection(parser, "export")
+    add_selection_args(parser, "export")
     return parser
 
 
 # ------------------------------------------------------------------------------- commands
 
 
-def _check_range(args: argparse.Namespace) -> None:
+def check_range(args: argparse.Namespace) -> None:
     if args.since is not None and args.until is not None and args.since >= args.until:
         raise InputError(f"--since {args.since} must be before --until {args.until}")
 
 
-def _selection(args: argparse.Namespace) -> Selection:
+def selection_from_args(args: argparse.Namespace) -> Selection:
     return Selection(frozenset(args.run), args.since, args.until)
 
 
-def _open_topic(args: argparse.Namespace, settings: Any) -> Any:
+def open_events_topic(args: argparse.Namespace, settings: Any) -> Any:
     return open_topic_reader(settings, dict(args.from_offset), args.since)
 
 
@@ -227,20 +227,20 @@ def _replay(args: argparse.Namespace) -> int:
     from streams.core.engine import LoopGuard
     from streams.settings import redact_url
 
-    _check_range(args)
+    check_range(args)
     if args.from_file and args.from_offset:
         raise InputError("--from-offset applies to the events topic, not to --from-file")
     try:
         fleet = load_fleet_config(args.config)
     except ConfigError as exc:
         raise InputError(f"invalid config: {exc}") from None
-    selection = _selection(args)
+    selection = selection_from_args(args)
     settings = settings_from_args(args)
     reader = None
     if args.from_file:
         source: Any = FileSource(args.from_file)
     else:
-        reader = _open_topic(args, settings)
+        reader = open_events_topic(args, settings)
         source = TopicSource(reader, settings.max_message_bytes)
     store = AuditStore(args.db)
     try:
@@ -292,10 +292,10 @@ def run_export(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    _check_range(args)
+    check_range(args)
     settings = settings_from_args(args)
-    reader = _open_topic(args, settings)
-    selection = _selection(args)
+    reader = open_events_topic(args, settings)
+    selection = selection_from_args(args)
     stats = ReadStats(progress_every=args.progress)
     stats.progress_line = lambda: progress_line("export", stats, reader)
     to_stdout = args.out == "-"

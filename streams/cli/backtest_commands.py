@@ -1,0 +1,191 @@
+"""``loopguard backtest``: replay recorded traffic with a candidate config and report how its
+warns, blocks and aborts differ from a baseline (the work is in :mod:`streams.replay.backtest`).
+
+The reading, selection and comparison flags are replay's (same meaning, same errors); what is
+added is the choice of baseline: the audit trail at ``--db``, or, with ``--baseline-config`` or
+for an event file with no trail next to it, the decisions another config makes on the same
+events. Exit codes: 0 once reported (changes are the answer, not a failure), 1 when a ``--run``
+could not be compared or the broker/database is unreachable, 2 for bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import Any
+
+from streams.cli.common import (
+    EXIT_ERROR,
+    EXIT_OK,
+    InputError,
+    add_db_arg,
+    add_topic_args,
+    missing_sqlite_file,
+    read_trail,
+    run_reporting_errors,
+    settings_from_args,
+)
+from streams.cli.replay_commands import (
+    add_selection_args,
+    check_range,
+    open_events_topic,
+    selection_from_args,
+)
+from streams.replay.backtest import CONFIG, TRAIL, Baseline, PairedGuard, backtest, cached
+from streams.replay.backtest_report import Backtested, backtest_dict, print_backtest
+from streams.replay.compare import INCOMPLETE, NOT_FOUND, compare_with_audit, replay_events
+from streams.replay.sources import FileSource, ReadStats, SourceError, TopicSource, progress_line
+
+COMPARE_PROGRESS_RUNS = 1_000  # a progress line per this many runs compared (trail queries)
+
+
+def add_backtest_parser(sub: Any) -> argparse.ArgumentParser:
+    parser = sub.add_parser(
+        "backtest",
+        help="replay recorded traffic with a candidate config: what would it warn, block, abort",
+        description="Re-run the pure detector core with a CANDIDATE config over recorded "
+        "events (the events topic, or an export file with --from-file) and report, per agent "
+        "and detector, how many warns, blocks and aborts it would decide against the baseline, "
+        "and which runs it would newly block or abort, no longer block or abort, or stop at "
+        "another seq. Baseline: the decisions recorded in the audit trail at --db for the same "
+        "runs, compared up to the last replayed event of each run; with --baseline-config "
+        "FILE, or with --from-file when there is no audit trail at --db, the decisions FILE "
+        "(default: LOOPGUARD_CONFIG, else the built-in defaults) makes on the same events. The "
+        "report says which baseline was used. Runs whose first events are outside the "
+        "selection are not compared. The events are what happened under the config in force: "
+        "after a recorded block or abort they show the gateway's enforcement, not what the "
+        "agent would have done without it. Nothing is written anywhere. Exit code 0 once "
+        "reported, 1 when a --run could not be compared or the broker or database cannot be "
+        "reached, 2 for bad input.",
+    )
+    parser.add_argument(
+        "--config",
+        required=True,
+        metavar="CANDIDATE",
+        help="the candidate tools.loopDetection config file (JSON5, JSON, YAML; the format "
+        "of `loopguard worker --config`, per-agent overrides included)",
+    )
+    parser.add_argument(
+        "--baseline-config",
+        metavar="FILE",
+        help="compare with the decisions this config makes on the same events instead of "
+        "the audit trail",
+    )
+    parser.add_argument(
+        "--from-file",
+        metavar="FILE",
+        help="read events from this JSON-lines export (`loopguard export`) instead of the "
+        "events topic",
+    )
+    add_topic_args(parser)
+    add_db_arg(parser)
+    add_selection_args(parser, "backtest")
+    parser.add_argument(
+        "--json", action="store_true", help="print the report as one JSON document on stdout"
+    )
+    return parser
+
+
+def run_backtest(args: argparse.Namespace) -> int:
+    return run_reporting_errors("backtest", _backtest, args, usage_errors=(SourceError,))
+
+
+def _load(path: str | None, flag: str) -> Any:
+    from streams.core.config import ConfigError, load_fleet_config
+
+    try:
+        return load_fleet_config(path)
+    except ConfigError as exc:
+        raise InputError(f"invalid {flag} config: {exc}") from None
+
+
+def _baseline(args: argparse.Namespace) -> tuple[Baseline, Any, Any]:
+    """The baseline, with its guard (config baseline) or its open audit store (trail)."""
+    from streams.core.engine import LoopGuard
+    from streams.settings import redact_url
+
+    if args.baseline_config:
+        fleet = _load(args.baseline_config, "--baseline-config")
+        described = f"decisions of config {args.baseline_config} on the same events"
+        return Baseline(CONFIG, described), LoopGuard(fleet), None
+    if args.from_file and missing_sqlite_file(args.db) is not None:
+        current = os.environ.get("LOOPGUARD_CONFIG") or ""
+        fleet = _load(current, "LOOPGUARD_CONFIG")
+        named = current or "the built-in defaults, LOOPGUARD_CONFIG being unset"
+        described = f"decisions of the current config ({named}) on the same events"
+        reason = f"no audit trail at {redact_url(args.db)}"
+        return Baseline(CONFIG, described, reason), LoopGuard(fleet), None
+    store = read_trail(args.db)
+    return (
+        Baseline(TRAIL, f"decisions recorded in the audit trail {redact_url(args.db)}"),
+        None,
+        store,
+    )
+
+
+def _compare_progress(history: Any, total: int, every: int) -> Any:
+    """``history`` with a progress line on stderr every ``every`` runs (0: none)."""
+    asked = 0
+
+    def lookup(run_id: str) -> Any:
+        nonlocal asked
+        asked += 1
+        if every and asked % every == 0:
+            print(f"backtest: compared {asked} of {total} runs", file=sys.stderr, flush=True)
+        return history(run_id)
+
+    return lookup
+
+
+def _backtest(args: argparse.Namespace) -> int:
+    from streams.core.engine import LoopGuard
+
+    check_range(args)
+    if args.from_file and args.from_offset:
+        raise InputError("--from-offset applies to the events topic, not to --from-file")
+    candidate = LoopGuard(_load(args.config, "--config"))
+    selection = selection_from_args(args)
+    reader = None
+    if args.from_file:
+        source: Any = FileSource(args.from_file)
+    baseline, baseline_guard, store = _baseline(args)
+    try:
+        if not args.from_file:
+            settings = settings_from_args(args)
+            reader = open_events_topic(args, settings)
+            source = TopicSource(reader, settings.max_message_bytes)
+        guard: Any = candidate
+        if baseline_guard is not None:
+            guard = PairedGuard(candidate, baseline_guard)
+        stats = ReadStats(progress_every=args.progress)
+        stats.progress_line = lambda: progress_line(
+            "backtest", stats, reader, f", {len(candidate.runs)} runs so far"
+        )
+        started = time.monotonic()
+        runs = replay_events(guard, source.events(stats, selection))
+        scope = list(args.run) if args.run else sorted(runs)
+        history = cached(guard.history if store is None else store.history)
+        every = COMPARE_PROGRESS_RUNS if args.progress and len(scope) > COMPARE_PROGRESS_RUNS else 0
+        reports = compare_with_audit(
+            candidate, runs, scope, _compare_progress(history, len(scope), every), bool(args.run)
+        )
+        result = backtest(reports, history)
+    finally:
+        if store is not None:
+            store.close()
+        if reader is not None:
+            reader.close()
+    code = EXIT_OK
+    if any(r.requested and r.status in (INCOMPLETE, NOT_FOUND) for r in reports):
+        code = EXIT_ERROR
+    done = Backtested(
+        source.describe(), args.config, baseline, stats, result, time.monotonic() - started
+    )
+    if args.json:
+        print(json.dumps(backtest_dict(done, code), ensure_ascii=False, indent=2))
+    else:
+        print_backtest(done)
+    return code
