@@ -107,6 +107,13 @@ class Settings:
     # How long a Kafka client waits for its first broker answer: long for long-lived clients
     # (a worker may start before its brokers), short for commands (`loopguard replay`, ...).
     bootstrap_timeout_ms: int = 30_000
+    # Webhooks on block/abort (streams.worker.webhooks): a default URL and a JSON object of
+    # agent id -> URL ("" turns an agent off). Webhook URLs carry tokens: never logged.
+    webhook_url: str = ""
+    webhook_urls: str = ""
+    webhook_timeout: float = 5.0
+    webhook_attempts: int = 6
+    webhook_queue: int = 1000
     topics: Topics = field(default_factory=Topics)
 
     @classmethod
@@ -163,6 +170,11 @@ class Settings:
             sasl_password=_env("SASL_PASSWORD", ""),
             ssl_cafile=_env("SSL_CAFILE", ""),
             bootstrap_timeout_ms=_int("BOOTSTRAP_TIMEOUT_MS", cls.bootstrap_timeout_ms),
+            webhook_url=_env("WEBHOOK_URL", ""),
+            webhook_urls=_env("WEBHOOK_URLS", ""),
+            webhook_timeout=_float("WEBHOOK_TIMEOUT", cls.webhook_timeout),
+            webhook_attempts=_int("WEBHOOK_ATTEMPTS", cls.webhook_attempts),
+            webhook_queue=_int("WEBHOOK_QUEUE", cls.webhook_queue),
             topics=Topics.from_env(),
         )
 
@@ -192,6 +204,9 @@ class Settings:
         if data["sasl_password"]:
             data["sasl_password"] = "***"
         data["db_url"] = redact_url(self.db_url)
+        for name in ("webhook_url", "webhook_urls"):
+            if data[name]:
+                data[name] = "***"
         return data
 
 

@@ -148,6 +148,30 @@ class ProcessedEvent(Base):
     status: Mapped[str] = mapped_column(String(32))
 
 
+class WebhookDelivery(Base):
+    """One webhook notification of a block or abort, keyed by its decision id: the outbox that
+    lets a restarted worker finish what was queued and never send a decision twice
+    (``streams.audit.webhook_outbox``; ``status``: pending, sending, sent, failed, dropped)."""
+
+    __tablename__ = "webhook_deliveries"
+    __table_args__ = (Index("ix_webhook_deliveries_status", "status"),)
+
+    decision_id: Mapped[str] = mapped_column(String, primary_key=True)
+    run_id: Mapped[str] = mapped_column(String)
+    agent_id: Mapped[str] = mapped_column(String)
+    action: Mapped[str] = mapped_column(String(16))
+    body: Mapped[str] = mapped_column(Text)  # the JSON posted; the URL (a secret) is not kept
+    status: Mapped[str] = mapped_column(String(16))
+    attempts: Mapped[int] = mapped_column(Integer, server_default="0")
+    last_error: Mapped[str] = mapped_column(Text, server_default="")
+    created_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=func.now()
+    )
+    updated_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=func.now()
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class RunProgress:
     """A run's stored high-water mark."""

@@ -47,6 +47,7 @@ from streams.worker.expiry import RunExpiry
 from streams.worker.metrics import WorkerMetrics
 from streams.worker.processor import EventProcessor
 from streams.worker.rekey import Rekeyer
+from streams.worker.webhooks import WebhookNotifier
 
 log = logging.getLogger("loopguard.worker")
 
@@ -73,6 +74,7 @@ class WorkerParts:
     expiry: RunExpiry
     rekeyer: Rekeyer
     metrics: WorkerMetrics
+    webhooks: WebhookNotifier | None = None  # block/abort notifications, when URLs are set
 
 
 class WorkerAgents:
@@ -98,6 +100,8 @@ class WorkerAgents:
         app.timer(interval=10.0, name="expire_runs")(self.expire_runs)
         app.timer(interval=LAG_SAMPLE_SECONDS, name="sample_lag")(self.sample_lag)
         app.task(self.announce)
+        if parts.webhooks is not None:
+            app.task(parts.webhooks.run)
         app.on_partitions_assigned.connect(self.log_assignment)
 
     async def guard_runs(self, stream: faust.StreamT) -> None:
@@ -198,6 +202,8 @@ class WorkerAgents:
                 else:
                     watermarks.append(message)
             await self.parts.audit.write_decisions(decisions)
+            if self.parts.webhooks is not None:  # queues; never waits for an endpoint
+                await self.parts.webhooks.submit(decisions)
             await self.parts.audit.write_progress(watermarks)  # `loopguard runs` shows it
 
     async def audit_dead_letters(self, stream: faust.StreamT) -> None:

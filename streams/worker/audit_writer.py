@@ -69,6 +69,11 @@ class AuditWriter:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, self.max_backoff)
 
+    async def run(self, what: str, work: Callable[[AuditStore], T]) -> T:
+        """Run ``work`` on the migrated store in a thread, retried like every audit write (the
+        webhook outbox shares this store, its one-time migration and its retry)."""
+        return await self._with_retry(what, work)
+
     async def write_decisions(self, decisions: Sequence[Decision]) -> int:
         if not decisions:
             return 0

@@ -33,6 +33,7 @@ from streams.worker.processor import EventProcessor
 from streams.worker.rekey import Rekeyer
 from streams.worker.startup import check_faust_patches
 from streams.worker.web import register_views
+from streams.worker.webhooks import WebhookNotifier
 
 
 def broker_credentials(settings: Settings) -> Any:
@@ -130,6 +131,7 @@ def build_worker(settings: Settings) -> faust.App:
     configs = ConfigBook(load_fleet_config(settings.config_file), overrides)
     registry = default_registry()
     metrics = WorkerMetrics()
+    audit = AuditWriter(settings.db_url, metrics=metrics)
     parts = WorkerParts(
         settings=settings,
         app=app,
@@ -143,10 +145,11 @@ def build_worker(settings: Settings) -> faust.App:
             settings.bootstrap_servers, settings.topics.schemas, registry, **kafka_options
         ),
         overrides=overrides,
-        audit=AuditWriter(settings.db_url, metrics=metrics),
+        audit=audit,
         expiry=RunExpiry(settings.run_idle_ttl),
         rekeyer=Rekeyer(settings),
         metrics=metrics,
+        webhooks=WebhookNotifier.from_settings(settings, audit, metrics),
     )
     agents = WorkerAgents(parts)
     agents.register()

@@ -23,6 +23,10 @@ agent,tool}``
 {gateway}``                                               decision (when they report it)
 ``loopguard_last_event_timestamp_seconds``     gauge      wall-clock time of the last event
 ``loopguard_worker_start_time_seconds``        gauge      when this worker started
+``loopguard_webhook_notifications_total        counter    block/abort webhooks by outcome:
+{outcome}``                                               sent, failed, dropped (queue full)
+``loopguard_webhook_retries_total``            counter    webhook posts retried
+``loopguard_webhook_queue``                    gauge      webhooks waiting to be posted
 =============================================  =========  ==================================
 
 ``agent``, ``tool`` and ``gateway`` come from the events, so each keeps at most
@@ -82,6 +86,9 @@ METRIC_NAMES = (
     "loopguard_gateway_wait_timeouts",
     "loopguard_last_event_timestamp_seconds",
     "loopguard_worker_start_time_seconds",
+    "loopguard_webhook_notifications",
+    "loopguard_webhook_retries",
+    "loopguard_webhook_queue",
 )
 
 
@@ -197,6 +204,18 @@ class WorkerMetrics:
             "Unix time at which this worker's metrics were created.",
             registry=r,
         )
+        self.webhooks = Counter(
+            "loopguard_webhook_notifications",
+            "Block/abort webhook notifications, by outcome (sent, failed, dropped).",
+            ["outcome"],
+            registry=r,
+        )
+        self.webhook_retries = Counter(
+            "loopguard_webhook_retries", "Webhook posts retried after a failure.", registry=r
+        )
+        self.webhook_queue = Gauge(
+            "loopguard_webhook_queue", "Webhook notifications waiting to be posted.", registry=r
+        )
         self.started_at = time.time()
         self.started.set(self.started_at)
         self.last_event_at: float | None = None
@@ -271,6 +290,19 @@ class WorkerMetrics:
     def observe_gateway_timeout(self, gateway_id: str) -> None:
         """A gateway reported that it stopped waiting for a decision."""
         self.gateway_timeouts.labels(gateway=self._gateway(gateway_id)).inc()
+
+    def webhook_outcome(self, outcome: str, n: int = 1) -> None:
+        """``n`` webhook notifications ended as ``outcome`` (sent, failed, dropped)."""
+        if n > 0:
+            self.webhooks.labels(outcome=outcome).inc(n)
+
+    def webhook_retry(self) -> None:
+        """One webhook post failed and will be tried again."""
+        self.webhook_retries.inc()
+
+    def set_webhook_queue(self, n: int) -> None:
+        """Webhook notifications queued in this worker."""
+        self.webhook_queue.set(max(0, n))
 
     async def sample_consumer_lag(self, consumer: Any, topic: str) -> None:
         """Set ``loopguard_consumer_lag`` from a Faust consumer, for ``topic``'s partitions.

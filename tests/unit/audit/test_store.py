@@ -32,7 +32,7 @@ from streams.core.events import Action, Decision
 from streams.wire.avro import RunWatermark
 
 REPO = Path(__file__).resolve().parents[3]
-AUDIT_TABLES = {"decisions", "dead_letters", "processed_events"}
+AUDIT_TABLES = {"decisions", "dead_letters", "processed_events", "webhook_deliveries"}
 DECISION_INDEXES = {
     "ix_decisions_run_id_seq",
     "ix_decisions_agent_id",

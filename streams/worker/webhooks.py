@@ -1,0 +1,375 @@
+"""Webhook notifications of block and abort decisions (Slack-compatible JSON).
+
+Why it is built this way:
+
+- **Fed from the control topic**, by the audit agent, after the batch's decisions are in the
+  audit trail: decisions there are durable, so nothing depends on the guard agent's timing,
+  and the guard agent (``guard_runs``) never waits for a webhook.
+- **Never blocks the stream**: :meth:`WebhookNotifier.submit` records the notices in the
+  ``webhook_deliveries`` outbox (the database the audit agent has just written to) and puts
+  them on a bounded in-memory queue without waiting; when the queue is full the rest are
+  marked ``dropped`` and counted (``loopguard_webhook_notifications_total{outcome="dropped"}``)
+  instead of piling up behind an endpoint that is down.
+- **Never twice for one decision id** (``Decision.decision_id``): an in-memory memo skips
+  repeats cheaply, the outbox's primary key refuses a redelivered decision, and a sender
+  *claims* a row before posting, so two senders or two workers never post the same one.
+  A row that was mid-post when its worker died is not resent (see
+  :mod:`streams.audit.webhook_outbox`); rows still ``pending`` are posted by the next worker.
+- **Retried with capped exponential backoff** on connection errors, timeouts, 5xx, 408 and
+  429; other answers are final. Several senders post concurrently, so one slow endpoint does
+  not hold up another agent's notifications for long.
+
+URLs come from settings (``LOOPGUARD_WEBHOOK_URL``, ``LOOPGUARD_WEBHOOK_URLS``: a JSON object
+of agent id → URL, where ``""`` turns an agent off); webhook URLs carry tokens, so logs show
+only their scheme and host, and the outbox does not store them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+import aiohttp
+
+from streams.audit import webhook_outbox as outbox
+from streams.audit.webhook_outbox import DROPPED, FAILED, SENT, Notice
+from streams.core.events import Action, Decision
+from streams.settings import Settings
+from streams.worker.audit_writer import AuditWriter
+from streams.worker.metrics import WorkerMetrics
+
+log = logging.getLogger("loopguard.webhooks")
+
+NOTIFY_ACTIONS = frozenset({Action.BLOCK, Action.ABORT})
+RETRY_STATUSES = frozenset({408, 429})
+USER_AGENT = "loopguard-webhooks/1"
+DECISION_HEADER = "X-Loopguard-Decision-Id"  # an idempotency key for receivers that want one
+
+
+def describe_url(url: str) -> str:
+    """What a log may say about a webhook URL: scheme and host only (the path is a secret)."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}/…" if parts.netloc else "(bad url)"
+
+
+def _check_url(url: str, where: str) -> str:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{where}: not an http(s) URL ({describe_url(url)})")
+    return url
+
+
+class WebhookTargets:
+    """Which URL an agent's notifications go to: its own, else the default, else none."""
+
+    def __init__(self, default: str = "", per_agent: Mapping[str, str] | None = None) -> None:
+        self.default = _check_url(default, "LOOPGUARD_WEBHOOK_URL") if default else ""
+        self.per_agent = {
+            agent: _check_url(url, f"LOOPGUARD_WEBHOOK_URLS[{agent!r}]") if url else ""
+            for agent, url in (per_agent or {}).items()
+        }
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> WebhookTargets:
+        """Parse the settings; a malformed map is refused at start, naming the variable."""
+        per_agent: dict[str, str] = {}
+        if settings.webhook_urls.strip():
+            try:
+                parsed = json.loads(settings.webhook_urls)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"LOOPGUARD_WEBHOOK_URLS is not JSON: {exc.msg}") from None
+            if not isinstance(parsed, dict) or not all(isinstance(v, str) for v in parsed.values()):
+                raise ValueError("LOOPGUARD_WEBHOOK_URLS must be a JSON object of agent id → URL")
+            per_agent = parsed
+        return cls(settings.webhook_url, per_agent)
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.default) or any(self.per_agent.values())
+
+    def url_for(self, agent_id: str) -> str | None:
+        url = self.per_agent.get(agent_id, self.default)
+        return url or None
+
+
+def _esc(text: str, limit: int) -> str:
+    """Slack mrkdwn: escape the three control characters and keep within Slack's limits."""
+    clipped = text if len(text) <= limit else text[: limit - 1] + "…"
+    return clipped.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def slack_body(decision: Decision) -> dict[str, Any]:
+    """The JSON posted for a decision: Slack's ``text`` (the notification line) plus
+    ``blocks`` (header, reason, one field each for run, agent, gateway, detector, action and
+    tool, and a context line with the decision id). Any JSON receiver can read it too."""
+    action = decision.action.value
+    verb = "aborted" if decision.action is Action.ABORT else "blocked"
+    tool = decision.tool_name or "-"
+    text = (
+        f"loopguard {verb} run {decision.run_id} (agent {decision.agent_id}, gateway "
+        f"{decision.gateway_id}): {decision.detector} on {tool}. {decision.reason}"
+    )
+    fields = (
+        ("Run", decision.run_id),
+        ("Agent", decision.agent_id),
+        ("Gateway", decision.gateway_id),
+        ("Detector", decision.detector),
+        ("Action", action),
+        ("Tool", tool),
+    )
+    context = [f"decision {decision.decision_id}", f"seq {decision.seq}"]
+    if decision.error_code:
+        context.append(f"error {decision.error_code}")
+    if decision.config_version:
+        context.append(f"config {decision.config_version}")
+    return {
+        "text": _esc(text, 3000),
+        "blocks": [
+            {
+                "type": "header",
+                "text": {
+                    "type": "plain_text",
+                    "text": f"loopguard {verb} a loop: {decision.detector} on {tool}"[:150],
+                },
+            },
+            {"type": "section", "text": {"type": "mrkdwn", "text": _esc(decision.reason, 2900)}},
+            {
+                "type": "section",
+                "fields": [
+                    {"type": "mrkdwn", "text": f"*{label}*\n{_esc(value or '-', 1900)}"}
+                    for label, value in fields
+                ],
+            },
+            {
+                "type": "context",
+                "elements": [{"type": "mrkdwn", "text": _esc(" · ".join(context), 1900)}],
+            },
+        ],
+    }
+
+
+def notice_for(decision: Decision) -> Notice:
+    return Notice(
+        decision_id=decision.decision_id,
+        run_id=decision.run_id,
+        agent_id=decision.agent_id,
+        action=decision.action.value,
+        body=json.dumps(slack_body(decision), ensure_ascii=False),
+    )
+
+
+class WebhookNotifier:
+    """Bounded queue + background senders posting block/abort notices (see module doc)."""
+
+    def __init__(
+        self,
+        targets: WebhookTargets,
+        audit: AuditWriter,
+        metrics: WorkerMetrics | None = None,
+        *,
+        queue_size: int = 1000,
+        attempts: int = 6,
+        timeout: float = 5.0,
+        backoff: float = 0.5,
+        max_backoff: float = 30.0,
+        senders: int = 4,
+        remember: int = 100_000,
+    ) -> None:
+        self.targets = targets
+        self.audit = audit
+        self.metrics = metrics
+        self.queue: asyncio.Queue[Notice] = asyncio.Queue(maxsize=max(1, queue_size))
+        self.attempts = max(1, attempts)
+        self.timeout = timeout
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        self.senders = max(1, senders)
+        self._remember = remember
+        self._seen: OrderedDict[str, None] = OrderedDict()  # decision ids already handled
+
+    @classmethod
+    def from_settings(
+        cls, settings: Settings, audit: AuditWriter, metrics: WorkerMetrics | None = None
+    ) -> WebhookNotifier | None:
+        """The worker's notifier, or None when no webhook URL is configured."""
+        targets = WebhookTargets.from_settings(settings)
+        if not targets.enabled:
+            return None
+        return cls(
+            targets,
+            audit,
+            metrics,
+            queue_size=settings.webhook_queue,
+            attempts=settings.webhook_attempts,
+            timeout=settings.webhook_timeout,
+        )
+
+    # -- fed by the audit agent ---------------------------------------------------------------
+
+    async def submit(self, decisions: Iterable[Decision]) -> int:
+        """Record and queue notices for the block/abort decisions not seen before; returns how
+        many were queued. Waits only for the outbox insert, never for an endpoint."""
+        notices = [
+            notice_for(d)
+            for d in decisions
+            if d.action in NOTIFY_ACTIONS
+            and self.targets.url_for(d.agent_id) is not None
+            and self._first_time(d.decision_id)
+        ]
+        if not notices:
+            return 0
+        new = set(await self.audit.run("webhook outbox", lambda s: outbox.add(s, notices)))
+        return await self._enqueue([n for n in notices if n.decision_id in new])
+
+    def _first_time(self, decision_id: str) -> bool:
+        if decision_id in self._seen:
+            return False
+        self._seen[decision_id] = None
+        if len(self._seen) > self._remember:
+            self._seen.popitem(last=False)
+        return True
+
+    async def _enqueue(self, notices: list[Notice]) -> int:
+        overflow = []
+        for notice in notices:
+            try:
+                self.queue.put_nowait(notice)
+            except asyncio.QueueFull:
+                overflow.append(notice.decision_id)
+        self._gauge()
+        if overflow:
+            await self.audit.run("webhook outbox", lambda s: outbox.drop(s, overflow))
+            if self.metrics is not None:
+                self.metrics.webhook_outcome(DROPPED, len(overflow))
+            log.warning(
+                "webhook queue full (%d waiting): dropped %d notifications",
+                self.queue.qsize(),
+                len(overflow),
+            )
+        return len(notices) - len(overflow)
+
+    # -- the background senders ---------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Post queued notices until cancelled (a Faust app task)."""
+        async with aiohttp.ClientSession(headers={"User-Agent": USER_AGENT}) as session:
+            await self._resume()
+            senders = [asyncio.create_task(self._sender(session)) for _ in range(self.senders)]
+            try:
+                await asyncio.gather(*senders)
+            finally:
+                for task in senders:
+                    task.cancel()
+                await asyncio.gather(*senders, return_exceptions=True)
+
+    async def _resume(self) -> None:
+        """Queue what an earlier worker recorded but never posted."""
+        counts = await self.audit.run("webhook outbox", outbox.count_by_status)
+        if counts.get(outbox.SENDING):
+            log.warning(
+                "%d webhook notifications were being posted when a worker stopped; "
+                "not resent (never twice for one decision)",
+                counts[outbox.SENDING],
+            )
+        room = self.queue.maxsize - self.queue.qsize()
+        if counts.get(outbox.PENDING) and room > 0:
+            left = await self.audit.run("webhook outbox", lambda s: outbox.pending(s, room))
+            for notice in left:  # queued here already is harmless: only one claim succeeds
+                self._first_time(notice.decision_id)
+            queued = await self._enqueue(left)
+            log.info("resuming %d queued webhook notifications", queued)
+
+    async def _sender(self, session: aiohttp.ClientSession) -> None:
+        while True:
+            notice = await self.queue.get()
+            self._gauge()
+            try:
+                await self._send_one(session, notice)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - one notice must never end the sender
+                log.exception("webhook for decision %s failed unexpectedly", notice.decision_id)
+
+    async def _send_one(self, session: aiohttp.ClientSession, notice: Notice) -> None:
+        key = notice.decision_id
+        if not await self.audit.run("webhook claim", lambda s: outbox.claim(s, key)):
+            return  # already posted, or another sender / worker has it
+        url = self.targets.url_for(notice.agent_id)
+        if url is None:  # the agent's webhook was turned off since
+            status, attempts, error = FAILED, 0, "no webhook URL for this agent"
+        else:
+            status, attempts, error = await self._deliver(session, url, notice)
+        await self.audit.run(
+            "webhook result", lambda s: outbox.finish(s, key, status, attempts, error)
+        )
+        if self.metrics is not None:
+            self.metrics.webhook_outcome(status)
+        if status == SENT:
+            log.info("webhook sent for %s %s (attempt %d)", notice.action, key, attempts)
+        else:
+            log.warning(
+                "webhook for %s %s failed after %d attempts: %s",
+                notice.action,
+                key,
+                attempts,
+                error,
+            )
+
+    async def _deliver(
+        self, session: aiohttp.ClientSession, url: str, notice: Notice
+    ) -> tuple[str, int, str]:
+        """Post with capped exponential backoff; (status, attempts made, last error)."""
+        delay = self.backoff
+        for attempt in range(1, self.attempts + 1):
+            retry, error = await self._post(session, url, notice)
+            if error is None:
+                return SENT, attempt, ""
+            if not retry or attempt == self.attempts:
+                return FAILED, attempt, error
+            if self.metrics is not None:
+                self.metrics.webhook_retry()
+            log.info(
+                "webhook to %s for %s: %s; retry %d in %.1fs",
+                describe_url(url),
+                notice.decision_id,
+                error,
+                attempt,
+                delay,
+            )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, self.max_backoff)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _post(
+        self, session: aiohttp.ClientSession, url: str, notice: Notice
+    ) -> tuple[bool, str | None]:
+        """One POST; (worth retrying, error or None when the endpoint took it)."""
+        headers = {
+            "Content-Type": "application/json; charset=utf-8",
+            DECISION_HEADER: quote(notice.decision_id, safe=":"),  # run ids may be any Unicode
+        }
+        try:
+            async with session.post(
+                url,
+                data=notice.body.encode("utf-8"),
+                headers=headers,
+                allow_redirects=False,
+                timeout=aiohttp.ClientTimeout(total=self.timeout),
+            ) as response:
+                await response.read()
+                if 200 <= response.status < 300:
+                    return False, None
+                retry = response.status >= 500 or response.status in RETRY_STATUSES
+                return retry, f"HTTP {response.status}"
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            message = str(exc).replace(url, describe_url(url))[:200]
+            return True, f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+
+    def _gauge(self) -> None:
+        if self.metrics is not None:
+            self.metrics.set_webhook_queue(self.queue.qsize())
