@@ -166,7 +166,8 @@ COMMANDS = [path for path, _ in _subparsers(build_parser())]
 
 def test_every_expected_subcommand_exists() -> None:
     names = {" ".join(path) for path in COMMANDS}
-    expected = {"worker", "demo", "history", "runs", "migrate", "replay", "export", "config"}
+    expected = {"worker", "demo", "history", "runs", "migrate", "replay", "backtest", "export"}
+    expected |= {"config"}
     assert expected | {"config set", "config rm", "config show"} <= names
 
 
