@@ -26,8 +26,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import shutil
 import subprocess
 import time
 from collections.abc import Iterable
@@ -36,6 +34,7 @@ from typing import Any
 
 import pytest
 from kafka import KafkaConsumer, TopicPartition
+from node_tools import node_and_npm, run_step
 from services import ENABLED, IN_TIME_BUDGET_MS, Pipeline
 from test_pipeline import by_key, expected_decisions
 
@@ -48,7 +47,6 @@ ROOT = Path(__file__).resolve().parents[2]
 PLUGIN_DIR = ROOT / "clients" / "openclaw-plugin"
 TS_DIR = ROOT / "clients" / "typescript"
 HARNESS = PLUGIN_DIR / "e2e" / "run-e2e.mjs"
-NODE_MAJOR_MIN = 20
 # Low thresholds so the loop is warned, blocked and aborted within a dozen calls:
 # warn from the 3rd identical no-progress call, block from the 5th, abort after 3 blocks.
 FAST_LOOP = {
@@ -73,27 +71,6 @@ sqlite_only = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 # -- preparing the plugin and OpenClaw -------------------------------------------------------
 
 
-def _step(cmd: list[str], cwd: Path, timeout: float) -> str:
-    """Run one preparation step; a failure fails the test with the step's output."""
-    started = time.monotonic()
-    try:
-        done = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired as error:
-        pytest.fail(
-            f"{' '.join(cmd)} (in {cwd}) did not finish in {timeout:.0f} s:\n"
-            f"{error.stdout or ''}\n{error.stderr or ''}",
-            pytrace=False,
-        )
-    if done.returncode != 0:
-        pytest.fail(
-            f"{' '.join(cmd)} failed (exit {done.returncode}) in {cwd} "
-            f"after {time.monotonic() - started:.0f} s:\n"
-            f"{done.stdout[-4000:]}\n{done.stderr[-4000:]}",
-            pytrace=False,
-        )
-    return done.stdout
-
-
 def _newest(paths: Iterable[Path]) -> float:
     newest = 0.0
     for path in paths:
@@ -110,34 +87,24 @@ def _stale(built: Path, *sources: Path) -> bool:
 @pytest.fixture(scope="session")
 def openclaw_runtime() -> dict[str, Any]:
     """The client and the plugin built, OpenClaw and its Node installed (see the module doc)."""
-    node, npm = shutil.which("node"), shutil.which("npm")
-    if not node or not npm:
-        pytest.fail(
-            f"the OpenClaw plugin test needs node (>= {NODE_MAJOR_MIN}) and npm on PATH "
-            f"(found node={node}, npm={npm})",
-            pytrace=False,
-        )
-    version = subprocess.run([node, "--version"], capture_output=True, text=True).stdout.strip()
-    match = re.match(r"v(\d+)\.", version)
-    if not match or int(match.group(1)) < NODE_MAJOR_MIN:
-        pytest.fail(f"node {version!r} is too old: need >= {NODE_MAJOR_MIN}", pytrace=False)
+    node, npm = node_and_npm("the OpenClaw plugin tests")
 
     def inputs(package: Path) -> list[Path]:
         return [package / "src", package / "package.json", package / "tsconfig.json"]
 
     if not (TS_DIR / "node_modules").is_dir():
-        _step([npm, "ci", "--no-audit", "--no-fund"], TS_DIR, timeout=900)
+        run_step([npm, "ci", "--no-audit", "--no-fund"], TS_DIR, timeout=900)
     if _stale(TS_DIR / "dist" / "index.js", *inputs(TS_DIR), ROOT / "schemas"):
-        _step([npm, "run", "build"], TS_DIR, timeout=900)
+        run_step([npm, "run", "build"], TS_DIR, timeout=900)
     client_link = PLUGIN_DIR / "node_modules" / "@loopguard" / "client"
     if not (PLUGIN_DIR / "node_modules" / "typescript").is_dir() or not client_link.exists():
-        _step([npm, "ci", "--no-audit", "--no-fund"], PLUGIN_DIR, timeout=900)
+        run_step([npm, "ci", "--no-audit", "--no-fund"], PLUGIN_DIR, timeout=900)
     if _stale(PLUGIN_DIR / "dist" / "index.js", *inputs(PLUGIN_DIR)):
-        _step([npm, "run", "build"], PLUGIN_DIR, timeout=900)
+        run_step([npm, "run", "build"], PLUGIN_DIR, timeout=900)
     if not (client_link / "dist" / "index.js").exists():
         pytest.fail(f"{client_link} has no dist/index.js after the build", pytrace=False)
     # Installs OpenClaw and Node 24 on first use (minutes), then only checks them.
-    runtime = json.loads(_step([node, "e2e/setup-openclaw.mjs"], PLUGIN_DIR, timeout=1800))
+    runtime = json.loads(run_step([node, "e2e/setup-openclaw.mjs"], PLUGIN_DIR, timeout=1800))
     for key in ("openclawEntry", "nodeBin"):
         if not Path(runtime[key]).exists():
             pytest.fail(f"setup-openclaw.mjs: {key} {runtime[key]} missing", pytrace=False)

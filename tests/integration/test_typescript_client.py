@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import Any
 
 import pytest
 from kafka import KafkaConsumer, TopicPartition
+from node_tools import node_and_npm, run_step
 from services import ENABLED, IN_TIME_BUDGET_MS
 from test_pipeline import by_key, expected_decisions, wait_for_audit
 
@@ -35,37 +35,16 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 TS_DIR = ROOT / "clients" / "typescript"
 DRIVER = TS_DIR / "build" / "test" / "drive-loop.js"
-NODE_MAJOR_MIN = 20
 VETO = '{"details": {"status": "blocked", "deniedReason": "tool-loop"}}'
-
-
-def _run(cmd: list[str], timeout: float) -> None:
-    done = subprocess.run(cmd, cwd=TS_DIR, capture_output=True, text=True, timeout=timeout)
-    if done.returncode != 0:
-        pytest.fail(
-            f"{' '.join(cmd)} failed ({done.returncode}) in {TS_DIR}:\n"
-            f"{done.stdout[-4000:]}\n{done.stderr[-4000:]}",
-            pytrace=False,
-        )
 
 
 @pytest.fixture(scope="session")
 def ts_driver() -> Path:
     """The TS package built (dist/ and build/test/); fails loudly without Node 20+ and npm."""
-    node, npm = shutil.which("node"), shutil.which("npm")
-    if not node or not npm:
-        pytest.fail(
-            f"the TypeScript client tests need node (>= {NODE_MAJOR_MIN}) and npm on PATH "
-            f"(found node={node}, npm={npm})",
-            pytrace=False,
-        )
-    version = subprocess.run([node, "--version"], capture_output=True, text=True).stdout.strip()
-    match = re.match(r"v(\d+)\.", version)
-    if not match or int(match.group(1)) < NODE_MAJOR_MIN:
-        pytest.fail(f"node {version!r} is too old: need >= {NODE_MAJOR_MIN}", pytrace=False)
+    _, npm = node_and_npm("the TypeScript client tests")
     if not (TS_DIR / "node_modules").is_dir():
-        _run([npm, "ci", "--no-audit", "--no-fund"], timeout=600)
-    _run([npm, "run", "build:test"], timeout=600)
+        run_step([npm, "ci", "--no-audit", "--no-fund"], TS_DIR, timeout=600)
+    run_step([npm, "run", "build:test"], TS_DIR, timeout=600)
     assert DRIVER.exists(), f"{DRIVER} not built"
     return DRIVER
 
