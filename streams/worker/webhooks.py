@@ -224,6 +224,11 @@ class WebhookNotifier:
         if not notices:
             return 0
         new = set(await self.audit.run("webhook outbox", lambda s: outbox.add(s, notices)))
+        if len(new) < len(notices):
+            log.info(
+                "%d webhook notifications already recorded (a redelivery); not posted again",
+                len(notices) - len(new),
+            )
         return await self._enqueue([n for n in notices if n.decision_id in new])
 
     def _first_time(self, decision_id: str) -> bool:
