@@ -95,6 +95,8 @@ def exposed() -> dict[str, set[str]]:
     m.audit_error()
     m.set_audit_backlog(1)
     m.observe_gateway_timeout("gw")
+    m.webhook_outcome("sent")
+    m.webhook_retry()
     families = list(text_string_to_metric_families(m.render().decode()))
     assert {f.name for f in families} >= set(METRIC_NAMES), "populate every metric above"
     out: dict[str, set[str]] = {}
