@@ -460,31 +460,37 @@ def _str_or_none(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _exec_outcome(details: dict[str, Any], result: dict[str, Any]) -> str | None:
+def _exec_outcome(details: dict[str, Any], result: dict[str, Any]) -> tuple[str | None, str | None]:
     """Stable command outcome only: duration, PID, session id and cwd are ignored.
 
     As the reference: the output is ``aggregated`` trimmed, or the text content when that is
     blank; any number is an exit code (``1.0`` is ``1``, see :func:`js_number`). Then
     loopguard masks clock times, durations and PIDs in it (:func:`normalize_output`).
+    Returns (masked hash, exact hash): the second only when masking changed the output, for
+    the post-compaction guard, which aborts on identical results only (see :class:`Outcome`).
     """
     status = _str_or_none(details.get("status"))
     if status == "running":
         tail = details.get("tail")
-        return digest(
-            {"status": status, "tail": normalize_output(tail if isinstance(tail, str) else "")}
+        text = tail if isinstance(tail, str) else ""
+        masked = normalize_output(text)
+        return (
+            digest({"status": status, "tail": masked}),
+            None if masked == text else digest({"status": status, "tail": text}),
         )
     if status in ("completed", "failed"):
         aggregated = details.get("aggregated")
         output = js_trim(aggregated) if isinstance(aggregated, str) else ""
         exit_code = details.get("exitCode")
-        return digest(
-            {
-                "status": status,
-                "exitCode": exit_code if _is_number(exit_code) else None,
-                "timedOut": details.get("timedOut") is True,
-                "output": normalize_output(output or _text_content(result)),
-            }
-        )
+        fields = {
+            "status": status,
+            "exitCode": exit_code if _is_number(exit_code) else None,
+            "timedOut": details.get("timedOut") is True,
+        }
+        text = output or _text_content(result)
+        masked = normalize_output(text)
+        exact = None if masked == text else digest({**fields, "output": text})
+        return digest({**fields, "output": masked}), exact
     if status in ("approval-pending", "approval-unavailable"):
         return digest(
             {
@@ -494,8 +500,8 @@ def _exec_outcome(details: dict[str, Any], result: dict[str, Any]) -> str | None
                 "command": _str_or_none(details.get("command")) or "",
                 "warningText": _str_or_none(details.get("warningText")) or "",
             }
-        )
-    return None
+        ), None
+    return None, None
 
 
 SEND_LIKE_MESSAGE_ACTIONS = frozenset(
@@ -594,20 +600,41 @@ def strip_volatile_send_ids(value: Any) -> Any:
 class Outcome:
     """A hashed tool outcome. ``result_hash`` is None when there is nothing to compare.
 
-    Shared through the memo: never changed once built.
+    ``exact_hash`` is set only where loopguard's masking of volatile output (exec datetimes,
+    clock times, PIDs, durations) made ``result_hash`` equal for outputs that differ: the
+    post-compaction guard compares with it, because its rule aborts on identical results
+    only, while the rolling detectors keep the masked hash (a stuck command printing the
+    time is no progress). Shared through the memo: never changed once built.
     """
 
-    __slots__ = ("result_hash", "unknown_tool", "loop_veto")
+    __slots__ = ("result_hash", "unknown_tool", "loop_veto", "exact_hash")
 
     def __init__(
-        self, result_hash: str | None, unknown_tool: str | None = None, loop_veto: bool = False
+        self,
+        result_hash: str | None,
+        unknown_tool: str | None = None,
+        loop_veto: bool = False,
+        exact_hash: str | None = None,
     ) -> None:
         self.result_hash = result_hash
         self.unknown_tool = unknown_tool
         self.loop_veto = loop_veto  # the gateway enforced loopguard's block (see history)
+        self.exact_hash = exact_hash
 
     def __repr__(self) -> str:
-        return f"Outcome({self.result_hash!r}, {self.unknown_tool!r}, {self.loop_veto!r})"
+        return (
+            f"Outcome({self.result_hash!r}, {self.unknown_tool!r}, {self.loop_veto!r}, "
+            f"{self.exact_hash!r})"
+        )
+
+
+def _bare_exec_output(text: str) -> Outcome:
+    """An exec result sent as a bare string is the command's output: trimmed and masked like
+    ``aggregated`` (``"ok\n"`` and ``"ok"`` are one outcome)."""
+    output = js_trim(text)
+    masked = normalize_output(output)
+    exact = None if masked == output else digest({"output": output})
+    return Outcome(digest({"output": masked}), exact_hash=exact)
 
 
 def outcome_hash(tool_name: str, params: Any, result: Any, error: str | None) -> Outcome:
@@ -655,17 +682,22 @@ def _outcome(tool_name: str, action: Any, result: Any, error: str | None) -> Out
     if result is _MISSING:  # no result at all; JSON null is an outcome like any other
         return Outcome(None)
     if not isinstance(result, dict):
+        if tool_name == "exec" and isinstance(result, str):
+            return _bare_exec_output(result)
         return Outcome(digest(result))
     details = result.get("details")
     if not isinstance(details, dict):
-        details = {}
+        # A bare result object (neither ``details`` nor ``content``, as a gateway may send
+        # what its tool returned) is its own details: hashed as an empty object, every such
+        # result would be "the same" whatever it said.
+        details = result if "details" not in result and "content" not in result else {}
     elif details.get("status") == "blocked" and details.get("deniedReason") == "tool-loop":
         return Outcome(None, loop_veto=True)
     # The text content is extracted only by the rules that hash it.
     if tool_name == "exec":
-        exec_hash = _exec_outcome(details, result)
+        exec_hash, exact = _exec_outcome(details, result)
         if exec_hash:
-            return Outcome(exec_hash)
+            return Outcome(exec_hash, exact_hash=exact)
     if tool_name == "process" and action in ("poll", "log"):
         keys = (
             ("status", "exitCode", "exitSignal", "aggregated")

@@ -33,7 +33,7 @@ from streams.core.events import (
 from streams.core.failures import detect_with_failures, next_error_streak
 from streams.core.guard import PostCompactionGuard
 from streams.core.hashing import MEMO_MAX_CHARS, call_info, result_outcome
-from streams.core.history import RunHistory
+from streams.core.history import CallRecord, RunHistory
 
 # Out-of-order events wait for the gap before them to fill. The wait is bounded so one lost
 # event cannot stall a run: once more than REORDER_LIMIT events wait, or the waiting events
@@ -61,6 +61,15 @@ def _payload_chars(event: AgentEvent) -> int:
         if value:
             size += len(value)
     return size
+
+
+def newest_pending(history: RunHistory, tool_name: str) -> CallRecord | None:
+    """The newest call of ``tool_name`` still waiting for its result (a scan of the window,
+    for the rare result that names neither its args nor its call id)."""
+    for record in reversed(history.records):
+        if record.pending and record.tool_name == tool_name:
+            return record
+    return None
 
 
 @dataclass(slots=True)
@@ -200,6 +209,9 @@ class RunState:
             # continuation), as in the reference runtime.
             if cfg.compaction_guard_on:
                 self.guard.arm(cfg.compaction_window_size, self.run_id)
+                storm = self.guard.compaction()
+                if storm >= cfg.compaction_storm_threshold:
+                    return [self._storm(event, cfg, storm)]
             return []
         if isinstance(event, RunEnded):
             self.status = ENDED
@@ -229,8 +241,13 @@ class RunState:
         tool_name = event.tool_name
         if event.args_json is None:
             # Results may omit args when they carry the call id: hash with what the call had.
-            record = self.history.find_pending(tool_name, None, event.tool_call_id)
-            call = record or self.history.find_call(tool_name, event.tool_call_id)
+            if event.tool_call_id:
+                record = self.history.find_pending(tool_name, None, event.tool_call_id)
+                call = record or self.history.find_call(tool_name, event.tool_call_id)
+            else:  # neither args nor id: only the tool's newest open call can be meant
+                record = call = newest_pending(self.history, tool_name)
+                if call is None:
+                    return self._unmatched(event)
             if call is not None:
                 sig, known_poll, action = call.sig, call.known_poll, call.action or None
             else:  # the call is out of the window (or never seen): no args known
@@ -270,9 +287,15 @@ class RunState:
                 action if isinstance(action, str) else None,
                 outcome,
             )
-        if not (self.guard.remaining and cfg.compaction_guard_on):  # guard.armed, inlined
+        guard = self.guard
+        if guard.compacted and not guard.progressed and not outcome.loop_veto:
+            # compaction storm: an outcome unlike its call's previous one is progress
+            guard.outcome(record.no_progress_run == 1)
+        if not (guard.remaining and cfg.compaction_guard_on):  # guard.armed, inlined
             return []
-        loop = self.guard.observe(record.tool_name, record.sig, record.result_hash)
+        # The guard compares exact results (its rule: only identical results abort), not the
+        # masked hash the rolling detectors use.
+        loop = guard.observe(record.tool_name, record.sig, outcome.exact_hash or record.result_hash)
         if loop is None:
             return []
         self.status = ABORTED
@@ -294,6 +317,36 @@ class RunState:
                 error_code="compaction_loop_persisted",
             )
         ]
+
+    def _unmatched(self, event: ToolResult) -> list[Decision]:
+        """A result with neither args nor call id while no call of its tool is open: it
+        matches no call, so it is no outcome for the history or the guard (recorded as a call
+        of its own it would alternate with the real calls: false ping-pong). A failure still
+        counts towards the failure streak, whatever call it ended."""
+        outcome = result_outcome(event.tool_name, None, event.result_json, event.error)
+        if outcome.result_hash is not None:
+            self.error_streak = next_error_streak(
+                self.error_streak, event.error is not None, outcome.loop_veto
+            )
+        return []
+
+    def _storm(self, event: CompactionRetry, cfg: LoopDetectionConfig, storm: int) -> Decision:
+        self.status = ABORTED
+        records = self.history.records
+        return self._decision(
+            event,
+            cfg,
+            Action.ABORT,
+            detector="compaction_storm",
+            severity=CRITICAL,
+            count=storm,
+            tool_name=records[-1].tool_name if records else "",
+            reason=(
+                f"compaction_storm: {storm + 1} compaction retries in a row with no progress "
+                "between them; aborting the run."
+            ),
+            error_code="compaction_storm",
+        )
 
     def _decide(
         self, event: ToolCall, call: CurrentCall, hit: Detection, cfg: LoopDetectionConfig

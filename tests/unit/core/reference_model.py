@@ -10,11 +10,13 @@ does, and nothing here is shared with ``streams.core``.
 
 Where loopguard deliberately differs (README, "Deliberate deviations"), :class:`ReferenceRun`
 either has no opinion (the generator avoids the case) or reports :data:`DEVIATION` for the
-event, so a comparison stops there. Three loopguard rules are restated here too, each marked
-"loopguard:" where it applies, so the comparison goes on through them: one counting convention
-(ping-pong counts the earlier calls of the alternation, like every other detector), and the
-failure rules of issue 17 (``consecutiveErrors`` and ``errorRepeat``, README "Rules"), which
-the reference does not have.
+event, so a comparison stops there. loopguard's own rules of issue 17 are restated here too,
+each marked "loopguard:" where it applies, so the comparison goes on through them: one
+counting convention (ping-pong counts the earlier calls of the alternation, like every other
+detector); the failure rules (``consecutiveErrors``, ``errorRepeat``); the post-compaction
+guard's count carried over a re-arm and the compaction storm; a result with neither args nor
+call id answering its tool's newest open call (or nothing); bare results (an exec output
+string, an object with neither ``details`` nor ``content``) and ``*_send`` tools as sends.
 """
 
 from __future__ import annotations
@@ -247,8 +249,16 @@ def strip_volatile_send_ids(value: Any) -> Any:
 
 
 def is_messaging_tool_send_action(tool_name: str, args: dict[str, Any]) -> bool:
-    # embedded-agent-messaging.ts; channel plugins (telegram, slack, ...) are not modelled
-    return tool_name in ("sessions_send", "conversations_send", "conversations_turn")
+    # embedded-agent-messaging.ts; channel plugins (telegram, slack, ...) are asked there
+    if tool_name in ("sessions_send", "conversations_send", "conversations_turn"):
+        return True
+    # loopguard: a worker cannot ask the plugins; it goes by the tool's name (README)
+    action = args.get("action")
+    return tool_name.endswith("_send") or (
+        tool_name.endswith("_message")
+        and isinstance(action, str)
+        and action in SEND_LIKE_MESSAGE_ACTIONS
+    )
 
 
 def is_volatile_send_result(tool_name: str, params: Any) -> bool:
@@ -268,8 +278,15 @@ def hash_tool_outcome(
     if error is not None:
         return f"error:{digest(error)}", extract_unknown_tool_name(error)
     if not is_plain_object(result):
+        if tool_name == "exec" and isinstance(result, str):  # loopguard: the bare output
+            return digest({"output": js_trim(result)}), None
         return (None if result is UNDEFINED else digest(result)), None
-    details = result["details"] if is_plain_object(get(result, "details")) else {}
+    if is_plain_object(get(result, "details")):
+        details = result["details"]
+    elif "details" in result or "content" in result:
+        details = {}
+    else:  # loopguard: a bare result object is its own details
+        details = result
     text = extract_text_content(result)
     if tool_name == "exec":
         exec_hash = hash_exec_tool_outcome(details, text)
@@ -331,6 +348,7 @@ class Config:
     known_poll: bool
     ping_pong: bool
     window: int
+    storm_threshold: int = 3  # loopguard: compaction storm
     # loopguard's failure rules (issue 17)
     consecutive_errors: bool = True
     error_repeat: bool = True
@@ -358,6 +376,7 @@ class Config:
             known_poll=detectors.get("knownPollNoProgress", True),
             ping_pong=detectors.get("pingPong", True),
             window=block.get("postCompactionGuard", {}).get("windowSize", 3),
+            storm_threshold=block.get("postCompactionGuard", {}).get("stormThreshold", 3),
             consecutive_errors=detectors.get("consecutiveErrors", True),
             error_repeat=detectors.get("errorRepeat", True),
             errors_warning=errors_warning,
@@ -530,6 +549,10 @@ class ReferenceRun:
     guard_remaining: int = 0
     guard_history: list[tuple[str, str, str]] = field(default_factory=list)
     error_streak: int = 0  # loopguard: failed outcomes in a row
+    guard_carried: bool = False  # loopguard: the window's counts came over a re-arm
+    storm_compacted: bool = False  # loopguard: compaction storm
+    storm_progressed: bool = False
+    storm: int = 0
 
     def _trim(self) -> None:
         del self.history[: max(0, len(self.history) - self.cfg.history_size)]
@@ -551,7 +574,23 @@ class ReferenceRun:
         error: str | None,
         call_id: str | None,
     ) -> Verdict | None:
-        if args_json is None:
+        if args_json is None and not call_id:
+            # loopguard: neither args nor id: the tool's newest call without a result, if any
+            known = next(
+                (
+                    r
+                    for r in reversed(self.history)
+                    if r.tool_name == tool_name and not r.result_hash
+                ),
+                None,
+            )
+            if known is None:  # matches nothing: only the failure streak hears of it
+                result = UNDEFINED if result_json is None else js_parse(result_json)
+                if hash_tool_outcome(tool_name, {}, result, error)[0]:
+                    self.error_streak = self.error_streak + 1 if error is not None else 0
+                return None
+            params = known.params
+        elif args_json is None:
             # loopguard's events may omit a result's args when its call id names the call (the
             # reference's gateway always knows them): the call's args, while the call is in
             # the window; a worker knows no args for a call it no longer has
@@ -577,22 +616,47 @@ class ReferenceRun:
             if record.result_hash is not None:
                 continue
             record.result_hash, record.unknown_tool_name = result_hash, unknown
+            target = record
             break
         else:
-            self.history.append(Record(tool_name, args_hash, call_id, result_hash, unknown, params))
+            target = Record(tool_name, args_hash, call_id, result_hash, unknown, params)
+            self.history.append(target)
         self._trim()
+        if self.storm_compacted:  # loopguard: progress = unlike the call's previous outcome
+            at = next((i for i, r in enumerate(self.history) if r is target), None)
+            earlier = [
+                r for r in self.history[: at or 0] if r.args_hash == args_hash and r.result_hash
+            ]
+            if at is not None and (not earlier or earlier[-1].result_hash != result_hash):
+                self.storm_progressed = True
         return self._observe(tool_name, args_hash, result_hash)
 
-    def compaction(self) -> None:
+    def compaction(self) -> Verdict | None:
         """armPostCompaction, after every compaction retry kind."""
+        # loopguard: an open window's counts carry over the re-arm (the next outcome decides)
+        self.guard_carried = self.guard_remaining > 0 and bool(self.guard_history)
+        if not self.guard_carried:
+            self.guard_history = []
         self.guard_remaining = self.cfg.window
-        self.guard_history = []
+        if self.cfg.enabled is False:
+            return None
+        # loopguard: compaction storm, retries in a row with no progress between them
+        no_progress = self.storm_compacted and not self.storm_progressed
+        self.storm = self.storm + 1 if no_progress else 0
+        self.storm_compacted, self.storm_progressed = True, False
+        if self.storm >= self.cfg.storm_threshold:
+            return ("critical", "compaction_storm", self.storm)
+        return None
 
     def _observe(self, tool_name: str, args_hash: str, result_hash: str) -> Verdict | None:
         if self.cfg.enabled is False or self.guard_remaining <= 0:
             return None
         self.guard_remaining -= 1
         triple = (tool_name, args_hash, result_hash)
+        if self.guard_carried:  # loopguard: the loop went on, or the count starts over
+            self.guard_carried = False
+            if triple not in self.guard_history:
+                self.guard_history = []
         self.guard_history.append(triple)
         matches = sum(1 for entry in self.guard_history if entry == triple)
         if matches >= self.cfg.window:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 
 import pytest
-from core_helpers import Run, dumps, guard, loop_guard, one, text_result
+from core_helpers import Run, dumps, exec_result, guard, loop_guard, one, summary, text_result
 
 from streams.core.events import Action, ToolResult
 from streams.core.guard import PostCompactionGuard
@@ -205,13 +205,144 @@ def test_window_five_tolerates_three_identical():
     assert results(run, ["same", "same", "same", "other", "other"]) is None
 
 
-def test_rearming_resets_the_count():
+def test_rearming_carries_the_count_when_the_loop_goes_on():
+    """The reference reset the count on every compaction, so [compaction, same call -> same
+    result] x 6 never aborted (issue 17); the count now survives a re-arm."""
+    run = Run(guard())
+    found = []
+    for _ in range(3):
+        run.compaction()
+        found.append(results(run, ["same"]))
+    assert found == [None, None, 0]
+    d = one(guard_decisions(run))
+    assert (d.count, d.error_code) == (3, "compaction_loop_persisted")
+
+
+def test_rearming_carries_every_triple_of_the_open_window():
+    run = Run(guard({"postCompactionGuard": {"windowSize": 3}}))
+    run.compaction()
+    results(run, ["a", "b"])  # window still open (one attempt left)
+    run.compaction()
+    assert results(run, ["a", "b"]) is None  # a: 2, b: 2
+    run.compaction()
+    assert results(run, ["b"]) == 0  # b: 3
+
+
+def test_rearming_starts_over_when_the_first_outcome_is_new():
     run = Run(guard())
     run.compaction()
     results(run, ["same"] * 2)
-    run.compaction()  # a second compaction: fresh window
-    assert results(run, ["same"] * 2) is None
+    run.compaction()
+    assert results(run, ["other", "same", "same"]) is None  # counts dropped at "other"
+    assert guard_decisions(run) == []
+
+
+def test_rearming_after_the_window_is_spent_starts_over():
+    run = Run(guard())
+    run.compaction()
+    results(run, ["same", "x", "same"])  # window of 3 spent, no triple 3 times
+    run.compaction()
+    assert results(run, ["same", "same"]) is None
     assert results(run, ["same"]) == 0
+
+
+def test_the_guard_aborts_on_identical_results_only_not_on_masked_ones():
+    """exec outputs differing only in a date line are different results: the spec's guard
+    aborts on identical results only. The rolling detectors still mask the date (a stuck
+    command printing the time is no progress there)."""
+    run = Run(guard())
+    run.compaction()
+    for day in (1, 2, 3):
+        output = f"2026-12-0{day} 18:00:00 build failed"
+        run.plain_cycle("exec", {"command": "make"}, exec_result(output, exit_code=2))
+    assert guard_decisions(run) == []
+    run = Run(guard(), run_id="r2")
+    run.compaction()
+    for _ in range(3):
+        output = "2026-12-01 18:00:00 build failed"
+        run.plain_cycle("exec", {"command": "make"}, exec_result(output, exit_code=2))
+    assert one(guard_decisions(run)).error_code == "compaction_loop_persisted"
+
+
+def test_masked_outputs_still_count_as_no_progress_for_the_detectors():
+    run = Run(loop_guard(enabled=True, warningThreshold=2, criticalThreshold=3))
+    for day in range(1, 6):
+        output = f"2026-12-0{day} 18:00:00 build failed"
+        run.cycle("exec", {"command": "make"}, exec_result(output, exit_code=2))
+    assert ("block", "generic_repeat", 3) in summary(run.decisions)
+
+
+# -- compaction storms -------------------------------------------------------------------
+
+
+def storm_decisions(run):
+    return [d for d in run.decisions if d.detector == "compaction_storm"]
+
+
+def test_back_to_back_compactions_are_a_storm():
+    run = Run(guard())
+    results(run, ["seen"])
+    got = [summary(run.compaction()) for _ in range(4)]
+    assert got == [[], [], [], [("abort", "compaction_storm", 3)]]  # 3 earlier retries
+    d = one(storm_decisions(run))
+    assert (d.error_code, d.severity, d.tool_name) == ("compaction_storm", "critical", "read")
+    assert "4 compaction retries in a row" in d.reason
+    assert one(run.call("read", ARGS)).detector == "run_aborted"
+
+
+def test_repeated_outcomes_between_compactions_are_no_progress():
+    run = Run(guard({"postCompactionGuard": {"windowSize": 50, "stormThreshold": 3}}))
+    results(run, ["a"], args={"p": 1})
+    results(run, ["b"], args={"p": 2})
+    run.compaction()
+    for _ in range(3):  # each interval repeats what the calls said before
+        results(run, ["a"], args={"p": 1})
+        results(run, ["b"], args={"p": 2})
+        decided = run.compaction()
+    assert summary(decided) == [("abort", "compaction_storm", 3)]
+
+
+def test_progress_between_compactions_restarts_the_storm():
+    run = Run(guard())
+    run.compaction()
+    run.compaction()
+    run.compaction()  # storm of 2 earlier retries
+    results(run, ["new result"], args={"p": 9})  # a call unlike before: progress
+    assert [summary(run.compaction()) for _ in range(3)] == [[], [], []]
+    assert summary(run.compaction()) == [("abort", "compaction_storm", 3)]
+
+
+def test_a_changed_result_of_the_same_call_is_progress():
+    run = Run(guard({"postCompactionGuard": {"windowSize": 50}}))
+    results(run, ["v0"])
+    for i in range(1, 8):
+        run.compaction()
+        results(run, [f"v{i}"])  # the same call, a new result each time
+    assert storm_decisions(run) == []
+
+
+@pytest.mark.parametrize("threshold", [1, 2, 5])
+def test_storm_threshold_is_configurable(threshold):
+    run = Run(guard({"postCompactionGuard": {"stormThreshold": threshold}}))
+    got = [bool(run.compaction()) for _ in range(threshold + 1)]
+    assert got == [False] * threshold + [True]
+
+
+def test_no_storm_when_enabled_false():
+    run = Run(guard({"enabled": False}))
+    assert all(run.compaction() == [] for _ in range(10))
+
+
+def test_storm_state_round_trips_and_old_states_load():
+    g = PostCompactionGuard()
+    assert "storm" not in g.to_dict()  # nothing to write before a compaction
+    g.arm(3)
+    g.compaction()
+    g.compaction()
+    copy = PostCompactionGuard.from_dict(g.to_dict())
+    assert copy == g and copy.storm == 1
+    old = {"remaining": 2, "window": 3, "counts": {"s\x00h": 1}}  # written before issue 17
+    assert PostCompactionGuard.from_dict(old).storm == 0
 
 
 def test_after_abort_the_run_stays_aborted():

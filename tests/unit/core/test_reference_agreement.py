@@ -6,8 +6,11 @@ blocks is switched off by config (``abortAfterBlocks`` out of reach); blocks rec
 outcomes never arise (the generated gateway never answers with the loop veto) and a stream is
 compared only up to its first critical verdict, after which the reference would have stopped
 the tool; exec output masking never applies (generated exec output has no digits);
-``update_plan`` and provider ``*_send`` tools are not generated; and where loopguard's breaker
-counts a stable ping-pong the model says DEVIATION and the comparison stops before that call.
+``update_plan`` is not generated; and where loopguard's breaker counts a stable ping-pong the
+model says DEVIATION and the comparison stops before that call. loopguard's own rules of issue
+17 are restated in the model (see its docstring) and generated for: failing calls of every
+kind, compaction retries back to back, results with neither args nor call id, bare results
+(objects without ``details``/``content``, exec output strings) and a ``*_send`` tool.
 Warnings are compared call by call, severity, detector and count.
 """
 
@@ -103,6 +106,7 @@ CALLS: list[tuple[str, dict[str, Any]]] = [
     ("conversations_turn", {"conversationRef": "c", "text": "hi"}),
     ("sessions_send", {"message": "m"}),
     ("browser", {"url": "u"}),
+    ("telegram_send", {"chat": "c", "text": "hi"}),  # a send by loopguard's naming rule
 ]
 
 
@@ -142,6 +146,8 @@ TEXT: list[list[Outcome]] = [
     [ok([1, 2.0]), ok([1.0, 2])],
     [ok("plain")],
     [("null", None)],
+    [ok({"text": "code 1"})],  # bare objects: their own details
+    [ok({"text": "code 2"}), ok({"text": "code 2", "n": 1.0}), ok({"n": 1, "text": "code 2"})],
 ]
 ERRORS: list[list[Outcome]] = [
     [(None, None)],  # neither result nor error: no outcome
@@ -159,6 +165,8 @@ SENDS: list[list[Outcome]] = [
     [ok(sent("m-1")), ok(sent("m-2")), ok(sent("m-3", sentAt=5))],
     [ok(sent("m-4", n=1.0)), ok(sent("m-5", n=1)), ok(sent("m-6", runId="r", n=1))],
     [ok({"details": {"status": "replied", "reply": "yo", "runId": f"r-{i}"}}) for i in range(3)],
+    [ok({"ok": True, "messageId": f"m{i}"}) for i in range(3)],  # bare, a fresh id each
+    [ok({"ok": False, "error": "rate limited", "ts": 5})],
 ]
 EXEC: list[list[Outcome]] = [
     [ok(exec_out("ok")), ok(exec_out("ok\n")), ok(exec_out("  ", "ok")), ok(exec_out("", "ok "))],
@@ -169,13 +177,16 @@ EXEC: list[list[Outcome]] = [
     [ok({"details": {"status": "running", "tail": "waiting"}})],
     [ok({"details": {"status": "running", "tail": 5}}), ok({"details": {"status": "running"}})],
     [ok({"details": {"status": "approval-pending", "command": "rm", "host": "h", "id": 1}})],
+    [ok("ok\n"), ok("ok"), ok(" ok ")],  # the bare output string
 ]
 RESULTS = TEXT + POLL + SENDS + EXEC + ERRORS
 # The families each tool mostly answers with; any family otherwise.
 FAMILIES = {
     **dict.fromkeys(["read", "write", "browser"], TEXT + ERRORS),
     **dict.fromkeys(["process", "command_status"], POLL + ERRORS),
-    **dict.fromkeys(["message", "conversations_turn", "sessions_send"], SENDS + ERRORS),
+    **dict.fromkeys(
+        ["message", "conversations_turn", "sessions_send", "telegram_send"], SENDS + ERRORS
+    ),
     "exec": EXEC + ERRORS,
 }
 
@@ -195,7 +206,10 @@ def streams(draw, max_ops: int = 60):
             own = draw(st.integers(0, 3)) > 0
             sticky[tool] = draw(st.sampled_from(FAMILIES[tool] if own else RESULTS))
         result_json, error = draw(st.sampled_from(sticky[tool]))
-        args_json = None if call_id and draw(st.booleans()) else json.dumps(args)
+        # args omitted: mostly with a call id, sometimes with neither (a gateway that knows
+        # only the tool's name)
+        omit = draw(st.integers(0, 3))
+        args_json = None if (call_id and omit < 2) or omit == 0 else json.dumps(args)
         run._keep(ToolResult(run.envelope(), tool, args_json, result_json, error, call_id))
 
     for _ in range(draw(st.integers(1, max_ops))):
@@ -221,11 +235,13 @@ def streams(draw, max_ops: int = 60):
             answer(*pending.pop(index))
         elif kind == 10:
             trigger = draw(st.sampled_from(["context_overflow", "timeout", "continuation"]))
-            run.make_compaction(trigger)
+            for _ in range(draw(st.sampled_from([1, 1, 1, 2, 3]))):  # storms: back to back
+                run.make_compaction(trigger)
         else:  # a result nobody asked for (its call was lost)
             tool, args = CALLS[draw(st.integers(0, len(CALLS) - 1))]
             result_json, error = draw(st.sampled_from(draw(st.sampled_from(RESULTS))))
-            run._keep(ToolResult(run.envelope(), tool, json.dumps(args), result_json, error))
+            args_json = None if draw(st.integers(0, 3)) == 0 else json.dumps(args)
+            run._keep(ToolResult(run.envelope(), tool, args_json, result_json, error))
     return run.events
 
 
@@ -238,7 +254,7 @@ def reference_verdicts(model: ReferenceRun, event: AgentEvent):
             event.tool_name, event.args_json, event.result_json, event.error, event.tool_call_id
         )
     if isinstance(event, CompactionRetry):
-        model.compaction()
+        return model.compaction()
     return None
 
 
@@ -292,6 +308,7 @@ def test_the_generator_reaches_every_verdict():
         ("critical", "global_circuit_breaker"),
         ("critical", "post_compaction_guard"),
         ("critical", "error_repeat"),
+        ("critical", "compaction_storm"),
         ("warning", "consecutive_errors"),
         ("critical", "consecutive_errors"),
     } <= seen
