@@ -12,6 +12,7 @@ recomputes them from the primary fields, which is also how tests check the incre
 from __future__ import annotations
 
 from collections import deque
+from sys import intern
 from typing import Any
 
 from streams.core.hashing import CallInfo, Outcome
@@ -38,11 +39,14 @@ class CallRecord:
         action: str | None = None,
     ) -> None:
         self.index = index  # position in the run, contiguous within the window
-        self.tool_name = tool_name
+        # Interned: every event decoded off the wire brings its own copy of the tool name (and
+        # of the action); a window of 30 records would otherwise hold 30 copies of a few names.
+        self.tool_name = intern(tool_name)
         self.sig = sig  # args hash: tool name + digest of canonical params
         self.tool_call_id = tool_call_id
         self.known_poll = known_poll
-        self.action = action  # params["action"], needed to hash results that omit args
+        # params["action"], needed to hash results that omit args
+        self.action = intern(action) if type(action) is str else action
         self.result_hash: str | None = None
         self.unknown_tool: str | None = None
         self.pending = False  # waiting for its result
