@@ -7,6 +7,8 @@ import logging
 
 import pytest
 from core_helpers import Run, dumps, exec_result, guard, loop_guard, one, summary, text_result
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from streams.core.events import Action, ToolResult
 from streams.core.guard import PostCompactionGuard
@@ -463,3 +465,27 @@ def test_a_vetoed_call_counts_in_the_window():
         assert decided[0].action is Action.BLOCK  # answered with the veto, not the tool
     d = one(guard_decisions(run))
     assert (d.action, d.count, d.error_code) == (Action.ABORT, 3, "compaction_loop_persisted")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(["compaction", "repeat", "new"]), max_size=40), st.integers(1, 4))
+def test_the_storm_count_is_the_retries_since_the_last_progress(ops, threshold):
+    """At each compaction retry the storm count is the earlier retries after the last outcome
+    that made progress; the run aborts at the first retry where it reaches the threshold."""
+    window = {"windowSize": 100, "stormThreshold": threshold}  # the guard's window never fills
+    run = Run(guard({"historySize": 1000, "postCompactionGuard": window}))
+    results(run, ["same"])  # the call that "repeat" repeats
+    since_progress = 0  # compactions after the last progress
+    for step, op in enumerate(ops):
+        if op == "compaction":
+            decided = run.compaction()
+            if since_progress >= threshold:
+                assert summary(decided) == [("abort", "compaction_storm", since_progress)]
+                return
+            assert decided == []
+            since_progress += 1
+        elif op == "repeat":
+            results(run, ["same"])  # the same outcome again: no progress
+        else:
+            results(run, [f"new {step}"], args={"step": step})  # a new call: progress
+            since_progress = 0
