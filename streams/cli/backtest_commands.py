@@ -57,7 +57,8 @@ def add_backtest_parser(sub: Any) -> argparse.ArgumentParser:
         "report says which baseline was used. Runs whose first events are outside the "
         "selection are not compared. The events are what happened under the config in force: "
         "after a recorded block or abort they show the gateway's enforcement, not what the "
-        "agent would have done without it. Nothing is written anywhere. Exit code 0 once "
+        "agent would have done without it; each side's decisions count up to its first abort of a "
+        "run, where the run ends. Nothing is written anywhere. Exit code 0 once "
         "reported, 1 when a --run could not be compared or the broker or database cannot be "
         "reached, 2 for bad input.",
     )

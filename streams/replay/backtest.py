@@ -118,6 +118,15 @@ def outcome(decisions: Iterable[Decision]) -> Outcome:
     )
 
 
+def until_abort(decisions: list[Decision]) -> list[Decision]:
+    """The decisions up to the run's first abort, inclusive: the run ends there, so what the
+    core says about recorded events after it (``run_aborted`` on every later call) is not
+    a loop caught, and would swamp the abort counts when a candidate aborts earlier."""
+    ordered = sorted(decisions, key=decision_order)
+    abort = next((d.seq for d in ordered if d.action is Action.ABORT), None)
+    return ordered if abort is None else [d for d in ordered if d.seq <= abort]
+
+
 def classify(baseline: Outcome, candidate: Outcome) -> str | None:
     """How the run's ending changes, or None when it would be stopped (or not) as before."""
     before, after = RANK[baseline.worst], RANK[candidate.worst]
@@ -199,8 +208,9 @@ class BacktestResult:
 
 def backtest(reports: list[RunReport], baseline: Callable[[str], list[Decision]]) -> BacktestResult:
     """Compare each report's replayed (candidate) decisions with ``baseline(run_id)`` limited,
-    as replay limits the trail, to the seqs the replay reached; incomplete runs and runs
-    without events are left out (their state cannot be re-derived) and listed as skipped."""
+    as replay limits the trail, to the seqs the replay reached, each side up to its first
+    abort (:func:`until_abort`); incomplete runs and runs without events are left out (their
+    state cannot be re-derived) and listed as skipped."""
     rows: dict[tuple[str, str], DetectorRow] = {}
     changes: list[RunChange] = []
     skipped: list[RunReport] = []
@@ -210,8 +220,8 @@ def backtest(reports: list[RunReport], baseline: Callable[[str], list[Decision]]
             skipped.append(report)
             continue
         compared += 1
-        before = [d for d in baseline(report.run_id) if d.seq <= report.last_seq]
-        after = report.decisions
+        before = until_abort([d for d in baseline(report.run_id) if d.seq <= report.last_seq])
+        after = until_abort(report.decisions)
         for side, decisions in (("baseline", before), ("candidate", after)):
             for d in decisions:
                 key = (d.agent_id, d.detector)

@@ -18,6 +18,7 @@ from streams.audit.store import AuditStore
 from streams.cli.common import EXIT_OK
 from streams.cli.main import main
 from streams.core.events import Action
+from streams.replay.backtest import until_abort
 
 pytestmark = pytest.mark.integration
 
@@ -61,7 +62,8 @@ def backtest(capsys, pipeline: Pipeline, config: str, *extra: str) -> dict:
 
 
 def counts(decisions) -> dict[str, int]:
-    counted = Counter(d.action.value for d in decisions)
+    """Decisions per action, as backtest counts them: up to the run's first abort."""
+    counted = Counter(d.action.value for d in until_abort(decisions))
     return {a.value: counted[a] for a in Action}
 
 

@@ -28,6 +28,7 @@ from streams.replay.backtest import (
     cached,
     classify,
     outcome,
+    until_abort,
 )
 from streams.replay.backtest_report import Backtested, backtest_dict, print_backtest
 from streams.replay.compare import INCOMPLETE, NOT_FOUND, compare_with_audit, replay_events
@@ -76,6 +77,13 @@ def test_outcome_names_the_worst_action_and_the_first_stop() -> None:
     assert outcome([]).worst is None and outcome([]).stop_seq is None
 
 
+def test_decisions_after_the_first_abort_are_not_counted() -> None:
+    decisions = [decision(9, A, "run_aborted"), decision(3, W), decision(6, A), decision(6, B)]
+    kept = until_abort(decisions)
+    assert [(d.seq, d.action) for d in kept] == [(3, W), (6, A), (6, B)]  # decision_order
+    assert until_abort([decision(2, W)]) == [decision(2, W)] and until_abort([]) == []
+
+
 def looping(lg, run_id: str, agent: str, cycles: int, start_time: int = 0) -> Run:
     run = Run(lg, run_id, agent, start_time=1_700_000_000_000 + start_time)
     run.start()
@@ -116,9 +124,12 @@ def test_a_stricter_candidate_against_the_recorded_trail(tmp_path: Path) -> None
     # Counts per (agent, detector, action) are exactly the two decision lists counted.
     strict = loop_guard(**STRICT)
     replayed = list(strict.process_all(FileSource(str(path)).events(ReadStats(), Selection())))
+    by_run: dict[str, list[Decision]] = {}
+    for d in replayed:
+        by_run.setdefault(d.run_id, []).append(d)
     for side, decisions in (
-        ("baseline", [d for ds in trail.values() for d in ds]),
-        ("candidate", replayed),
+        ("baseline", [d for ds in trail.values() for d in until_abort(ds)]),
+        ("candidate", [d for ds in by_run.values() for d in until_abort(ds)]),
     ):
         expected = Counter((d.agent_id, d.detector, d.action.value) for d in decisions)
         got = Counter(
