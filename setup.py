@@ -24,6 +24,7 @@ CORE_MODULES = [
     "streams/core/hashing.py",
     "streams/core/history.py",
     "streams/core/detectors.py",
+    "streams/core/failures.py",
     "streams/core/guard.py",
     "streams/core/run_state.py",
     "streams/core/engine.py",

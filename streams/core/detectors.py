@@ -69,7 +69,8 @@ def global_circuit_breaker(
     The reference counted only the current tool's streak, so a ping-pong loop never tripped
     it; here the larger of the two no-progress counts is compared with the threshold.
     """
-    alternation = pong_count(pong) if pong.no_progress else 0
+    # pong_count(pong), inlined: this runs on every repeated call
+    alternation = (pong.calls - 1 if pong.calls else 0) if pong.no_progress else 0
     count = max(streak, alternation)
     if count < cfg.global_circuit_breaker_threshold:
         return None
@@ -118,7 +119,7 @@ def ping_pong(
     pong: PingPong, history: RunHistory, call: CurrentCall, cfg: LoopDetectionConfig
 ) -> Detection | None:
     """A,B,A,B… : warn even if outputs change, block only when both sides are stable."""
-    count = pong_count(pong)
+    count = pong.calls - 1 if pong.calls else 0  # pong_count(pong), inlined
     if count >= cfg.critical_threshold and pong.no_progress:
         return Detection(
             CRITICAL,

@@ -81,23 +81,6 @@ def error_repeat(
     )
 
 
-def detect_failures(
-    history: RunHistory, error_streak: int, call: CurrentCall, cfg: LoopDetectionConfig
-) -> Detection | None:
-    """The failure rules alone; ``None`` when they are off or both pass."""
-    if cfg.enabled is not True:
-        return None
-    switches = cfg.detectors
-    if switches.error_repeat and history.sig_count.get(call.sig, 0):
-        streak, latest = history.no_progress_streak(call.sig)
-        hit = error_repeat(streak, latest, call, cfg)
-        if hit is not None:
-            return hit
-    if switches.consecutive_errors:
-        return consecutive_errors(error_streak, call, cfg)
-    return None
-
-
 def detect_with_failures(
     history: RunHistory,
     error_streak: int,
@@ -106,18 +89,25 @@ def detect_with_failures(
     known_poll: bool,
     cfg: LoopDetectionConfig,
 ) -> Detection | None:
-    """The reference chain plus the failure rules, most severe first (see the module doc)."""
+    """The reference chain plus the failure rules, most severe first (see the module doc).
+
+    On the path of every call: the failure rules cost two comparisons and a dict lookup
+    unless the run is failing (a streak at the warning, or this call's last outcome an error).
+    """
     hit = detect(history, tool_name, sig, known_poll, cfg)
-    if hit is not None and hit.level == CRITICAL:
-        return hit
-    if cfg.enabled is not True:
+    if cfg.enabled is not True or (hit is not None and hit.level == CRITICAL):
         return hit
     switches = cfg.detectors
-    if not (switches.error_repeat and history.sig_count.get(sig, 0)) and not (
-        switches.consecutive_errors and error_streak >= cfg.consecutive_errors_warning
-    ):
-        return hit  # the common case: nothing either rule could count
-    extra = detect_failures(history, error_streak, CurrentCall(tool_name, sig, known_poll), cfg)
+    extra = None
+    if switches.error_repeat:
+        latest = history.sig_latest_result.get(sig)
+        if latest is not None and (latest.result_hash or "").startswith(ERROR_HASH_PREFIX):
+            streak, latest_hash = history.no_progress_streak(sig)
+            extra = error_repeat(streak, latest_hash, CurrentCall(tool_name, sig, known_poll), cfg)
+    if extra is None and switches.consecutive_errors:
+        if error_streak < cfg.consecutive_errors_warning:
+            return hit
+        extra = consecutive_errors(error_streak, CurrentCall(tool_name, sig, known_poll), cfg)
     if extra is None:
         return hit
     if hit is None or extra.level == CRITICAL:
