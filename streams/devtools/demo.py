@@ -1,9 +1,11 @@
 """``loopguard demo``: the embedded default end to end, with a gateway that gets caught looping.
 
-Starts the tansu broker (memory storage), a SQLite audit trail, one worker, then plays three
+Starts the tansu broker (memory storage), a SQLite audit trail, one worker, then plays six
 agent runs through the gateway client: normal work, a ping-pong loop (warned, blocked, then
-aborted) and a loop that survives a context-overflow compaction (aborted with
-``compaction_loop_persisted``).
+aborted), a loop that survives a context-overflow compaction (aborted with
+``compaction_loop_persisted``), and one run for each failure rule: different calls all
+failing (``consecutive_errors``), the same call failing alike (``error_repeat``) and
+compaction after compaction with no progress (``compaction_storm``).
 
 The output is the same on every run: the gateway enforces in time (before each tool call it
 waits until the worker has processed the run so far, with a generous budget), so the block and
@@ -66,12 +68,13 @@ class Played:
     stopped_by: Decision | None = None  # the abort the gateway stopped the run on
     notes: list[tuple[int, str]] = field(default_factory=list)  # (seq, gateway line)
 
-    def cycle(self, tool: str, args: dict, result: dict) -> bool:
-        """One tool cycle as a gateway runs it; False when loopguard blocked the call."""
+    def cycle(self, tool: str, args: dict, result: dict | None, error: str | None = None) -> bool:
+        """One tool cycle as a gateway runs it (the tool returns ``result`` or fails with
+        ``error``); False when loopguard blocked the call."""
         verdict = self.run.before_tool(tool, args)  # raises RunAborted
         self.calls += 1
         if verdict.allowed:
-            self.run.after_tool(tool, args, result=result)
+            self.run.after_tool(tool, args, result=result, error=error)
             return True
         self.refused += 1
         # before_tool published the call and, as its outcome, the veto: the call is seq - 1.
@@ -114,6 +117,50 @@ def compaction_loop(play: Played) -> None:
         play.cycle("web_fetch", {"url": "https://example.invalid/a"}, {"error": "timeout"})
 
 
+def failing_tools(play: Played) -> None:
+    """Every call different, every one failing: no repeat detector sees a loop here."""
+    for step in range(20):
+        region = f"eu-{step % 4 + 1}"
+        if step % 2 == 0:
+            play.cycle(
+                "exec",
+                {"command": f"deploy --region {region} --try {step}"},
+                None,
+                error=f"exec failed: region {region} rejected the credentials",
+            )
+        else:
+            play.cycle(
+                "http_request",
+                {"url": f"https://{region}.example.invalid/health"},
+                None,
+                error="connect ECONNREFUSED",
+            )
+
+
+def same_failure(play: Played) -> None:
+    """The same call failing with the same error, retried unchanged."""
+    play.cycle("read_file", {"path": "deploy.yaml"}, {"text": "target: prod"})
+    for _ in range(8):
+        play.cycle(
+            "git_push",
+            {"remote": "origin", "branch": "main"},
+            None,
+            error="rejected: non-fast-forward",
+        )
+
+
+def compaction_storm(play: Played) -> None:
+    """Compaction after compaction, each retry redoing calls it had already made."""
+    search = ("web_search", {"q": "quarterly report"}, {"text": "3 results"})
+    fetch = ("web_fetch", {"url": "https://example.invalid/report"}, {"text": "page 1"})
+    play.cycle(*search)
+    play.cycle(*fetch)
+    for step in range(6):
+        play.run.compaction("context_overflow")
+        play.note("context overflow: the runner compacts the context and retries")
+        play.cycle(*(search if step % 2 else fetch))
+
+
 @dataclass(frozen=True)
 class Scenario:
     name: str  # run id prefix
@@ -133,6 +180,9 @@ SCENARIOS = (
         "context overflow, compaction, then the same call again",
         compaction_loop,
     ),
+    Scenario("failing", "ops", "every call different, every one failing", failing_tools),
+    Scenario("retry", "ops", "the same call failing with the same error", same_failure),
+    Scenario("storm", "researcher", "compaction after compaction, no progress", compaction_storm),
 )
 
 

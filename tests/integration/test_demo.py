@@ -25,7 +25,7 @@ pytestmark = [
 DEMO_TIMEOUT = 300  # seconds per run; a run takes about 25 s
 TAG = re.compile(r"^== run normal-([0-9a-f]{6}) ", re.MULTILINE)
 # What the pure core decides on the demo's runs, with the gateway obeying in time.
-EXPECTED = {"normal": 0, "pingpong": 13, "compact": 1}
+EXPECTED = {"normal": 0, "pingpong": 13, "compact": 1, "failing": 8, "retry": 3, "storm": 1}
 
 
 def run_demo(folder: Path) -> tuple[str, str]:
@@ -68,7 +68,16 @@ def test_the_demo_prints_the_same_text_twice_and_keeps_both_runs(tmp_path: Path)
     assert sections[3].startswith(f"run compact-{first_tag} ")
     assert sections[3].count(" ABORT ") == 1
     assert sections[3].count("compaction_loop_persisted") == 1  # the error code, once
-    assert "14 decisions: what the detector core decides on these events" in sections[4]
+    assert sections[4].startswith(f"run failing-{first_tag} ")
+    assert sections[4].count(" WARN   consecutive_errors") == 5
+    assert sections[4].count(" BLOCK  consecutive_errors") == 2
+    assert sections[4].count(" ABORT  consecutive_errors") == 1
+    assert sections[5].startswith(f"run retry-{first_tag} ")
+    assert sections[5].count(" BLOCK  error_repeat (count 3)") == 1
+    assert sections[5].count(" ABORT  error_repeat") == 1
+    assert sections[6].startswith(f"run storm-{first_tag} ")
+    assert sections[6].count(" ABORT  compaction_storm (count 3): compaction_storm") == 1
+    assert "26 decisions: what the detector core decides on these events" in sections[7]
     assert "loopguard-data/demo-config.json" in first  # it names its config file
 
     # The second run's decisions were recorded, not dropped as duplicates of the first's.
