@@ -16,11 +16,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine, insert, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
-from streams.audit.store import AuditStore
+from streams.audit.store import AuditStore, ProcessedEvent
 
 PG_URL_ENV = "LOOPGUARD_TEST_PG_URL"
 REQUIRE_PG_ENV = "LOOPGUARD_REQUIRE_PG"
@@ -73,3 +73,21 @@ def audit_store(db_url: str) -> Iterator[AuditStore]:
         yield store
     finally:
         store.close()
+
+
+def record_progress(
+    store: AuditStore, run_id: str, agent: str, last_seq: int, t: int, status: str, events: int
+) -> None:
+    """A run's progress row, written straight to its table (the write API is the worker's)."""
+    row = {
+        "run_id": run_id,
+        "agent_id": agent,
+        "gateway_id": "gw-1",
+        "last_seq": last_seq,
+        "events": events,
+        "first_event_time": t,
+        "last_event_time": t,
+        "status": status,
+    }
+    with store.engine.begin() as conn:
+        conn.execute(insert(ProcessedEvent), [row])

@@ -22,14 +22,13 @@ from streams.cli.common import (
     EXIT_OK,
     InputError,
     add_db_arg,
-    add_topic_args,
     missing_sqlite_file,
     read_trail,
     run_reporting_errors,
     settings_from_args,
 )
 from streams.cli.replay_commands import (
-    add_selection_args,
+    add_event_source_args,
     check_range,
     open_events_topic,
     selection_from_args,
@@ -75,15 +74,8 @@ def add_backtest_parser(sub: Any) -> argparse.ArgumentParser:
         help="compare with the decisions this config makes on the same events instead of "
         "the audit trail",
     )
-    parser.add_argument(
-        "--from-file",
-        metavar="FILE",
-        help="read events from this JSON-lines export (`loopguard export`) instead of the "
-        "events topic",
-    )
-    add_topic_args(parser)
+    add_event_source_args(parser, "backtest")
     add_db_arg(parser)
-    add_selection_args(parser, "backtest")
     parser.add_argument(
         "--json", action="store_true", help="print the report as one JSON document on stdout"
     )

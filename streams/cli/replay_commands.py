@@ -127,6 +127,19 @@ def add_selection_args(parser: argparse.ArgumentParser, verb: str) -> None:
     )
 
 
+def add_event_source_args(parser: argparse.ArgumentParser, verb: str) -> None:
+    """Where a replaying command reads its events: an export file or the events topic, and
+    which of them (runs, time range, offsets)."""
+    parser.add_argument(
+        "--from-file",
+        metavar="FILE",
+        help="read events from this JSON-lines export (`loopguard export`) instead of the "
+        "events topic",
+    )
+    add_topic_args(parser)
+    add_selection_args(parser, verb)
+
+
 def add_replay_parser(sub: Any) -> argparse.ArgumentParser:
     """The ``replay`` subparser; the caller adds ``--db`` (shared with history/runs)."""
     parser = sub.add_parser(
@@ -149,14 +162,7 @@ def add_replay_parser(sub: Any) -> argparse.ArgumentParser:
         help="tools.loopDetection config file (JSON5, JSON, YAML) to replay with, as given to "
         "`loopguard worker --config` (env LOOPGUARD_CONFIG; default: the built-in defaults)",
     )
-    parser.add_argument(
-        "--from-file",
-        metavar="FILE",
-        help="read events from this JSON-lines export (`loopguard export`) instead of the "
-        "events topic",
-    )
-    add_topic_args(parser)
-    add_selection_args(parser, "replay")
+    add_event_source_args(parser, "replay")
     parser.add_argument(
         "--publish-to",
         metavar="TOPIC",

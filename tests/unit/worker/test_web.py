@@ -22,9 +22,9 @@ from urllib.parse import urlencode
 import faust
 import pytest
 from aiohttp import web as aioweb
-from sqlalchemy import insert
+from db_fixtures import record_progress
 
-from streams.audit.store import AuditStore, ProcessedEvent
+from streams.audit.store import AuditStore
 from streams.core.events import Action, Decision
 from streams.worker.metrics import WorkerMetrics
 from streams.worker.web import CSP, register_views
@@ -77,24 +77,6 @@ def fleet() -> list[Decision]:
             extra={HOSTILE: HOSTILE},
         ),
     ]
-
-
-def record_progress(
-    store: AuditStore, run_id: str, agent: str, last_seq: int, t: int, status: str, events: int
-) -> None:
-    """A run's progress row, written straight to its table (the write API is the worker's)."""
-    row = {
-        "run_id": run_id,
-        "agent_id": agent,
-        "gateway_id": "gw-1",
-        "last_seq": last_seq,
-        "events": events,
-        "first_event_time": t,
-        "last_event_time": t,
-        "status": status,
-    }
-    with store.engine.begin() as conn:
-        conn.execute(insert(ProcessedEvent), [row])
 
 
 class Tags(HTMLParser):

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from sqlalchemy import insert
+from db_fixtures import record_progress
 
 from streams.audit import queries
 from streams.audit.queries import Filters
-from streams.audit.store import AuditStore, ProcessedEvent
+from streams.audit.store import AuditStore
 from streams.core.events import Action, Decision
 
 T0 = 1_700_000_000_000  # a fixed epoch ms, so buckets are predictable
@@ -30,24 +30,6 @@ def dec(run: str, seq: int, action: Action, t: int, **over) -> Decision:
     }
     values.update(over)
     return Decision(**values)
-
-
-def record_progress(
-    store: AuditStore, run_id: str, agent: str, last_seq: int, t: int, status: str, events: int
-) -> None:
-    """A run's progress row, written straight to its table (the write API is the worker's)."""
-    row = {
-        "run_id": run_id,
-        "agent_id": agent,
-        "gateway_id": "gw-1",
-        "last_seq": last_seq,
-        "events": events,
-        "first_event_time": t,
-        "last_event_time": t,
-        "status": status,
-    }
-    with store.engine.begin() as conn:
-        conn.execute(insert(ProcessedEvent), [row])
 
 
 @pytest.fixture
