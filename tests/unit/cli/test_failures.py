@@ -92,6 +92,7 @@ def test_an_unreachable_broker_fails_fast_in_one_line(args, tmp_path: Path) -> N
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "127.0.0.1:1" in lines[0] and "--broker" in lines[0], lines
     # Kafka clients give up after 3 s (cli.common.COMMAND_BOOTSTRAP_TIMEOUT_MS); the rest is
-    # Python starting on a busy 2-core machine. A 30 s client default would fail this.
-    assert elapsed < 15, elapsed
+    # Python starting on a busy 2-core machine (17-21 s seen under CI-like load). A long-lived
+    # client's 30 s default (Settings.bootstrap_timeout_ms) could not finish under 25 s.
+    assert elapsed < 25, elapsed
     assert [p.name for p in tmp_path.iterdir()] == []
