@@ -21,6 +21,7 @@ from setuptools import setup
 # construction instead of at encoding).
 CORE_MODULES = [
     "streams/core/events.py",
+    "streams/core/volatile.py",
     "streams/core/hashing.py",
     "streams/core/history.py",
     "streams/core/detectors.py",

@@ -29,10 +29,9 @@ from streams.core.config import (
     check_override,
     load_fleet_config,
     override_record,
-    parse_config_text,
-    read_config_file,
     resolve,
 )
+from streams.core.config_files import parse_config_text, read_config_file
 
 
 def add_config_parser(sub: Any) -> argparse.ArgumentParser:

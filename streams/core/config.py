@@ -11,9 +11,22 @@ import copy
 import hashlib
 import json
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+
+from streams.core.config_error import ConfigError
+from streams.core.config_files import read_config_file
+from streams.core.tool_config import (
+    PER_TOOL,
+    ToolSettings,
+    canonical_per_tool,
+    check_per_tool,
+    merge_per_tool,
+    tool_settings,
+    tool_threshold_warnings,
+)
+from streams.core.volatile import VolatileFields
 
 # Field name -> default, exactly as the spec's table. ``enabled`` is tri-state (unset is not
 # false: the post-compaction guard runs unless ``enabled`` is explicitly false).
@@ -59,10 +72,6 @@ MAX_HISTORY_SIZE = 100_000
 log = logging.getLogger("loopguard.config")
 
 
-class ConfigError(ValueError):
-    """A configuration value is invalid; the message names the field path."""
-
-
 @dataclass(frozen=True, slots=True)
 class DetectorSwitches:
     generic_repeat: bool = True
@@ -90,6 +99,11 @@ class LoopDetectionConfig:
     consecutive_errors_critical: int = 10
     error_repeat_threshold: int = 3
     version: str = ""
+    # perTool (tool_config.py): each named tool's view of this config; in a view, the
+    # detectors it is exempt from (camelCase names) and its volatile result fields.
+    per_tool: dict[str, LoopDetectionConfig] = field(default_factory=dict)
+    exempt: frozenset[str] = frozenset()
+    volatile: VolatileFields | None = None
 
     @property
     def rolling_detectors_on(self) -> bool:
@@ -115,9 +129,12 @@ def check_block(block: Any, path: str) -> dict[str, Any]:
         raise ConfigError(f"{path}: expected an object, got {type(block).__name__}")
     for key, value in block.items():
         where = f"{path}.{key}"
-        if key not in DEFAULTS:
-            raise ConfigError(f"{where}: unknown field (known: {', '.join(DEFAULTS)})")
-        if key == "enabled":
+        if key not in DEFAULTS and key != PER_TOOL:
+            known = ", ".join([*DEFAULTS, PER_TOOL])
+            raise ConfigError(f"{where}: unknown field (known: {known})")
+        if key == PER_TOOL:
+            check_per_tool(value, where)
+        elif key == "enabled":
             if value is not None and not isinstance(value, bool):
                 raise ConfigError(f"{where}: expected true or false, got {value!r}")
         elif key in INT_FIELDS:
@@ -149,10 +166,12 @@ def _check_nested(key: str, value: Any, where: str) -> None:
 
 def merge_blocks(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
     """Field-by-field merge: nested blocks (``detectors``, ``postCompactionGuard``,
-    ``consecutiveErrors``) merge per key too."""
+    ``consecutiveErrors``) merge per key too, ``perTool`` per tool and field."""
     merged = copy.deepcopy(base)
     for key, value in override.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+        if key == PER_TOOL and isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = merge_per_tool(merged[key], value)
+        elif isinstance(value, dict) and isinstance(merged.get(key), dict):
             merged[key] = {**merged[key], **value}
         else:
             merged[key] = value
@@ -162,6 +181,7 @@ def merge_blocks(base: dict[str, Any], override: dict[str, Any]) -> dict[str, An
 def resolve(block: dict[str, Any] | None, path: str = "tools.loopDetection") -> LoopDetectionConfig:
     """Apply defaults and the runtime's clamping rules to one raw block."""
     raw = merge_blocks(DEFAULTS, check_block(block, path))
+    per_tool = raw.pop(PER_TOOL, None) or {}
     warning = raw["warningThreshold"]
     # Misconfigured thresholds are raised, never lowered: critical > warning > 0,
     # breaker > critical, so the severities always come in order.
@@ -177,10 +197,12 @@ def resolve(block: dict[str, Any] | None, path: str = "tools.loopDetection") -> 
         "globalCircuitBreakerThreshold": breaker,
         "consecutiveErrors": {**errors, "criticalThreshold": errors_critical},
     }
+    if canonical_tools := canonical_per_tool(per_tool):  # absent when empty: versions as before
+        canonical[PER_TOOL] = canonical_tools
     version = hashlib.sha256(
         json.dumps(canonical, sort_keys=True, separators=(",", ":")).encode()
     ).hexdigest()[:16]
-    return LoopDetectionConfig(
+    cfg = LoopDetectionConfig(
         enabled=raw["enabled"],
         history_size=raw["historySize"],
         warning_threshold=warning,
@@ -201,6 +223,35 @@ def resolve(block: dict[str, Any] | None, path: str = "tools.loopDetection") -> 
         consecutive_errors_critical=errors_critical,
         error_repeat_threshold=raw["errorRepeatThreshold"],
         version=version,
+    )
+    if not per_tool:
+        return cfg
+    views = {tool: tool_view(cfg, entry) for tool, entry in tool_settings(per_tool).items()}
+    return replace(cfg, per_tool=views)
+
+
+def tool_view(cfg: LoopDetectionConfig, entry: ToolSettings) -> LoopDetectionConfig:
+    """The config a tool's calls and results are judged by: its thresholds (critical raised
+    above warning, as the top-level pair), its exempt detectors switched off, its volatile
+    fields. The breaker, the other rules and ``version`` are the agent's."""
+    warning = entry.warning_threshold or cfg.warning_threshold
+    critical = max(entry.critical_threshold or cfg.critical_threshold, warning + 1)
+    on, exempt = cfg.detectors, entry.exempt
+    return replace(
+        cfg,
+        warning_threshold=warning,
+        critical_threshold=critical,
+        detectors=DetectorSwitches(
+            generic_repeat=on.generic_repeat and "genericRepeat" not in exempt,
+            known_poll_no_progress=on.known_poll_no_progress
+            and "knownPollNoProgress" not in exempt,
+            ping_pong=on.ping_pong and "pingPong" not in exempt,
+            consecutive_errors=on.consecutive_errors and "consecutiveErrors" not in exempt,
+            error_repeat=on.error_repeat and "errorRepeat" not in exempt,
+        ),
+        per_tool={},
+        exempt=exempt,
+        volatile=entry.volatile,
     )
 
 
@@ -232,12 +283,19 @@ def config_warnings(cfg: LoopDetectionConfig) -> list[str]:
         ("unknownToolThreshold", cfg.unknown_tool_threshold, "unknown tools are never blocked"),
         ("errorRepeatThreshold", cfg.error_repeat_threshold, "errorRepeat never fires"),
     )
-    return [
+    found = [
         f"historySize {size} is below {name} {value}: {effect} (a count never exceeds the "
         f"window); raise historySize to at least {value} or lower {name}"
         for name, value, effect in checks
         if value > size
     ]
+    breaker = cfg.global_circuit_breaker_threshold
+    for tool in sorted(cfg.per_tool):
+        view = cfg.per_tool[tool]
+        found += tool_threshold_warnings(
+            tool, view.warning_threshold, view.critical_threshold, size, breaker
+        )
+    return found
 
 
 def fleet_warnings(fleet: FleetConfig) -> list[str]:
@@ -339,34 +397,6 @@ def fleet_from_document(doc: Any) -> FleetConfig:
         fleet.for_agent(agent_id)
     log_fleet_warnings(fleet)  # and thresholds the window can never reach
     return fleet
-
-
-def parse_config_text(text: str, path: str | Path) -> Any:
-    """The document in a config file's text: YAML when ``path`` ends in .yaml/.yml, otherwise
-    JSON5 (which reads plain JSON too). Raises :class:`ConfigError` naming ``path``."""
-    is_yaml = str(path).endswith((".yaml", ".yml"))
-    try:
-        if is_yaml:
-            import yaml  # type: ignore[import-untyped]
-
-            return yaml.safe_load(text)
-        import json5
-
-        return json5.loads(text)
-    except Exception as exc:  # parser errors differ per library; report them uniformly
-        kind = "YAML" if is_yaml else "JSON5/JSON"
-        raise ConfigError(f"{path}: not valid {kind}: {exc}") from None
-
-
-def read_config_file(path: str | Path) -> Any:
-    """The document in a JSON5, JSON or YAML file (a fleet config or one override block)."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start})") from None
-    return parse_config_text(text, path)
 
 
 def load_fleet_config(path: str | Path | None) -> FleetConfig:

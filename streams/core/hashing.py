@@ -24,6 +24,8 @@ from typing import Any
 import orjson
 from mypy_extensions import mypyc_attr
 
+from streams.core.volatile import VolatileFields, strip_result
+
 _MISSING = object()
 _sha256 = hashlib.sha256
 
@@ -671,6 +673,35 @@ def _result_outcome(
         return _outcome(tool_name, action, parse_json(result_json), error)
     except RecursionError:  # nested too deep to canonicalise: the raw text stands for itself
         return _outcome(tool_name, action, result_json, error)
+
+
+def stripped_result_outcome(
+    tool_name: str, action: Any, result_json: str | None, error: str | None, fields: VolatileFields
+) -> Outcome:
+    """:func:`result_outcome` for a tool with ``perTool`` volatile fields: they are stripped
+    (volatile.py) from the parsed result before the usual rules hash it (exec, sends and the
+    rest apply to what remains). Memoised on the fields too; an error or no result has
+    nothing to strip, and text that is not JSON is hashed as it is."""
+    if error is not None or result_json is None:
+        return result_outcome(tool_name, action, result_json, error)
+    if action is not None and type(action) is not str:
+        return _stripped_outcome(tool_name, action, result_json, fields)
+    key = (tool_name, action, result_json, None, fields.key)  # 5 items: never a plain key
+    outcome = _OUTCOME_CACHE.get(key)
+    if outcome is None:
+        outcome = _stripped_outcome(tool_name, action, result_json, fields)
+        if len(result_json) <= MEMO_MAX_CHARS:
+            _OUTCOME_CACHE.put(key, outcome, len(tool_name) + len(result_json))
+    return outcome
+
+
+def _stripped_outcome(
+    tool_name: str, action: Any, result_json: str, fields: VolatileFields
+) -> Outcome:
+    try:
+        return _outcome(tool_name, action, strip_result(parse_json(result_json), fields), None)
+    except RecursionError:  # nested too deep to canonicalise: the raw text stands for itself
+        return _outcome(tool_name, action, result_json, None)
 
 
 def _outcome(tool_name: str, action: Any, result: Any, error: str | None) -> Outcome:

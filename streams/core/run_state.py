@@ -32,7 +32,12 @@ from streams.core.events import (
 )
 from streams.core.failures import detect_with_failures, next_error_streak
 from streams.core.guard import PostCompactionGuard
-from streams.core.hashing import MEMO_MAX_CHARS, call_info, result_outcome
+from streams.core.hashing import (
+    MEMO_MAX_CHARS,
+    call_info,
+    result_outcome,
+    stripped_result_outcome,
+)
 from streams.core.history import CallRecord, RunHistory
 
 # Out-of-order events wait for the gap before them to fill. The wait is bounded so one lost
@@ -220,8 +225,15 @@ class RunState:
     def _on_call(self, event: ToolCall, cfg: LoopDetectionConfig) -> list[Decision]:
         info = call_info(event.tool_name, event.args_json)
         sig, known_poll, action = info.sig, info.known_poll, info.action
+        # perTool: the tool's own view of the config (thresholds, exempt detectors), if any
+        view = cfg.per_tool.get(event.tool_name)
         hit = detect_with_failures(
-            self.history, self.error_streak, event.tool_name, sig, known_poll, cfg
+            self.history,
+            self.error_streak,
+            event.tool_name,
+            sig,
+            known_poll,
+            cfg if view is None else view,
         )
         record = self.history.append_call(
             event.tool_name,
@@ -247,7 +259,7 @@ class RunState:
             else:  # neither args nor id: only the tool's newest open call can be meant
                 record = call = newest_pending(self.history, tool_name)
                 if call is None:
-                    return self._unmatched(event)
+                    return self._unmatched(event, cfg)
             if call is not None:
                 sig, known_poll, action = call.sig, call.known_poll, call.action or None
             else:  # the call is out of the window (or never seen): no args known
@@ -268,13 +280,23 @@ class RunState:
                 info = call_info(tool_name, event.args_json)
                 record = self.history.find_pending(tool_name, info.sig, event.tool_call_id)
             sig, known_poll, action = info.sig, info.known_poll, info.action
-        outcome = result_outcome(tool_name, action, event.result_json, event.error)
+        view = cfg.per_tool.get(tool_name)  # perTool: one lookup, None for most tools
+        if view is None or view.volatile is None:
+            outcome = result_outcome(tool_name, action, event.result_json, event.error)
+        else:
+            outcome = stripped_result_outcome(
+                tool_name, action, event.result_json, event.error, view.volatile
+            )
         if outcome.result_hash is None and not outcome.loop_veto:
             # No result and no error: nothing to compare, so, as in the reference, it is not
             # an outcome at all; the call stays open for a result that says something.
             return []
         if not outcome.loop_veto:  # failures.next_error_streak, inlined (every result)
-            self.error_streak = self.error_streak + 1 if event.error is not None else 0
+            if event.error is None:
+                self.error_streak = 0
+            elif view is None or "consecutiveErrors" not in view.exempt:
+                # an exempt tool's failures leave the streak as it is (its successes end it)
+                self.error_streak += 1
         if record is not None:
             self.history.attach_result(record, outcome)
         else:
@@ -292,6 +314,8 @@ class RunState:
             guard.outcome(record.no_progress_run == 1)
         if not (guard.remaining and cfg.compaction_guard_on):  # guard.armed, inlined
             return []
+        if view is not None and "postCompactionGuard" in view.exempt:
+            return []  # the guard does not see an exempt tool's outcomes (nor spend its window)
         # The guard compares exact results (its rule: only identical results abort), not the
         # masked hash the rolling detectors use.
         loop = guard.observe(record.tool_name, record.sig, outcome.exact_hash or record.result_hash)
@@ -317,13 +341,15 @@ class RunState:
             )
         ]
 
-    def _unmatched(self, event: ToolResult) -> list[Decision]:
+    def _unmatched(self, event: ToolResult, cfg: LoopDetectionConfig) -> list[Decision]:
         """A result with neither args nor call id while no call of its tool is open: it
         matches no call, so it is no outcome for the history or the guard (recorded as a call
         of its own it would alternate with the real calls: false ping-pong). A failure still
         counts towards the failure streak, whatever call it ended."""
         outcome = result_outcome(event.tool_name, None, event.result_json, event.error)
-        if outcome.result_hash is not None:
+        view = cfg.per_tool.get(event.tool_name)
+        exempt = view is not None and "consecutiveErrors" in view.exempt
+        if outcome.result_hash is not None and not (exempt and event.error is not None):
             self.error_streak = next_error_streak(
                 self.error_streak, event.error is not None, outcome.loop_veto
             )
