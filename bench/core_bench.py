@@ -8,6 +8,11 @@ pre-built events for several ``historySize`` values and reports events/s, µs/ev
 flat the cost is as the window grows (ratio of the largest window to 30).
 
     python bench/core_bench.py [--events 200000] [--sizes 30,100,1000] [--repeat 3] [--json]
+                               [--per-tool none|other|mix]
+
+``--per-tool other`` adds ``perTool`` entries for tools the mix never calls (the cost of the
+lookup alone); ``mix`` names tools it does call (web_search's volatile fields stripped, grep's
+thresholds, process exempt from genericRepeat).
 """
 
 from __future__ import annotations
@@ -236,7 +241,7 @@ def loop_segment(b: RunBuilder) -> None:
 def build_events(total: int, seed: int = 7, concurrency: int = 300) -> list[AgentEvent]:
     """Runs of varied length, interleaved as ``concurrency`` runs progressing side by side."""
     rng = random.Random(seed)
-    gateway = make_guard(30)
+    gateway = make_guard(30, per_tool="none")  # the same events whatever --per-tool says
     runs: list[list[AgentEvent]] = []
     produced = 0
     run_no = 0
@@ -284,9 +289,27 @@ def build_events(total: int, seed: int = 7, concurrency: int = 300) -> list[Agen
     return out[:total]
 
 
-def make_guard(history_size: int) -> LoopGuard:
-    doc = {"tools": {"loopDetection": {"enabled": True, "historySize": history_size}}}
-    return LoopGuard(fleet_from_document(doc))
+PER_TOOL_BLOCKS: dict[str, dict] = {
+    "none": {},
+    "other": {
+        "web_fetch": {"volatileFields": ["fetchedAt", "items.*.fetchedAt"]},
+        "browser": {"warningThreshold": 5, "criticalThreshold": 8},
+        "sessions_spawn": {"exempt": ["pingPong", "postCompactionGuard"]},
+    },
+    "mix": {
+        "web_search": {"volatileFields": ["results.*.fetchedAt", "requestId"]},
+        "grep": {"warningThreshold": 5, "criticalThreshold": 8},
+        "process": {"exempt": ["genericRepeat"]},
+    },
+}
+PER_TOOL = "none"  # set from --per-tool
+
+
+def make_guard(history_size: int, per_tool: str | None = None) -> LoopGuard:
+    block: dict = {"enabled": True, "historySize": history_size}
+    if entries := PER_TOOL_BLOCKS[per_tool or PER_TOOL]:
+        block["perTool"] = entries
+    return LoopGuard(fleet_from_document({"tools": {"loopDetection": block}}))
 
 
 def time_once(events: list[AgentEvent], history_size: int) -> tuple[float, float, int]:
@@ -318,7 +341,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3, help="timed repetitions (best kept)")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--json", action="store_true", help="also print one JSON line")
+    parser.add_argument(
+        "--per-tool", choices=sorted(PER_TOOL_BLOCKS), default="none", help="perTool entries"
+    )
     args = parser.parse_args(argv)
+    global PER_TOOL
+    PER_TOOL = args.per_tool
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
 
     if hasattr(os, "sched_setaffinity"):
@@ -332,7 +360,8 @@ def main(argv: list[str] | None = None) -> int:
     calls = sum(isinstance(e, ToolCall) for e in events)
     print(
         f"built {len(events)} events ({calls} tool calls, {runs} runs) in {built:.1f}s; "
-        f"python {platform.python_version()} on {platform.machine()}; core {core_build()}"
+        f"python {platform.python_version()} on {platform.machine()}; core {core_build()}; "
+        f"perTool {args.per_tool}"
     )
 
     mix: dict[str, int] = {}
@@ -391,6 +420,7 @@ def main(argv: list[str] | None = None) -> int:
                     "repeat": args.repeat,
                     "python": platform.python_version(),
                     "core_build": core_build(),
+                    "per_tool": args.per_tool,
                     "results": {str(k): v for k, v in results.items()},
                     "decision_mix_30": mix,
                     "ratio_largest_vs_30": ratio,

@@ -1,4 +1,5 @@
-"""``loopguard config set | rm | show``: per-agent overrides on the compacted config topic.
+"""``loopguard config set | rm | show``: per-agent overrides on the compacted config topic
+(``check``, which needs no broker, is in :mod:`streams.cli.config_check`).
 
 Every worker follows ``<prefix>.config`` (:mod:`streams.kafka.config_topic`): the record keyed by an
 agent id replaces that agent's ``tools.loopDetection`` block, the record keyed ``*`` replaces
@@ -22,6 +23,7 @@ from streams.cli.common import (
     run_reporting_errors,
     settings_from_args,
 )
+from streams.cli.config_check import add_check_parser, run_check
 from streams.core.config import (
     GLOBAL_KEY,
     ConfigError,
@@ -37,7 +39,7 @@ from streams.core.config_files import parse_config_text, read_config_file
 def add_config_parser(sub: Any) -> argparse.ArgumentParser:
     parser = sub.add_parser(
         "config",
-        help="set, remove or show per-agent config overrides on the config topic",
+        help="set, remove or show per-agent config overrides on the config topic; check a file",
         description="Manage run-time overrides of tools.loopDetection on the compacted "
         "config topic (PREFIX.config; key = agent id, '*' = the global block). Every worker "
         "applies a change within about a second, without a restart. An agent override "
@@ -86,6 +88,7 @@ def add_config_parser(sub: Any) -> argparse.ArgumentParser:
     )
     show.add_argument("--json", action="store_true", help="print one JSON object")
     add_topic_args(show)
+    add_check_parser(actions)
     return parser
 
 
@@ -206,7 +209,7 @@ def _publish(args: argparse.Namespace, value: bytes | None) -> tuple[str, Any]:
 
 
 def run_config(args: argparse.Namespace) -> int:
-    handler = {"set": _set, "rm": _rm, "show": _show}[args.config_command]
+    handler = {"set": _set, "rm": _rm, "show": _show, "check": run_check}[args.config_command]
     return run_reporting_errors(f"config {args.config_command}", handler, args)
 
 
