@@ -55,7 +55,12 @@ DEFAULTS: dict[str, Any] = {
     # call failing with the same error.
     "consecutiveErrors": {"warningThreshold": 5, "criticalThreshold": 10},
     "errorRepeatThreshold": 3,
+    # loopguard extension (issue 17): "observe" records and publishes every decision with
+    # enforced false, so gateways log it and never block (shadow mode); "enforce" obeys it.
+    "mode": "enforce",
 }
+ENFORCE, OBSERVE = "enforce", "observe"
+MODES = (ENFORCE, OBSERVE)
 INT_FIELDS = (
     "historySize",
     "warningThreshold",
@@ -98,6 +103,7 @@ class LoopDetectionConfig:
     consecutive_errors_warning: int = 5
     consecutive_errors_critical: int = 10
     error_repeat_threshold: int = 3
+    mode: str = ENFORCE
     version: str = ""
     # perTool (tool_config.py): each named tool's view of this config; in a view, the
     # detectors it is exempt from (camelCase names) and its volatile result fields.
@@ -114,6 +120,11 @@ class LoopDetectionConfig:
     def compaction_guard_on(self) -> bool:
         """The post-compaction guard runs unless ``enabled`` is explicitly false."""
         return self.enabled is not False
+
+    @property
+    def enforced(self) -> bool:
+        """Whether gateways act on this agent's decisions (``mode: "observe"`` only logs)."""
+        return self.mode != OBSERVE
 
 
 def check_block(block: Any, path: str) -> dict[str, Any]:
@@ -137,6 +148,9 @@ def check_block(block: Any, path: str) -> dict[str, Any]:
         elif key == "enabled":
             if value is not None and not isinstance(value, bool):
                 raise ConfigError(f"{where}: expected true or false, got {value!r}")
+        elif key == "mode":
+            if value not in MODES:
+                raise ConfigError(f'{where}: expected "enforce" or "observe", got {value!r}')
         elif key in INT_FIELDS:
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ConfigError(f"{where}: expected a whole number, got {value!r}")
@@ -199,6 +213,10 @@ def resolve(block: dict[str, Any] | None, path: str = "tools.loopDetection") -> 
     }
     if canonical_tools := canonical_per_tool(per_tool):  # absent when empty: versions as before
         canonical[PER_TOOL] = canonical_tools
+    if canonical["mode"] == ENFORCE:
+        # The default leaves the hash as it was before ``mode`` existed, so decisions
+        # recorded by older workers keep matching their config's version in replay.
+        del canonical["mode"]
     version = hashlib.sha256(
         json.dumps(canonical, sort_keys=True, separators=(",", ":")).encode()
     ).hexdigest()[:16]
@@ -222,6 +240,7 @@ def resolve(block: dict[str, Any] | None, path: str = "tools.loopDetection") -> 
         consecutive_errors_warning=errors["warningThreshold"],
         consecutive_errors_critical=errors_critical,
         error_repeat_threshold=raw["errorRepeatThreshold"],
+        mode=raw["mode"],
         version=version,
     )
     if not per_tool:

@@ -136,6 +136,9 @@ class Decision:
     paired_tool_name: str = ""
     error_code: str = ""
     config_version: str = ""
+    # False when the agent's config is ``mode: "observe"``: gateways log the decision ("would
+    # block ...") and never act on it, while the trail and replay keep it like any other.
+    enforced: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

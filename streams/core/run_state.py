@@ -77,6 +77,15 @@ def newest_pending(history: RunHistory, tool_name: str) -> CallRecord | None:
     return None
 
 
+def _recent_dict(decision: Decision) -> dict[str, Any]:
+    """A kept decision as state: ``enforced`` only when false (observe mode), so enforced
+    runs write the very bytes they wrote before the field existed; loading defaults it."""
+    data = decision.to_dict()
+    if decision.enforced:
+        del data["enforced"]
+    return data
+
+
 @dataclass(slots=True)
 class RunStats:
     events: int = 0
@@ -430,6 +439,7 @@ class RunState:
             event_time=env.event_time,
             action=action,
             config_version=cfg.version,
+            enforced=cfg.enforced,
             **fields,
         )
 
@@ -452,7 +462,7 @@ class RunState:
             "history": self.history.to_list(),
             "guard": self.guard.to_dict(),
             "stats": [self.stats.events, self.stats.duplicates, self.stats.gaps, self.stats.late],
-            "recent": [[seq, [d.to_dict() for d in ds]] for seq, ds in self.recent],
+            "recent": [[seq, [_recent_dict(d) for d in ds]] for seq, ds in self.recent],
         }
 
     @classmethod

@@ -3,6 +3,8 @@ validation and file loading."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
 from pathlib import Path
@@ -51,6 +53,7 @@ def test_defaults_match_spec_table():
     assert (cfg.consecutive_errors_warning, cfg.consecutive_errors_critical) == (5, 10)
     assert cfg.error_repeat_threshold == 3
     assert cfg.detectors.consecutive_errors and cfg.detectors.error_repeat
+    assert cfg.mode == "enforce" and cfg.enforced
 
 
 def test_defaults_table_literal():
@@ -72,6 +75,7 @@ def test_defaults_table_literal():
         "abortAfterBlocks": 3,
         "consecutiveErrors": {"warningThreshold": 5, "criticalThreshold": 10},
         "errorRepeatThreshold": 3,
+        "mode": "enforce",
     }
 
 
@@ -189,6 +193,35 @@ def test_agent_post_compaction_guard_merge():
     )
     assert fleet.for_agent("a").compaction_window_size == 2
     assert fleet.for_agent("b").compaction_window_size == 5
+
+
+@pytest.mark.parametrize(
+    ("fleet_mode", "agent_block", "agent_mode"),
+    [
+        (None, {"mode": "observe"}, "observe"),  # one agent in shadow mode, fleet enforces
+        ("observe", {"mode": "enforce"}, "enforce"),  # fleet observes, one agent enforces
+        ("observe", {"warningThreshold": 4}, "observe"),  # an agent block without mode
+        ("observe", None, "observe"),  # no agent block at all
+    ],
+)
+def test_mode_merges_per_agent(fleet_mode, agent_block, agent_mode):
+    block = {"enabled": True} if fleet_mode is None else {"enabled": True, "mode": fleet_mode}
+    agents = {} if agent_block is None else {"a": agent_block}
+    fleet = fleet_from_document(doc(block, agents))
+    cfg = fleet.for_agent("a")
+    assert cfg.mode == agent_mode
+    assert cfg.enforced is (agent_mode == "enforce")
+    assert fleet.for_agent("other").mode == (fleet_mode or "enforce")
+
+
+def test_mode_errors_are_one_line_naming_the_field():
+    with pytest.raises(ConfigError) as info:
+        fleet_from_document(doc({}, {"coder": {"mode": "dry-run"}}))
+    message = str(info.value)
+    assert message == (
+        'agents.list[0].tools.loopDetection.mode: expected "enforce" or "observe", got \'dry-run\''
+    )
+    assert "\n" not in message
 
 
 def test_agent_failure_rules_merge_key_by_key():
@@ -368,6 +401,10 @@ G = "tools.loopDetection"
         ({"errorRepeatThreshold": 0}, f"{G}.errorRepeatThreshold"),
         ({"errorRepeatThreshold": True}, f"{G}.errorRepeatThreshold"),
         ({"detectors": {"errorRepeat": 1}}, f"{G}.detectors.errorRepeat"),
+        ({"mode": "shadow"}, f"{G}.mode"),
+        ({"mode": "Observe"}, f"{G}.mode"),
+        ({"mode": True}, f"{G}.mode"),
+        ({"mode": None}, f"{G}.mode"),
     ],
 )
 def test_validation_names_global_field(block, path):
@@ -386,6 +423,7 @@ def test_validation_names_global_field(block, path):
         ({"historySize": -1}, "historySize"),
         ({"detectors": {"nope": True}}, "detectors.nope"),
         ({"postCompactionGuard": {"windowSize": 0}}, "postCompactionGuard.windowSize"),
+        ({"mode": ["observe"]}, "mode"),
     ],
 )
 def test_validation_names_agent_field(block, field):
@@ -600,10 +638,21 @@ def test_version_is_stable():
         {"consecutiveErrors": {"warningThreshold": 4}},
         {"consecutiveErrors": {"criticalThreshold": 11}},
         {"errorRepeatThreshold": 4},
+        {"mode": "observe"},
     ],
 )
 def test_version_changes_with_every_field(change):
     assert resolve(change).version != resolve({}).version
+
+
+def test_default_mode_keeps_the_version_from_before_mode_existed():
+    """Decisions recorded before issue 17's ``mode`` must keep matching their config's
+    version, so the default is left out of the hash; observe is in it."""
+    before = {key: value for key, value in DEFAULTS.items() if key != "mode"}
+    canonical = json.dumps(before, sort_keys=True, separators=(",", ":")).encode()
+    assert resolve({}).version == hashlib.sha256(canonical).hexdigest()[:16]
+    assert resolve({"mode": "enforce"}).version == resolve({}).version
+    assert resolve({"mode": "observe"}).version != resolve({}).version
 
 
 def test_version_differs_per_agent_only_when_config_differs():

@@ -506,6 +506,89 @@ def test_run_isolation(ci, runs):
     assert [d for d in together if d.run_id == "r2"] == alone_b
 
 
+# -- (g) observe mode decides exactly as enforce mode ------------------------------------
+
+
+def as_enforced(decision: Decision, version: str) -> Decision:
+    return replace(decision, enforced=True, config_version=version)
+
+
+def state_without_recent(lg: LoopGuard) -> str:
+    states = {run_id: {**state.to_dict(), "recent": None} for run_id, state in lg.runs.items()}
+    return json.dumps(states, sort_keys=True)
+
+
+@SETTINGS
+@given(config_index, two_runs())
+def test_observe_mode_decides_exactly_as_enforce_mode(ci, runs):
+    """Shadow mode (issue 17) only marks decisions: the state machine, counts and escalation
+    are those of enforce mode on the same events."""
+    a, b, picks = runs
+    events = interleave(a, b, picks)
+    enforced, lg_enforce = process(CONFIGS[ci], events)
+    observed, lg_observe = process({**CONFIGS[ci], "mode": "observe"}, events)
+    version = lg_enforce.config_for("agent").version
+    assert lg_observe.config_for("agent").version != version
+    assert all(d.enforced for d in enforced)
+    assert not any(d.enforced for d in observed)
+    assert [as_enforced(d, version) for d in observed] == enforced
+    assert [d.decision_id for d in observed] == [d.decision_id for d in enforced]
+    assert state_without_recent(lg_observe) == state_without_recent(lg_enforce)
+
+
+def test_an_observed_loop_escalates_to_abort_unenforced():
+    """Under observe the gateway lets every call run (no veto comes back), and the run still
+    shows the blocks and the abort enforcement would have decided."""
+    block = {"enabled": True, "warningThreshold": 2, "criticalThreshold": 4, "abortAfterBlocks": 2}
+    observed = Run(loop_guard(**block, mode="observe"))
+    enforced = Run(loop_guard(**block))
+    for run in (observed, enforced):
+        for _ in range(8):
+            run.plain_cycle("read", {"path": "a"}, text_result("same"))
+    assert [(d.action.value, d.detector) for d in observed.decisions] == [
+        ("warn", "generic_repeat"),
+        ("warn", "generic_repeat"),
+        ("block", "generic_repeat"),
+        ("abort", "generic_repeat"),
+        ("abort", "run_aborted"),
+        ("abort", "run_aborted"),
+    ]
+    assert {d.enforced for d in observed.decisions} == {False}
+    assert observed.lg.runs["run-1"].status == "aborted"
+    version = enforced.lg.config_for("agent-1").version
+    assert [as_enforced(d, version) for d in observed.decisions] == enforced.decisions
+
+
+def test_observe_state_round_trips_with_its_unenforced_decisions():
+    lg = loop_guard(enabled=True, warningThreshold=1, mode="observe")
+    run = Run(lg)
+    for _ in range(3):
+        run.plain_cycle("read", {"path": "a"}, text_result("same"))
+    state = lg.runs["run-1"]
+    again = RunState.from_dict(json.loads(json.dumps(state.to_dict())))
+    assert again.decisions_for(run.events[-2].envelope.seq) == [run.decisions[-1]]
+    assert again.decisions_for(run.events[-2].envelope.seq)[0].enforced is False
+
+
+def test_enforced_decisions_are_kept_as_before_enforced_existed():
+    """An enforce-mode state holds no ``enforced`` key (the changelog bytes do not change),
+    and loads its decisions as enforced; an observe-mode one keeps ``enforced: false``."""
+    for mode in ("enforce", "observe"):
+        lg = loop_guard(enabled=True, warningThreshold=1, mode=mode)
+        run = Run(lg)
+        for _ in range(3):
+            run.plain_cycle("read", {"path": "a"}, text_result("same"))
+        data = lg.runs["run-1"].to_dict()
+        kept = [decision for _, decisions in data["recent"] for decision in decisions]
+        assert kept
+        if mode == "enforce":
+            assert all("enforced" not in decision for decision in kept)
+        else:
+            assert all(decision["enforced"] is False for decision in kept)
+        seq = run.events[-2].envelope.seq
+        assert RunState.from_dict(data).decisions_for(seq) == [run.decisions[-1]]
+
+
 # -- gaps, duplicates, flush -------------------------------------------------------------
 
 GAP_CONFIG = {"enabled": True, "warningThreshold": 2, "criticalThreshold": 50}
