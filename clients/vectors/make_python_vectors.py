@@ -250,6 +250,21 @@ def make_decisions() -> list[tuple[str, Any]]:
                 reason="polling ✓",
             ),
         ),
+        (
+            "block_observe_only",  # mode "observe" (shadow mode): gateways log, never block
+            D(
+                **{**base, "severity": "critical"},
+                seq=11,
+                action=A.BLOCK,
+                detector="generic_repeat",
+                count=20,
+                tool_name="exec",
+                reason="exec repeated 20 times",
+                config_version="v4",
+                enforced=False,
+                extra={"blocks": "1"},
+            ),
+        ),
     ]
 
 

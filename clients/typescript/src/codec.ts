@@ -323,6 +323,7 @@ const DECISION_FIELDS: [camel: keyof Decision, wire: string, fallback: unknown][
   ['pairedToolName', 'paired_tool_name', ''],
   ['errorCode', 'error_code', ''],
   ['configVersion', 'config_version', ''],
+  ['enforced', 'enforced', true],
 ];
 
 /** `run_id:seq:detector:action`, the identity a gateway deduplicates decisions by. */

@@ -93,6 +93,11 @@ export interface Decision {
   pairedToolName: string;
   errorCode: string;
   configVersion: string;
+  /**
+   * False when the agent's config is `mode: "observe"` (shadow mode): log the decision, never
+   * act on it. Decisions from workers older than the field decode as true.
+   */
+  enforced: boolean;
   /** Detector-specific details (each value travels as JSON text). */
   extra: Record<string, unknown>;
   /** `runId:seq:detector:action`, derived (as in Python), unique per decision. */
@@ -105,10 +110,10 @@ export interface Decision {
   extraJson?: Record<string, string>;
 }
 
-/** What {@link encodeDecision} accepts: the optional fields default to "" / {}. */
+/** What {@link encodeDecision} accepts: the optional fields default to "" / {} / true. */
 export type DecisionInput = Optional<
   Decision,
-  'argsHash' | 'resultHash' | 'pairedToolName' | 'errorCode' | 'configVersion' | 'extra' | 'decisionId'
+  'argsHash' | 'resultHash' | 'pairedToolName' | 'errorCode' | 'configVersion' | 'enforced' | 'extra' | 'decisionId'
 >;
 
 /**

@@ -114,7 +114,18 @@ describe('decisions', () => {
     assert.deepEqual(back.extra, decision.extra);
     assert.deepEqual(back.extraJson, { blocks: '"1"', n: '2', nested: '{"a":[1.5,null]}' });
     assert.equal(back.argsHash, '');
+    assert.equal(back.enforced, true); // left out: enforced, as before shadow mode
     assert.ok(encodeDecision(back).equals(bytes));
+  });
+
+  it('carries enforced false for an observe-only decision (mode "observe")', () => {
+    const bytes = encodeDecision({ ...decision, enforced: false });
+    const back = decodeDecision(bytes);
+    assert.equal(back.enforced, false);
+    assert.ok(!bytes.equals(encodeDecision(decision)));
+    assert.ok(encodeDecision(back).equals(bytes));
+    const control = decodeControl(bytes);
+    assert.equal(control.type === 'decision' && control.decision.enforced, false);
   });
 
   it('refuses bad actions, non-JSON extras and unsafe longs', () => {
@@ -167,5 +178,21 @@ describe('schema registry', () => {
     const back = decodeDecision(message, { registry });
     assert.equal(back.decisionId, 'run-1:4:ping_pong:block');
     assert.throws(() => decodeEvent(message, { registry }), { name: 'SchemaMismatchError' });
+  });
+
+  it('reads a decision from a worker older than enforced as enforced', () => {
+    const older = JSON.parse(JSON.stringify(ownSchemas().Decision.type.schema({ exportAttrs: true })));
+    older.fields = older.fields.filter((f: { name: string }) => f.name !== 'enforced');
+    const registry = new SchemaRegistry();
+    const fingerprint = registry.register(JSON.stringify(older));
+    const datum = ownSchemas().Decision.type.fromBuffer(
+      encodeDecision({ ...decision, enforced: false }).subarray(HEADER_SIZE),
+    ) as Record<string, unknown>;
+    delete datum.enforced;
+    const body = registry.get(fingerprint).type.toBuffer(datum);
+    const message = Buffer.concat([Buffer.from([0xc3, 0x01]), fingerprint, body]);
+    const back = decodeDecision(message, { registry });
+    assert.equal(back.enforced, true);
+    assert.equal(back.decisionId, 'run-1:4:ping_pong:block');
   });
 });

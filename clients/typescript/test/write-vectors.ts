@@ -120,6 +120,7 @@ function decisions(): { name: string; input: DecisionInput; bytes: Buffer }[] {
     ],
     ['abort_empty_strings', { runId: 'r', agentId: '', gatewayId: '', seq: 0, eventTime: 0, action: 'abort', detector: '', severity: '', count: 0, toolName: '', reason: '' }],
     ['warn_unicode_run_safe_max', { ...base, runId: 'run-ü-🦀', seq: 2 ** 53 - 1, action: 'warn', detector: 'known_poll_no_progress', count: 2 ** 40, toolName: 'process', reason: 'polling ✓' }],
+    ['block_observe_only', { ...base, severity: 'critical', seq: 11, action: 'block', detector: 'generic_repeat', count: 20, toolName: 'exec', reason: 'exec repeated 20 times', configVersion: 'v4', enforced: false, extra: { blocks: '1' } }],
   ];
   return cases.map(([name, input]) => ({ name, input, bytes: encodeDecision(input) }));
 }

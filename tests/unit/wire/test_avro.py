@@ -50,6 +50,7 @@ from streams.wire.avro import (
     SchemaRegistry,
     TruncatedMessageError,
     UnknownSchemaError,
+    decode_control,
     decode_dead_letter,
     decode_decision,
     decode_event,
@@ -474,6 +475,52 @@ def test_newer_decision_schema_with_a_new_action_symbol() -> None:
         decode_decision(paused, registry)
 
 
+def decision_schema_before_enforced() -> dict[str, Any]:
+    """Decision as workers wrote it before shadow mode (issue 17): no ``enforced``."""
+    schema = schema_dict("Decision")
+    schema["fields"] = [f for f in schema["fields"] if f["name"] != "enforced"]
+    return schema
+
+
+def test_older_decision_writer_without_enforced_reads_as_enforced() -> None:
+    """A newer worker or gateway reads an older worker's decisions: enforced, as they were."""
+    old = decision_schema_before_enforced()
+    registry = SchemaRegistry()
+    header = MARKER + registry.register(json.dumps(old))
+    datum = avro_decode(PLAIN_DECISION, encode_decision(SAMPLE_DECISION)[10:])
+    del datum["enforced"]
+    old_bytes = header + avro_encode(plain_avro_schema(old), datum)
+    decoded = decode_decision(old_bytes, registry)
+    assert decoded.enforced is True
+    assert decoded == SAMPLE_DECISION
+    with pytest.raises(UnknownSchemaError):  # a reader must know the writer's schema
+        decode_decision(old_bytes)
+
+
+def test_older_decision_reader_skips_enforced() -> None:
+    """An older reader (the schema without ``enforced``) resolves a newer writer's decision:
+    every field it knows comes back, the new one is skipped."""
+    observed = replace(SAMPLE_DECISION, enforced=False)
+    payload = encode_decision(observed)[10:]
+    old_reader = plain_avro_schema(decision_schema_before_enforced())
+    stream = io.BytesIO(payload)
+    datum = avro.io.DatumReader(PLAIN_DECISION, old_reader).read(avro.io.BinaryDecoder(stream))
+    assert stream.tell() == len(payload)
+    assert "enforced" not in datum
+    expected = avro_decode(PLAIN_DECISION, payload)
+    assert expected.pop("enforced") is False
+    assert datum == expected
+
+
+def test_enforced_round_trips_both_ways() -> None:
+    for enforced in (True, False):
+        decision = replace(SAMPLE_DECISION, enforced=enforced)
+        decoded = decode_decision(encode_decision(decision))
+        assert decoded.enforced is enforced
+        assert decoded == decision
+        assert decode_control(encode_decision(decision)) == decision
+
+
 def test_evolved_messages_truncated_or_with_trailing_bytes() -> None:
     datum = {
         "run_id": "r",
@@ -676,6 +723,7 @@ decisions = st.builds(
     paired_tool_name=texts,
     error_code=texts,
     config_version=texts,
+    enforced=st.booleans(),
     extra=st.dictionaries(st.text(), json_values, max_size=5),
 )
 PROPERTY = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
