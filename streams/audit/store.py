@@ -20,6 +20,7 @@ from alembic.config import Config
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     ColumnElement,
     DateTime,
     Engine,
@@ -35,6 +36,7 @@ from sqlalchemy import (
     event,
     func,
     select,
+    true,
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, make_url
@@ -104,6 +106,8 @@ class DecisionRow(Base):
     paired_tool_name: Mapped[str] = mapped_column(String)
     error_code: Mapped[str] = mapped_column(String)
     config_version: Mapped[str] = mapped_column(String)
+    # False for an observe-only decision (mode "observe"); rows from before 0003 read true.
+    enforced: Mapped[bool] = mapped_column(Boolean, server_default=true())
     extra: Mapped[dict[str, Any]] = mapped_column(JSON)  # json, not jsonb: keeps floats verbatim
     recorded_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), server_default=func.now()
