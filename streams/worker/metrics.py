@@ -10,8 +10,8 @@ queries them and ``tests/unit/test_compose.py`` checks that every name it uses e
 
 =============================================  =========  ==================================
 ``loopguard_events_total{type}``               counter    events consumed, by event kind
-``loopguard_decisions_total{action,detector,   counter    decisions published
-agent,tool}``
+``loopguard_decisions_total{action,detector,   counter    decisions published; enforced
+agent,tool,enforced}``                                    "false": observe-only (shadow mode)
 ``loopguard_dead_letters_total{kind}``         counter    messages parked, by error kind
 ``loopguard_consumer_lag{partition}``          gauge      events not yet read, per partition
 ``loopguard_runs_in_table``                    gauge      runs held in this worker's table
@@ -149,7 +149,7 @@ class WorkerMetrics:
         self.decisions = Counter(
             "loopguard_decisions",
             "Loop decisions published to the control topic.",
-            ["action", "detector", "agent", "tool"],
+            ["action", "detector", "agent", "tool", "enforced"],
             registry=r,
         )
         self.dead_letters = Counter(
@@ -237,6 +237,7 @@ class WorkerMetrics:
             detector=decision.detector or UNKNOWN,
             agent=self._agent(decision.agent_id),
             tool=self._tool(decision.tool_name),
+            enforced="false" if getattr(decision, "enforced", True) is False else "true",
         ).inc()
 
     def observe_decisions(self, decisions: Iterable[Any]) -> None:

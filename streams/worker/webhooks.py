@@ -19,6 +19,10 @@ Why it is built this way:
   429; other answers are final. Several senders post concurrently, so one slow endpoint does
   not hold up another agent's notifications for long.
 
+Observe-only decisions (``enforced`` false: the agent's config is ``mode: "observe"``) are
+never posted: a shadow-mode rollout is meant to be quiet; the audit trail and the status
+page show them instead.
+
 URLs come from settings (``LOOPGUARD_WEBHOOK_URL``, ``LOOPGUARD_WEBHOOK_URLS``: a JSON object
 of agent id → URL, where ``""`` turns an agent off); webhook URLs carry tokens, so logs show
 only their scheme and host, and the outbox does not store them.
@@ -212,12 +216,13 @@ class WebhookNotifier:
     # -- fed by the audit agent ---------------------------------------------------------------
 
     async def submit(self, decisions: Iterable[Decision]) -> int:
-        """Record and queue notices for the block/abort decisions not seen before; returns how
-        many were queued. Waits only for the outbox insert, never for an endpoint."""
+        """Record and queue notices for the enforced block/abort decisions not seen before;
+        returns how many were queued. Waits only for the outbox insert, never for an endpoint."""
         notices = [
             notice_for(d)
             for d in decisions
             if d.action in NOTIFY_ACTIONS
+            and d.enforced
             and self.targets.url_for(d.agent_id) is not None
             and self._first_time(d.decision_id)
         ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import namedtuple
+from dataclasses import replace
 
 import pytest
 from prometheus_client import REGISTRY
@@ -89,10 +90,19 @@ def test_events_decisions_dead_letters() -> None:
     assert sample(m, "loopguard_last_event_timestamp_seconds") == pytest.approx(m.last_event_at)
 
     m.observe_decisions([decision(), decision(Action.WARN), decision(tool="")])
-    labels = {"action": "block", "detector": "ping_pong", "agent": "coder", "tool": "exec"}
+    labels = {
+        "action": "block",
+        "detector": "ping_pong",
+        "agent": "coder",
+        "tool": "exec",
+        "enforced": "true",
+    }
     assert sample(m, "loopguard_decisions_total", **labels) == 1
     assert sample(m, "loopguard_decisions_total", **{**labels, "action": "warn"}) == 1
     assert sample(m, "loopguard_decisions_total", **{**labels, "tool": "unknown"}) == 1
+    m.observe_decisions([replace(decision(), enforced=False)] * 2)  # mode "observe"
+    assert sample(m, "loopguard_decisions_total", **{**labels, "enforced": "false"}) == 2
+    assert sample(m, "loopguard_decisions_total", **labels) == 1
 
     m.observe_dead_letter(PayloadTooLargeError(10, 5))
     m.observe_dead_letter("seq must be 1 or more (run sequences start at 1), got 0")
@@ -125,7 +135,13 @@ def test_agent_and_tool_labels_are_bounded() -> None:
         m.observe_gateway_timeout(f"gw-{i}")
     text = m.render().decode()
     assert 'agent="agent-2"' in text and 'agent="agent-3"' not in text
-    other = {"action": "block", "detector": "ping_pong", "agent": OTHER, "tool": OTHER}
+    other = {
+        "action": "block",
+        "detector": "ping_pong",
+        "agent": OTHER,
+        "tool": OTHER,
+        "enforced": "true",
+    }
     assert sample(m, "loopguard_decisions_total", **other) == 7
     assert sample(m, "loopguard_gateway_wait_timeouts_total", gateway=OTHER) == 7
     assert sample(m, "loopguard_gateway_wait_timeouts_total", gateway="gw-0") == 1
@@ -139,7 +155,13 @@ def test_hostile_label_values_are_escaped_by_the_exposition() -> None:
     found = families(m)  # parses: quotes, backslashes and newlines were escaped
     labels = [s.labels for s in found["loopguard_decisions"].samples if s.name.endswith("_total")]
     assert labels == [
-        {"action": "block", "detector": "ping_pong", "agent": 'a"b\\c\nd', "tool": "<script>"}
+        {
+            "action": "block",
+            "detector": "ping_pong",
+            "agent": 'a"b\\c\nd',
+            "tool": "<script>",
+            "enforced": "true",
+        }
     ]
 
 

@@ -242,6 +242,29 @@ def test_block_and_abort_are_posted_once_each_and_warnings_never(db_url: str) ->
     run(scenario)
 
 
+def test_observe_only_decisions_are_never_posted(db_url: str) -> None:
+    """Shadow mode (mode "observe") is quiet: its blocks and aborts stay in the trail only."""
+    metrics = WorkerMetrics()
+
+    async def scenario() -> None:
+        async with Endpoint() as endpoint:
+            notifier = notifier_for(endpoint.url, db_url, metrics)
+            task = await running(notifier)
+            observed = [
+                decision(1, enforced=False),
+                decision(2, Action.ABORT, enforced=False),
+            ]
+            assert await notifier.submit(observed) == 0
+            enforced = decision(3, Action.ABORT)
+            assert await notifier.submit([*observed, enforced]) == 1
+            await wait_until(lambda: sent(metrics) == 1)
+            await stop(task)
+        assert endpoint.ids() == [enforced.decision_id]
+        assert statuses(db_url) == {enforced.decision_id: ("sent", 1)}
+
+    run(scenario)
+
+
 def test_server_errors_are_retried_with_growing_backoff(db_url: str) -> None:
     metrics = WorkerMetrics()
 
