@@ -27,6 +27,7 @@ CORE_MODULES = [
     "streams/core/detectors.py",
     "streams/core/failures.py",
     "streams/core/guard.py",
+    "streams/core/session.py",
     "streams/core/run_state.py",
     "streams/core/engine.py",
 ]

@@ -116,8 +116,10 @@ class Run:
         start_seq: int = 1,
         start_time: int = 1_700_000_000_000,
         time_step: int = 1000,
+        session_id: str | None = None,
     ) -> None:
         self.lg = lg
+        self.session_id = session_id
         self.run_id = run_id
         self.agent_id = agent_id
         self.gateway_id = gateway_id
@@ -138,6 +140,7 @@ class Run:
             gateway_id=self.gateway_id,
             seq=self.seq,
             event_time=self.start_time + self.time_step * self.seq,
+            session_id=self.session_id,
         )
 
     def _keep(self, event: AgentEvent) -> AgentEvent:
@@ -166,8 +169,8 @@ class Run:
     def make_compaction(self, trigger: str = "context_overflow") -> CompactionRetry:
         return self._keep(CompactionRetry(self.envelope(), trigger))
 
-    def make_start(self) -> RunStarted:
-        return self._keep(RunStarted(self.envelope()))
+    def make_start(self, trigger: str | None = None) -> RunStarted:
+        return self._keep(RunStarted(self.envelope(), trigger))
 
     def make_end(self, status: str = "completed") -> RunEnded:
         return self._keep(RunEnded(self.envelope(), status))
@@ -235,8 +238,8 @@ class Run:
     def compaction(self, trigger: str = "context_overflow") -> list[Decision]:
         return self.feed(self.make_compaction(trigger))
 
-    def start(self) -> list[Decision]:
-        return self.feed(self.make_start())
+    def start(self, trigger: str | None = None) -> list[Decision]:
+        return self.feed(self.make_start(trigger))
 
     def end(self, status: str = "completed") -> list[Decision]:
         return self.feed(self.make_end(status))

@@ -159,6 +159,10 @@ def make_events() -> list[tuple[str, Any]]:
         ),
         ("name_at_limit", ev.ToolCall(env(14), "t" * 1024, "{}", None)),
         ("name_multibyte_at_limit", ev.ToolCall(env(15), "ü" * 512, "{}", None)),
+        # issue 17: the session a run belongs to and what started the run
+        ("session_run_started", ev.RunStarted(E("run-s2", "a", "g", 1, T0, "s-1"), "compaction")),
+        ("session_tool_call", ev.ToolCall(E("run-s2", "a", "g", 2, T0, "s-ü-1"), "ls", "{}", "c")),
+        ("run_started_heartbeat", ev.RunStarted(env(16), "heartbeat")),
     ]
 
 

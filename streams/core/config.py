@@ -58,9 +58,17 @@ DEFAULTS: dict[str, Any] = {
     # loopguard extension (issue 17): "observe" records and publishes every decision with
     # enforced false, so gateways log it and never block (shadow mode); "enforce" obeys it.
     "mode": "enforce",
+    # loopguard extension (issue 17): "session" carries a loop's counts over to a new run of
+    # the same session (a compaction can start one), except runs started by these triggers.
+    "scope": "run",
+    "sessionFreshTriggers": ["heartbeat", "cron"],
 }
 ENFORCE, OBSERVE = "enforce", "observe"
 MODES = (ENFORCE, OBSERVE)
+SCOPES = ("run", "session")
+# Fields added after config versions were first recorded: left out of the version while at
+# their default, so a config that does not use them keeps the version it always had.
+VERSIONED_WHEN_SET = ("scope", "sessionFreshTriggers")
 INT_FIELDS = (
     "historySize",
     "warningThreshold",
@@ -104,12 +112,19 @@ class LoopDetectionConfig:
     consecutive_errors_critical: int = 10
     error_repeat_threshold: int = 3
     mode: str = ENFORCE
+    scope: str = "run"
+    session_fresh_triggers: tuple[str, ...] = ("heartbeat", "cron")
     version: str = ""
     # perTool (tool_config.py): each named tool's view of this config; in a view, the
     # detectors it is exempt from (camelCase names) and its volatile result fields.
     per_tool: dict[str, LoopDetectionConfig] = field(default_factory=dict)
     exempt: frozenset[str] = frozenset()
     volatile: VolatileFields | None = None
+
+    @property
+    def session_scope(self) -> bool:
+        """A loop's counts survive a new run of the same session (``scope: "session"``)."""
+        return self.scope == "session"
 
     @property
     def rolling_detectors_on(self) -> bool:
@@ -158,9 +173,22 @@ def check_block(block: Any, path: str) -> dict[str, Any]:
                 raise ConfigError(f"{where}: must be at least 1, got {value}")
             if key == "historySize" and value > MAX_HISTORY_SIZE:
                 raise ConfigError(f"{where}: must be at most {MAX_HISTORY_SIZE}, got {value}")
+        elif key == "scope":
+            if value not in SCOPES:
+                raise ConfigError(f'{where}: expected "run" or "session", got {value!r}')
+        elif key == "sessionFreshTriggers":
+            _check_triggers(value, where)
         else:
             _check_nested(key, value, where)
     return block
+
+
+def _check_triggers(value: Any, where: str) -> None:
+    if not isinstance(value, list):
+        raise ConfigError(f"{where}: expected a list of trigger names, got {value!r}")
+    for index, trigger in enumerate(value):
+        if not isinstance(trigger, str) or not trigger:
+            raise ConfigError(f"{where}[{index}]: expected a non-empty string, got {trigger!r}")
 
 
 def _check_nested(key: str, value: Any, where: str) -> None:
@@ -205,11 +233,13 @@ def resolve(block: dict[str, Any] | None, path: str = "tools.loopDetection") -> 
     errors = raw["consecutiveErrors"]
     # The same raising rule for the error streak's own pair of thresholds.
     errors_critical = max(errors["criticalThreshold"], errors["warningThreshold"] + 1)
+    fresh_triggers = tuple(sorted(set(raw["sessionFreshTriggers"])))
     canonical = {
         **raw,
         "criticalThreshold": critical,
         "globalCircuitBreakerThreshold": breaker,
         "consecutiveErrors": {**errors, "criticalThreshold": errors_critical},
+        "sessionFreshTriggers": list(fresh_triggers),
     }
     if canonical_tools := canonical_per_tool(per_tool):  # absent when empty: versions as before
         canonical[PER_TOOL] = canonical_tools
@@ -217,6 +247,10 @@ def resolve(block: dict[str, Any] | None, path: str = "tools.loopDetection") -> 
         # The default leaves the hash as it was before ``mode`` existed, so decisions
         # recorded by older workers keep matching their config's version in replay.
         del canonical["mode"]
+    for name in VERSIONED_WHEN_SET:
+        default = DEFAULTS[name]
+        if canonical[name] == (sorted(default) if isinstance(default, list) else default):
+            del canonical[name]
     version = hashlib.sha256(
         json.dumps(canonical, sort_keys=True, separators=(",", ":")).encode()
     ).hexdigest()[:16]
@@ -241,6 +275,8 @@ def resolve(block: dict[str, Any] | None, path: str = "tools.loopDetection") -> 
         consecutive_errors_critical=errors_critical,
         error_repeat_threshold=raw["errorRepeatThreshold"],
         mode=raw["mode"],
+        scope=raw["scope"],
+        session_fresh_triggers=fresh_triggers,
         version=version,
     )
     if not per_tool:

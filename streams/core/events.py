@@ -20,6 +20,9 @@ class Envelope:
     gateway_id: str
     seq: int
     event_time: int  # epoch milliseconds, set by the gateway
+    # The conversation the run belongs to (issue 17): a compaction can start a new run of the
+    # same session, and ``scope: "session"`` carries a loop's counts over to it.
+    session_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +57,11 @@ class CompactionRetry:
 
 @dataclass(frozen=True, slots=True)
 class RunStarted:
+    """A run began; ``trigger`` says what started it ("user", "heartbeat", "cron",
+    "compaction", ...), so session scope can let scheduled runs start fresh."""
+
     envelope: Envelope
+    trigger: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +80,9 @@ EVENT_KINDS: dict[str, type] = {
     "run_ended": RunEnded,
 }
 KIND_OF: dict[type, str] = {cls: kind for kind, cls in EVENT_KINDS.items()}
+# Optional fields added after the first release: left out of the flat dict while unset, so
+# export files and stored states written before them read (and compare) the same.
+_OMITTED_WHEN_NONE = ("session_id", "trigger")
 
 
 def event_kind(event: AgentEvent) -> str:
@@ -83,7 +93,11 @@ def event_to_dict(event: AgentEvent) -> dict[str, Any]:
     """Flat dict form used by codecs, export files and the audit trail."""
     body = asdict(event)
     envelope = body.pop("envelope")
-    return {"kind": event_kind(event), **envelope, **body}
+    flat = {"kind": event_kind(event), **envelope, **body}
+    for name in _OMITTED_WHEN_NONE:
+        if name in flat and flat[name] is None:
+            del flat[name]
+    return flat
 
 
 def event_from_dict(data: dict[str, Any]) -> AgentEvent:
@@ -99,6 +113,7 @@ def event_from_dict(data: dict[str, Any]) -> AgentEvent:
             gateway_id=data.get("gateway_id") or "",
             seq=int(data["seq"]),
             event_time=int(data.get("event_time") or 0),
+            session_id=data.get("session_id") or None,
         )
     except KeyError as exc:
         raise ValueError(f"missing field {exc.args[0]!r}") from None

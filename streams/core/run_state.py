@@ -39,6 +39,7 @@ from streams.core.hashing import (
     stripped_result_outcome,
 )
 from streams.core.history import CallRecord, RunHistory
+from streams.core.session import SessionCarry, starts_fresh
 
 # Out-of-order events wait for the gap before them to fill. The wait is bounded so one lost
 # event cannot stall a run: once more than REORDER_LIMIT events wait, or the waiting events
@@ -113,6 +114,10 @@ class RunState:
     recent: deque[tuple[int, list[Decision]]] = field(
         default_factory=lambda: deque(maxlen=RECENT_DECISIONS)
     )
+    session_id: str = ""  # the session the run belongs to, once an event named it
+    # Session scope: the previous run of the session, to seed from on the first event
+    # processed (streams.core.session); handed in by the engine, never stored.
+    predecessor: SessionCarry | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.history = RunHistory(self.history_size)
@@ -199,6 +204,8 @@ class RunState:
 
     def _process(self, event: AgentEvent, cfg: LoopDetectionConfig) -> list[Decision]:
         env = event.envelope
+        if self.predecessor is not None:
+            self._take_over(self.predecessor, event, cfg)
         self.stats.events += 1
         if env.agent_id:
             self.agent_id = env.agent_id
@@ -443,10 +450,35 @@ class RunState:
             **fields,
         )
 
+    # -- session scope (streams.core.session) ----------------------------------------
+
+    def session_carry(self) -> SessionCarry:
+        """A copy of what this run's successor in its session carries over."""
+        return SessionCarry(
+            run_id=self.run_id,
+            history_size=self.history.max_size,
+            next_index=self.history.next_index,
+            history=self.history.to_list(),
+            guard=self.guard.to_dict(),
+            error_streak=self.error_streak,
+            blocks=self.blocks,
+        )
+
+    def _take_over(self, carry: SessionCarry, first: AgentEvent, cfg: LoopDetectionConfig) -> None:
+        """Seed a run from its session's previous run, unless it has processed events already
+        or its first event starts it fresh."""
+        self.predecessor = None
+        if self.stats.events or starts_fresh(first, cfg):
+            return
+        self.history = RunHistory.rebuild(carry.history_size, carry.next_index, carry.history)
+        self.guard = PostCompactionGuard.from_dict(carry.guard)
+        self.error_streak = carry.error_streak
+        self.blocks = carry.blocks
+
     # -- persistence (Faust table values) ---------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "run_id": self.run_id,
             "agent_id": self.agent_id,
             "gateway_id": self.gateway_id,
@@ -464,6 +496,9 @@ class RunState:
             "stats": [self.stats.events, self.stats.duplicates, self.stats.gaps, self.stats.late],
             "recent": [[seq, [_recent_dict(d) for d in ds]] for seq, ds in self.recent],
         }
+        if self.session_id:  # states of runs without a session read and compare as before
+            data["session_id"] = self.session_id
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunState:
@@ -479,6 +514,7 @@ class RunState:
             last_event_time=data["last_event_time"],
             # States written before it was kept: the newest event time is the best guess.
             last_seq_time=data.get("last_seq_time", data["last_event_time"]),
+            session_id=data.get("session_id", ""),
         )
         for item in data["waiting"]:
             event = event_from_dict(item)

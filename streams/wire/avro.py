@@ -351,6 +351,7 @@ def _event_datum(
         "seq": head["seq"],
         "event_time": head["event_time"],
         "body": (_BODY_NAME[cls], body),  # fastavro tuple notation: the union branch by name
+        "session_id": head.get("session_id"),
     }
 
 
@@ -376,6 +377,7 @@ def encode_event(
         "gateway_id": envelope.gateway_id,
         "seq": envelope.seq,
         "event_time": envelope.event_time,
+        "session_id": envelope.session_id,
     }
     datum = _event_datum(cls, head, body, check_names)
     return _own()["AgentEvent"].encode(datum, max_size, (datum["body"],))
@@ -398,6 +400,7 @@ def event_from_dict_checked(data: Mapping[str, Any]) -> AgentEvent:
         "gateway_id": "" if gateway_id is None else gateway_id,
         "seq": data["seq"],
         "event_time": data.get("event_time", 0),
+        "session_id": data.get("session_id"),
     }
     body = {name: data.get(name, default) for name, default in _BODY_DEFAULTS[cls].items()}
     _own()["AgentEvent"].explain(_event_datum(cls, head, body, check_names=True))
@@ -424,10 +427,12 @@ def decode_event(
         gateway_id=datum["gateway_id"],
         seq=datum["seq"],
         event_time=datum["event_time"],
+        # absent (None) in events written before issue 17's session scope
+        session_id=datum.get("session_id"),
     )
     values = body[1]
     fields = {name: values[name] for name in _BODY_FIELDS[cls]}
-    _require_unicode(cls.__name__, datum, ("run_id", "agent_id", "gateway_id"))
+    _require_unicode(cls.__name__, datum, _ENVELOPE_TEXT)
     _require_unicode(cls.__name__, fields, fields)
     _require_storable_names(cls.__name__, datum, fields)
     return cls(envelope, **fields)
@@ -436,7 +441,8 @@ def decode_event(
 # Names that become keys, indexed SQL columns and decision text: PostgreSQL refuses NUL in
 # text and cannot index a value over ~2.7 KB, so a hostile id could stall the audit trail.
 NAME_MAX_BYTES = 1024
-_NAME_FIELDS = ("run_id", "agent_id", "gateway_id", "tool_name")
+_NAME_FIELDS = ("run_id", "agent_id", "gateway_id", "tool_name", "session_id")
+_ENVELOPE_TEXT = ("run_id", "agent_id", "gateway_id", "session_id")
 
 
 def _require_storable_names(record: str, *sources: Mapping[str, Any]) -> None:

@@ -207,7 +207,7 @@ function readDatum(name: string, schema: ParsedSchema, buf: Buffer): Record<stri
 
 // ------------------------------------------------------------------------------ names
 
-const NAME_FIELDS = ['run_id', 'agent_id', 'gateway_id', 'tool_name'] as const;
+const NAME_FIELDS = ['run_id', 'agent_id', 'gateway_id', 'tool_name', 'session_id'] as const;
 
 function storableNamesProblem(record: string, ...sources: Record<string, unknown>[]): string | undefined {
   for (const values of sources) {
@@ -247,9 +247,12 @@ const BODY: Record<EventKind, { record: string; fields: [camel: string, wire: st
     ],
   },
   compaction_retry: { record: 'CompactionRetry', fields: [['trigger', 'trigger', 'context_overflow']] },
-  run_started: { record: 'RunStarted', fields: [] },
+  run_started: { record: 'RunStarted', fields: [['trigger', 'trigger', null]] },
   run_ended: { record: 'RunEnded', fields: [['status', 'status', 'completed']] },
 };
+// Optional fields added later (issue 17): left out of a decoded event while unset, as Python's
+// event_to_dict leaves them out, so events from older gateways look as they always did.
+const OMITTED_WHEN_NULL = new Set(['trigger']);
 const KIND_BY_BRANCH = new Map<string, EventKind>(
   Object.entries(BODY).map(([kind, spec]) => [`${NAMESPACE}.${spec.record}`, kind as EventKind]),
 );
@@ -267,8 +270,9 @@ export function encodeEvent(event: AgentEventInput, options: EventEncodeOptions 
     body[wire] = value === undefined ? fallback : value;
   }
   const ids = { run_id: event.runId, agent_id: event.agentId, gateway_id: event.gatewayId };
+  const session = { session_id: event.sessionId ?? null };
   if (options.checkNames ?? true) {
-    const problem = storableNamesProblem(record, ids, body);
+    const problem = storableNamesProblem(record, ids, body, session);
     if (problem) throw new EncodeError(problem);
   }
   const datum = {
@@ -276,6 +280,7 @@ export function encodeEvent(event: AgentEventInput, options: EventEncodeOptions 
     seq: event.seq,
     event_time: event.eventTime,
     body: { [`${NAMESPACE}.${record}`]: body },
+    ...session,
   };
   return encodeWith('AgentEvent', datum, options.maxSize ?? DEFAULT_MAX_MESSAGE_SIZE);
 }
@@ -300,7 +305,12 @@ export function decodeEvent(data: Uint8Array, options: DecodeOptions = {}): Agen
     seq: datum.seq,
     eventTime: datum.event_time,
   };
-  for (const [camel, wire] of spec.fields) event[camel] = values[wire];
+  // null (or absent: an older writer) is no session
+  if (datum.session_id !== null && datum.session_id !== undefined) event.sessionId = datum.session_id;
+  for (const [camel, wire] of spec.fields) {
+    if (values[wire] === null && OMITTED_WHEN_NULL.has(camel)) continue;
+    event[camel] = values[wire];
+  }
   return event as unknown as AgentEvent;
 }
 

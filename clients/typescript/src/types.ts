@@ -15,6 +15,12 @@ export interface EventEnvelope {
   seq: Long;
   /** Epoch milliseconds, set by the gateway. */
   eventTime: Long;
+  /**
+   * The conversation the run belongs to (issue 17); events are keyed by it when set, and
+   * `scope: "session"` carries a loop's counts over to the session's next run. Left out
+   * (or null) when the run has no session.
+   */
+  sessionId?: string | null;
 }
 
 /** The agent asked for a tool; emitted before the tool runs. */
@@ -41,8 +47,11 @@ export interface CompactionRetryEvent extends EventEnvelope {
   trigger: string;
 }
 
+/** A run began; `trigger` says what started it ("user", "heartbeat", "cron", "compaction"). */
 export interface RunStartedEvent extends EventEnvelope {
   kind: 'run_started';
+  /** Left out (or null) when the gateway does not know. */
+  trigger?: string | null;
 }
 
 export interface RunEndedEvent extends EventEnvelope {

@@ -75,6 +75,16 @@ describe('events', () => {
     });
   });
 
+  it('carries the session id and the run trigger, and leaves them out when unset', () => {
+    const started = { ...base, kind: 'run_started' as const, sessionId: 'sess-1', trigger: 'compaction' };
+    assert.deepEqual(decodeEvent(encodeEvent(started)), started);
+    const call = { ...base, kind: 'tool_call' as const, toolName: 'ls', sessionId: 'sess-1' };
+    assert.deepEqual(decodeEvent(encodeEvent(call)), { ...call, argsJson: '{}', toolCallId: null });
+    const plain = decodeEvent(encodeEvent({ ...base, kind: 'run_started', sessionId: null }));
+    assert.ok(!('sessionId' in plain) && !('trigger' in plain));
+    assert.throws(() => encodeEvent({ ...call, sessionId: 's\u0000' }), { name: 'EncodeError', message: /session_id contains a NUL/ });
+  });
+
   it('keeps 64-bit longs exact', () => {
     const event = { ...base, kind: 'run_started' as const, seq: 2n ** 63n - 1n, eventTime: -(2n ** 63n) };
     assert.deepEqual(decodeEvent(encodeEvent(event)), event);

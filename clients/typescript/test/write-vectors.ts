@@ -102,6 +102,8 @@ function codecEvents(): { name: string; bytes: Buffer }[] {
     ['codec_name_at_limit', { ...base, kind: 'tool_call', seq: 4, toolName: 'ü'.repeat(512) }],
     ['codec_result_all_null', { ...base, kind: 'tool_result', seq: 5, toolName: 'read' }],
     ['codec_run_ended_default', { ...base, kind: 'run_ended', seq: 6 }],
+    ['codec_session_run_started', { ...base, kind: 'run_started', seq: 1, sessionId: 'sess-ü-2', trigger: 'heartbeat' }],
+    ['codec_session_tool_call', { ...base, kind: 'tool_call', seq: 7, sessionId: 'sess-ü-2', toolName: 'ls' }],
   ];
   return cases.map(([name, event]) => ({ name, bytes: encodeEvent(event) }));
 }

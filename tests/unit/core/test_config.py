@@ -14,6 +14,7 @@ from core_helpers import Run, exec_result, guard, text_result
 
 from streams.core.config import (
     DEFAULTS,
+    VERSIONED_WHEN_SET,
     ConfigError,
     DetectorSwitches,
     FleetConfig,
@@ -54,6 +55,7 @@ def test_defaults_match_spec_table():
     assert cfg.error_repeat_threshold == 3
     assert cfg.detectors.consecutive_errors and cfg.detectors.error_repeat
     assert cfg.mode == "enforce" and cfg.enforced
+    assert (cfg.scope, cfg.session_fresh_triggers) == ("run", ("cron", "heartbeat"))
 
 
 def test_defaults_table_literal():
@@ -76,6 +78,8 @@ def test_defaults_table_literal():
         "consecutiveErrors": {"warningThreshold": 5, "criticalThreshold": 10},
         "errorRepeatThreshold": 3,
         "mode": "enforce",
+        "scope": "run",
+        "sessionFreshTriggers": ["heartbeat", "cron"],
     }
 
 
@@ -648,7 +652,9 @@ def test_version_changes_with_every_field(change):
 def test_default_mode_keeps_the_version_from_before_mode_existed():
     """Decisions recorded before issue 17's ``mode`` must keep matching their config's
     version, so the default is left out of the hash; observe is in it."""
-    before = {key: value for key, value in DEFAULTS.items() if key != "mode"}
+    # scope and sessionFreshTriggers (session scope) are left out at their defaults alike
+    later = ("mode", *VERSIONED_WHEN_SET)
+    before = {key: value for key, value in DEFAULTS.items() if key not in later}
     canonical = json.dumps(before, sort_keys=True, separators=(",", ":")).encode()
     assert resolve({}).version == hashlib.sha256(canonical).hexdigest()[:16]
     assert resolve({"mode": "enforce"}).version == resolve({}).version

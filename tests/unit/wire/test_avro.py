@@ -166,7 +166,9 @@ def test_schemas_load_and_mirror_the_dataclasses() -> None:
     event = schemas["AgentEvent"]
     assert event.fullname == "loopguard.AgentEvent"
     envelope = [f.name for f in fields(Envelope)]
-    assert [f.name for f in event.fields] == [*envelope, "body"]
+    # session_id came later (issue 17): appended after body, as schema evolution requires
+    assert envelope[-1] == "session_id"
+    assert [f.name for f in event.fields] == [*envelope[:-1], "body", "session_id"]
     branches = {b.fullname: b for b in event.fields_dict["body"].type.schemas}
     assert set(branches) == {f"loopguard.{cls.__name__}" for cls in EVENT_KINDS.values()}
     for cls in EVENT_KINDS.values():
