@@ -13,6 +13,8 @@ A gateway wraps each tool cycle in a few calls::
 Decisions arrive on a background thread; ``before_tool`` enforces the newest one for the run
 before the tool runs: a block refuses exactly that next cycle (and reports the refusal as
 the call's outcome, so the worker's no-progress streak keeps counting), an abort ends the run.
+An observe-only decision (``enforced`` false: the agent's config is ``mode: "observe"``) is
+logged once ("would block ...") and otherwise ignored: shadow mode never refuses a call.
 
 In time: after each batch the worker publishes a :class:`RunWatermark` per run behind that
 run's decisions, so ``before_tool`` first waits (at most ``wait_budget_ms``) until the worker
@@ -76,6 +78,27 @@ class RunAborted(RuntimeError):
         # Some reasons already start with their code; say it once.
         super().__init__(reason if reason.startswith(f"{code}:") else f"{code}: {reason}")
         self.decision = decision
+
+
+OBSERVED_EFFECT = {
+    Action.WARN: "warn",
+    Action.BLOCK: "block the next tool call",
+    Action.ABORT: "abort the run",
+}
+
+
+def log_observed(decision: Decision) -> None:
+    """One line for an observe-only decision: what enforcing it would have done."""
+    log.warning(
+        "run %s (agent %s): observe only, loopguard would %s at seq %d: %s [%s, decision %s]",
+        decision.run_id,
+        decision.agent_id,
+        OBSERVED_EFFECT[decision.action],
+        decision.seq,
+        decision.reason,
+        decision.detector,
+        decision.decision_id,
+    )
 
 
 @dataclass(frozen=True)
@@ -173,13 +196,16 @@ class GatewayClient:
                 return  # redelivered after a worker restart: already in effect
             control.seen.add(decision.decision_id)
             control.decisions.append(decision)
-            if decision.action is Action.ABORT:
-                control.abort = decision
-            elif decision.action is Action.BLOCK:
-                control.block = decision
-            else:
-                control.warnings.append(decision)
+            if decision.enforced:  # shadow mode's decisions are only logged (below)
+                if decision.action is Action.ABORT:
+                    control.abort = decision
+                elif decision.action is Action.BLOCK:
+                    control.block = decision
+                else:
+                    control.warnings.append(decision)
             self._lock.notify_all()
+        if not decision.enforced:
+            log_observed(decision)
         if self.on_decision is not None:
             self.on_decision(decision)
 
