@@ -34,6 +34,8 @@ import type {
 
 export interface DecisionLike {
   action?: string;
+  /** False for an observe-only decision (the agent's config is `mode: "observe"`). */
+  enforced?: boolean;
   detector?: string;
   reason: string;
   errorCode?: string;
@@ -280,6 +282,9 @@ export class LoopguardGuard {
   }
 
   private onDecision(decision: DecisionLike): void {
+    // Shadow mode: the client has logged "observe only, loopguard would ..." once and never
+    // acts on it; saying "loopguard block" here too would read as if the call was blocked.
+    if (decision.enforced === false) return;
     const text = `loopguard ${decision.action ?? 'decision'} (${decision.detector ?? '?'}) on ${decision.toolName ?? '?'}: ${decision.reason}`;
     if (decision.action === 'warn') this.log.info?.(text);
     else this.log.warn(text);

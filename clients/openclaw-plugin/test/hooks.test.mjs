@@ -95,6 +95,33 @@ describe(`loopguard plugin through OpenClaw ${openclaw.version}'s hook runner`, 
     assert.ok(!(await call(runner, 'run-c2', 1))?.block);
   });
 
+  test('observe-only decisions (mode "observe") are logged once and never block or abort', async () => {
+    // The real @loopguard/client behind the plugin, fed control messages as the worker sends them.
+    const { GatewayClient, encodeDecision } = await import('@loopguard/client');
+    const transport = { sent: [], async send(topic, key, value) { this.sent.push({ topic, key, value }); }, async close() {} };
+    let real;
+    const connect = async (options) => (real = GatewayClient.withTransport({ ...options, waitBudgetMs: 0 }, transport));
+    const { runner, logger, aborts } = await setup({ connect });
+    assert.ok(!(await call(runner, 'run-o', 1))?.block);
+    const observed = (seq, action, detector) =>
+      encodeDecision({ runId: 'run-o', agentId: 'coder', gatewayId: 'gw-test', seq, eventTime: 1, action, detector, severity: 'critical', count: 20, toolName: 'read', reason: `${action}: read 20 times`, enforced: false });
+    real.ingestControl(observed(2, 'block', 'generic_repeat'));
+    real.ingestControl(observed(2, 'block', 'generic_repeat')); // redelivered
+    assert.ok(!(await call(runner, 'run-o', 2))?.block, 'an observe-only block lets the call run');
+    real.ingestControl(observed(3, 'abort', 'generic_repeat'));
+    for (const n of [3, 4]) assert.ok(!(await call(runner, 'run-o', n))?.block, 'an observe-only abort lets the run go on');
+    assert.deepEqual(aborts, [], 'the OpenClaw run was not aborted');
+    const shadow = logger.lines.filter((l) => l.includes('observe only'));
+    assert.equal(shadow.length, 2, shadow.join('\n'));
+    assert.match(shadow[0], /^warn run run-o \(agent coder\): observe only, loopguard would block the next tool call at seq 2: block: read 20 times/);
+    assert.match(shadow[1], /would abort the run at seq 3/);
+    assert.ok(!logger.lines.some((l) => /loopguard (block|abort) \(/.test(l)), 'no line reads as if enforced');
+    assert.equal(real.stats().observed, 2);
+    // An enforced block on the same client still blocks.
+    real.ingestControl(encodeDecision({ runId: 'run-o', agentId: 'coder', gatewayId: 'gw-test', seq: 9, eventTime: 1, action: 'block', detector: 'ping_pong', severity: 'critical', count: 20, toolName: 'read', reason: 'CRITICAL: ping-pong' }));
+    assert.equal((await call(runner, 'run-o', 5)).block, true);
+  });
+
   test('abort without a way to stop the OpenClaw run still blocks every further call', async () => {
     const decide = () => new RunAborted({ action: 'abort', detector: 'post_compaction_guard', errorCode: 'compaction_loop_persisted', reason: 'same call after compaction' });
     const { runner, logger } = await setup({

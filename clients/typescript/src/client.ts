@@ -17,6 +17,8 @@
  * warnings are handed over once; a block refuses exactly that next cycle and is published as
  * the call's outcome (`{"details": {"status": "blocked", "deniedReason": "tool-loop"}}`, so the
  * worker's no-progress streak keeps counting); an abort throws {@link RunAborted} from then on.
+ * An observe-only decision (`enforced: false`, the agent's config is `mode: "observe"`) is
+ * logged once per decision id ("would block ...") and never refuses or aborts anything.
  *
  * In time (new): before deciding, `beforeTool` waits up to `waitBudgetMs` for the run's
  * RunWatermark to reach the seq of the last event the run published, so a verdict on the
@@ -121,6 +123,8 @@ export interface ClientStats {
   blocks: number;
   failClosedRefusals: number;
   aborts: number;
+  /** Observe-only decisions (shadow mode) logged and not acted on. */
+  observed: number;
   activeRuns: number;
   controlReconnects: number;
 }
@@ -198,6 +202,7 @@ export class GatewayClient {
     blocks: 0,
     failClosedRefusals: 0,
     aborts: 0,
+    observed: 0,
   };
 
   /**
@@ -369,7 +374,8 @@ export class GatewayClient {
     control.seen.add(id);
     control.decisions.push(decision);
     this.counters.decisions++;
-    if (decision.action === 'abort') control.abort = decision;
+    if (decision.enforced === false) this.logObserved(decision); // shadow mode: never acted on
+    else if (decision.action === 'abort') control.abort = decision;
     else if (decision.action === 'block') control.block = decision;
     else control.warnings.push(decision);
     this.wakeAll(control);
@@ -380,6 +386,16 @@ export class GatewayClient {
         this.log.error(`onDecision callback failed: ${String(error)}`);
       }
     }
+  }
+
+  /** One line for an observe-only decision: what enforcing it would have done. */
+  private logObserved(decision: Decision): void {
+    this.counters.observed++;
+    const effect = { warn: 'warn', block: 'block the next tool call', abort: 'abort the run' }[decision.action];
+    this.log.warn(
+      `run ${decision.runId} (agent ${decision.agentId}): observe only, loopguard would ${effect} ` +
+        `at seq ${decision.seq}: ${decision.reason} [${decision.detector}, decision ${decision.decisionId}]`,
+    );
   }
 
   private wakeAll(control: RunControl): void {

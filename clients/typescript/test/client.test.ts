@@ -112,6 +112,36 @@ describe('GatewayClient / GatewayRun', () => {
     assert.equal(stats.otherRuns, 2);
   });
 
+  it('logs an observe-only decision once and never refuses or aborts on it', async () => {
+    const { client, transport, logger } = makeClient({ waitBudgetMs: 0 });
+    const run = client.startRun({ agentId: 'agent', runId: 'run-o' });
+    const block = decisionFor('run-o', 1, 'block', { detector: 'generic_repeat', enforced: false });
+    client.ingestControl(block);
+    client.ingestControl(block); // redelivered: not logged again
+    client.ingestControl(decisionFor('run-o', 1, 'warn', { detector: 'ping_pong', enforced: false }));
+    client.ingestControl(decisionFor('run-o', 2, 'abort', { detector: 'generic_repeat', enforced: false }));
+    const verdict = await run.beforeTool('exec', { command: 'ls' });
+    assert.equal(verdict.allowed, true);
+    assert.deepEqual(verdict.warnings, []);
+    assert.equal((await run.beforeTool('exec', { command: 'ls' })).allowed, true);
+    const lines = logger.at('warn').filter((line) => line.includes('observe only'));
+    assert.equal(lines.length, 3);
+    assert.match(lines[0], /run run-o \(agent agent\): observe only, loopguard would block the next tool call at seq 1: block because of a loop \[generic_repeat, decision run-o:1:generic_repeat:block\]/);
+    assert.match(lines[1], /would warn at seq 1/);
+    assert.match(lines[2], /would abort the run at seq 2/);
+    assert.equal(client.decisions('run-o').length, 3);
+    const stats = client.stats();
+    assert.equal(stats.observed, 3);
+    assert.equal(stats.duplicates, 1);
+    assert.equal(stats.blocks + stats.aborts + stats.warningsDelivered, 0);
+    await client.flush();
+    assert.deepEqual(transport.events().map((e) => e.kind), ['run_started', 'tool_call', 'tool_call']);
+    // The same decision enforced (another run) still blocks.
+    const enforcedRun = client.startRun({ agentId: 'agent', runId: 'run-e' });
+    client.ingestControl(decisionFor('run-e', 1, 'block', { detector: 'generic_repeat' }));
+    assert.equal((await enforcedRun.beforeTool('exec', {})).allowed, false);
+  });
+
   it('skips undecodable control messages with a warning', () => {
     const { client, logger } = makeClient();
     client.startRun({ agentId: 'agent', runId: 'run-u' });
