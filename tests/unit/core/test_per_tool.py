@@ -378,3 +378,56 @@ def test_entries_for_other_tools_leave_every_decision_as_it_was(events):
     assert [replace(d, config_version="") for d in with_other] == [
         replace(d, config_version="") for d in plain
     ]
+
+
+# -- properties of the merge and of config_version -------------------------------------------
+
+entries = st.fixed_dictionaries(
+    {},
+    optional={
+        "warningThreshold": st.integers(1, 30),
+        "criticalThreshold": st.integers(1, 30),
+        "exempt": st.lists(st.sampled_from(EXEMPTABLE), max_size=3),
+        "volatileFields": st.lists(st.sampled_from(["a", "b.c", "*.t", "x.*"]), max_size=3),
+    },
+)
+per_tool_blocks = st.dictionaries(st.sampled_from(["read", "exec", "web"]), entries, max_size=3)
+
+
+@SETTINGS
+@given(per_tool_blocks, per_tool_blocks, st.integers(1, 30))
+def test_an_agents_view_takes_each_field_from_the_agent_then_the_fleet(fleet_tools, agent_tools, w):
+    doc = {
+        "tools": {"loopDetection": {"warningThreshold": w, "perTool": fleet_tools}},
+        "agents": {"list": [{"id": "a", "tools": {"loopDetection": {"perTool": agent_tools}}}]},
+    }
+    cfg = fleet(doc).for_agent("a")
+    for tool in {*fleet_tools, *agent_tools}:
+        merged = {**fleet_tools.get(tool, {}), **agent_tools.get(tool, {})}
+        if not merged:
+            assert tool not in cfg.per_tool
+            continue
+        view = cfg.per_tool[tool]
+        warning = merged.get("warningThreshold", w)
+        critical = max(merged.get("criticalThreshold", cfg.critical_threshold), warning + 1)
+        assert (view.warning_threshold, view.critical_threshold) == (warning, critical)
+        assert view.exempt == set(merged.get("exempt", []))
+        paths = sorted(set(merged.get("volatileFields", [])))
+        assert (list(view.volatile.paths) if view.volatile else []) == paths
+        assert view.detectors.ping_pong == ("pingPong" not in view.exempt)
+
+
+def _effect(per_tool: dict[str, Any]) -> dict[str, Any]:
+    """What an entry means: list order and duplicates do not count, empty entries neither."""
+    return {
+        tool: {k: sorted(set(v)) if isinstance(v, list) else v for k, v in entry.items()}
+        for tool, entry in per_tool.items()
+        if entry
+    }
+
+
+@SETTINGS
+@given(per_tool_blocks, per_tool_blocks)
+def test_config_version_changes_exactly_when_the_entries_mean_something_else(one, other):
+    same = resolve({"perTool": one}).version == resolve({"perTool": other}).version
+    assert same == (_effect(one) == _effect(other))
