@@ -17,11 +17,12 @@ progress; calls, results and compactions are not stored in SQL.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, case, distinct, func, select
+from sqlalchemy import ColumnElement, and_, case, distinct, false, func, select
 
+from streams.audit.observed import enforced_abort_exists, reported_status
 from streams.audit.store import (
     AuditStore,
     DeadLetter,
@@ -77,7 +78,8 @@ class RunLine:
 
     The headline is the first decision (in the run's order) with the run's worst action: the
     one that made the run that bad, not the echoes after it (e.g. calls refused after an
-    abort).
+    abort); an enforced one before an observe-only one, so the headline is observe-only
+    (``worst_observed``) only when nothing at that action was enforced.
     """
 
     run_id: str
@@ -95,8 +97,10 @@ class RunLine:
     detectors: int  # distinct detectors among the matching decisions
     first_seen: int  # event time (ms) of the first matching decision
     last_seen: int  # ... and of the last one
-    status: str | None = None  # from the run's progress record, when there is one
+    status: str | None = None  # from the run's progress record; "aborted (observe only)"
     events: int | None = None
+    observed: int = 0  # observe-only decisions (mode "observe") among ``decisions``
+    worst_observed: bool = False  # no decision at ``worst_action`` was enforced
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +160,7 @@ def grouped_runs(store: AuditStore, filters: Filters, limit: int = 100) -> list[
             d.reason,
             d.event_time,
             d.seq,
+            d.enforced,
             _rank().label("rank"),
         )
         .where(*conds)
@@ -169,6 +174,7 @@ def grouped_runs(store: AuditStore, filters: Filters, limit: int = 100) -> list[
             _n_action(m.action, "warn").label("warn"),
             _n_action(m.action, "block").label("block"),
             _n_action(m.action, "abort").label("abort"),
+            func.sum(case((m.enforced.is_(false()), 1), else_=0)).label("observed"),
             func.count(distinct(m.detector)).label("detectors"),
             func.min(m.event_time).label("first_seen"),
             func.max(m.event_time).label("last_seen"),
@@ -181,7 +187,7 @@ def grouped_runs(store: AuditStore, filters: Filters, limit: int = 100) -> list[
     ranked = select(
         matching,
         func.row_number()
-        .over(partition_by=m.run_id, order_by=(m.rank.desc(), m.seq, m.id))
+        .over(partition_by=m.run_id, order_by=(m.rank.desc(), m.enforced.desc(), m.seq, m.id))
         .label("rn"),
     ).subquery("ranked")
     t, r, p = totals.c, ranked.c, ProcessedEvent
@@ -195,8 +201,10 @@ def grouped_runs(store: AuditStore, filters: Filters, limit: int = 100) -> list[
             r.tool_name,
             r.count,
             r.reason,
+            r.enforced,
             p.status,
             p.events,
+            enforced_abort_exists(DecisionRow, t.run_id).label("enforced_abort"),
         )
         .join(ranked, and_(r.run_id == t.run_id, r.rn == 1))
         .outerjoin(p, p.run_id == t.run_id)
@@ -220,8 +228,10 @@ def grouped_runs(store: AuditStore, filters: Filters, limit: int = 100) -> list[
                 detectors=int(row.detectors),
                 first_seen=int(row.first_seen),
                 last_seen=int(row.last_seen),
-                status=row.status,
+                status=reported_status(row.status, bool(row.enforced_abort)),
                 events=None if row.events is None else int(row.events),
+                observed=int(row.observed),
+                worst_observed=not row.enforced,
             )
             for row in conn.execute(stmt)
         ]
@@ -312,9 +322,15 @@ def facets(store: AuditStore, limit: int = 500) -> dict[str, list[str]]:
 
 
 def run_timeline(store: AuditStore, run_id: str) -> Timeline:
-    """A run's decisions in the order the run produced them, and its progress record."""
+    """A run's decisions in the order the run produced them, and its progress record (its
+    status as :func:`~streams.audit.observed.reported_status` reports it)."""
     decisions = store.history(run_id)
-    return Timeline(run_id=run_id, progress=store.run_progress(run_id), decisions=decisions)
+    progress = store.run_progress(run_id)
+    if progress is not None:
+        enforced_abort = any(d.enforced and d.action is Action.ABORT for d in decisions)
+        status = reported_status(progress.status, enforced_abort)
+        progress = replace(progress, status=status or "")
+    return Timeline(run_id=run_id, progress=progress, decisions=decisions)
 
 
 def trail_overview(store: AuditStore) -> Overview:

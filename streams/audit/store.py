@@ -31,9 +31,11 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    and_,
     case,
     create_engine,
     event,
+    false,
     func,
     select,
     true,
@@ -43,6 +45,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 import migrations
+from streams.audit.observed import enforced_abort_exists, reported_status
 from streams.core.events import Action, Decision
 
 if TYPE_CHECKING:
@@ -201,9 +204,11 @@ class RunSummary:
     first_decision_time: int
     last_decision_time: int
     detectors: list[str]
-    status: str | None = None
+    status: str | None = None  # "aborted (observe only)" when no abort was enforced
     last_seq: int | None = None
     events: int | None = None
+    observed: int = 0  # decisions that were observe-only (mode "observe"), of ``decisions``
+    worst_observed: bool = False  # no decision at ``worst_action`` was enforced
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form: what ``loopguard runs --json`` and the worker's ``/runs`` answer."""
@@ -450,8 +455,11 @@ class AuditStore:
         if until_ms is not None:
             conds.append(d.event_time < until_ms)
 
-        def n_action(action: Action) -> Any:
-            return func.sum(case((d.action == action.value, 1), else_=0))
+        def n_action(action: Action, observed: bool = False) -> Any:
+            matches = d.action == action.value
+            if observed:
+                matches = and_(matches, d.enforced.is_(false()))
+            return func.sum(case((matches, 1), else_=0))
 
         last_time = func.max(d.event_time)
         top = (
@@ -463,6 +471,9 @@ class AuditStore:
                 n_action(Action.WARN).label("warn"),
                 n_action(Action.BLOCK).label("block"),
                 n_action(Action.ABORT).label("abort"),
+                n_action(Action.WARN, observed=True).label("observed_warn"),
+                n_action(Action.BLOCK, observed=True).label("observed_block"),
+                n_action(Action.ABORT, observed=True).label("observed_abort"),
                 func.min(d.event_time).label("first_time"),
                 last_time.label("last_time"),
             )
@@ -474,7 +485,13 @@ class AuditStore:
         )
         p = ProcessedEvent
         summary_stmt = (
-            select(top, p.status, p.last_seq, p.events)
+            select(
+                top,
+                p.status,
+                p.last_seq,
+                p.events,
+                enforced_abort_exists(DecisionRow, top.c.run_id).label("enforced_abort"),
+            )
             .outerjoin(p, p.run_id == top.c.run_id)
             .order_by(top.c.last_time.desc(), top.c.run_id)
         )
@@ -491,6 +508,11 @@ class AuditStore:
             for row in conn.execute(summary_stmt):
                 counts = {Action.WARN: row.warn, Action.BLOCK: row.block, Action.ABORT: row.abort}
                 worst = next(a for a in reversed(_SEVERITY_ORDER) if counts[a])
+                observed = {
+                    Action.WARN: int(row.observed_warn),
+                    Action.BLOCK: int(row.observed_block),
+                    Action.ABORT: int(row.observed_abort),
+                }
                 summaries.append(
                     RunSummary(
                         run_id=row.run_id,
@@ -504,9 +526,11 @@ class AuditStore:
                         first_decision_time=row.first_time,
                         last_decision_time=row.last_time,
                         detectors=sorted(detectors.get(row.run_id, [])),
-                        status=row.status,
+                        status=reported_status(row.status, bool(row.enforced_abort)),
                         last_seq=row.last_seq,
                         events=row.events,
+                        observed=sum(observed.values()),
+                        worst_observed=observed[worst] == counts[worst],
                     )
                 )
             return summaries

@@ -9,6 +9,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from streams.audit.observed import OBSERVE_ONLY, OBSERVED_ABORT
 from streams.cli.backtest_commands import add_backtest_parser, run_backtest
 from streams.cli.common import (
     EXIT_ERROR,
@@ -43,7 +44,10 @@ def build_parser() -> argparse.ArgumentParser:
         "worker",
         help="run a stream worker (scale out by starting more with the same --app-id)",
         description="Run a Faust worker: consumes the events topic, keeps per-run state, "
-        "publishes decisions to the control topic and writes the audit trail.",
+        "publishes decisions to the control topic and writes the audit trail. Agents whose "
+        'config says mode: "observe" get decisions marked enforced=false (gateways only log '
+        "them); those are recorded but never posted to webhooks (LOOPGUARD_WEBHOOK_URL, "
+        "LOOPGUARD_WEBHOOK_URLS).",
     )
     add_topic_args(worker)
     add_db_arg(worker)
@@ -77,12 +81,23 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--db", default=DEFAULT_DB_URL, help="audit trail URL")
     demo.add_argument("--keep-running", action="store_true", help="leave services up at the end")
 
-    history = sub.add_parser("history", help="loop history of one run from the audit trail")
+    history = sub.add_parser(
+        "history",
+        help="loop history of one run from the audit trail",
+        description="One run's decisions in order; observe-only ones (mode: observe) are "
+        f"marked [{OBSERVE_ONLY}] (JSON: enforced false).",
+    )
     history.add_argument("run_id", help="the run id (the events' message key)")
     add_db_arg(history)
     history.add_argument("--json", action="store_true", help="print JSON lines")
 
-    runs = sub.add_parser("runs", help="runs with loop decisions, newest first")
+    runs = sub.add_parser(
+        "runs",
+        help="runs with loop decisions, newest first",
+        description="One line per run: decisions by action, observed = how many were "
+        f"observe-only (mode: observe); worst action '({OBSERVE_ONLY})' when none at it was "
+        f"enforced, status '{OBSERVED_ABORT}' for a run whose abort was never enforced.",
+    )
     add_db_arg(runs)
     runs.add_argument("--agent", help="only decisions of this agent id")
     runs.add_argument("--gateway", help="only decisions of this gateway id")
@@ -160,9 +175,10 @@ def run_history(args: argparse.Namespace) -> int:
         print(f"no loop decisions recorded for run {args.run_id}")
         return EXIT_OK
     for d in decisions:
+        shadow = "" if d.enforced else f"[{OBSERVE_ONLY}] "
         print(
             f"seq {d.seq:>6}  {d.action.value:<5}  {d.detector:<24} {d.tool_name:<16} "
-            f"count={d.count:<4} {d.reason}"
+            f"count={d.count:<4} {shadow}{d.reason}"
         )
     return EXIT_OK
 
@@ -184,9 +200,11 @@ def run_runs(args: argparse.Namespace) -> int:
     if not summaries:
         print("no runs match")
     for s in summaries:
+        worst = s.worst_action.value + (f" ({OBSERVE_ONLY})" if s.worst_observed else "")
         print(
             f"{s.run_id:<34} agent={s.agent_id:<14} gateway={s.gateway_id:<10} "
-            f"worst={s.worst_action.value:<5} warn={s.warn} block={s.block} abort={s.abort} "
+            f"worst={worst:<5} warn={s.warn} block={s.block} abort={s.abort} "
+            f"observed={s.observed} "
             f"status={_or_dash(s.status)} last_seq={_or_dash(s.last_seq)} "
             f"events={_or_dash(s.events)} detectors={','.join(s.detectors)}"
         )

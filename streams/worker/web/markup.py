@@ -57,6 +57,13 @@ def badge(action: str) -> str:
     return f'<span class="badge {known}">{esc(action)}</span>'
 
 
+def action_badge(action: str, observed: bool) -> str:
+    """The action's badge, marked when nothing enforced it (mode "observe", shadow mode)."""
+    if not observed:
+        return badge(action)
+    return badge(action) + ' <span class="badge observed">observe only</span>'
+
+
 def page(title: str, body: str, refresh: int = 0) -> str:
     refresh_attr = f' data-refresh="{refresh}"' if refresh else ""
     return f"""<!doctype html>

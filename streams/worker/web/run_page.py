@@ -8,8 +8,8 @@ from urllib.parse import quote, urlencode
 from streams.audit import queries
 from streams.audit.queries import Timeline
 from streams.worker.web.markup import (
+    action_badge,
     ago,
-    badge,
     definition_list,
     duration,
     esc,
@@ -50,6 +50,8 @@ def render_seq_strip(timeline: Timeline) -> str:
     for d in decisions:
         action = d.action.value
         tip = f"seq {d.seq}: {action} {d.detector} on {d.tool_name} (count {d.count})"
+        if not d.enforced:
+            tip += ", observe only"
         parts.append(
             f'<circle class="mark {esc(action)}" cx="{x(d.seq):.1f}" cy="22" r="6" '
             f'fill="{colors.get(action, "#888")}"><title>{esc(tip)}</title></circle>'
@@ -66,12 +68,16 @@ def render_run(timeline: Timeline, *, app_id: str, now_ms: int) -> str:
     agent = progress.agent_id if progress else first.agent_id if first else ""
     gateway = progress.gateway_id if progress else first.gateway_id if first else ""
     worst = max((d.action.value for d in decisions), key=queries.severity, default=None)
+    worst_observed = not any(d.enforced for d in decisions if d.action.value == worst)
+    observed = sum(not d.enforced for d in decisions)
     items = [
         ("agent", f'<a href="{esc("/status?" + urlencode({"agent": agent}))}">{esc(agent)}</a>'),
         ("gateway", esc(gateway)),
-        ("worst action", badge(worst) if worst else "none"),
+        ("worst action", action_badge(worst, worst_observed) if worst else "none"),
         ("decisions", esc(str(len(decisions)))),
     ]
+    if observed:
+        items.append(("observe-only decisions", esc(f"{observed} (mode observe: not enforced)")))
     if progress is not None:
         items += [
             ("status", esc(progress.status)),
@@ -104,11 +110,11 @@ def render_run(timeline: Timeline, *, app_id: str, now_ms: int) -> str:
             f"config {d.config_version}" if d.config_version else "",
         ]
         rows.append(
-            f'<tr class="decision {esc(d.action.value)}">'
+            f'<tr class="decision {esc(d.action.value)}{"" if d.enforced else " observed"}">'
             f'<td class="num">{d.seq}</td>'
             f"<td>{esc(when(d.event_time))}</td>"
             f'<td class="num">+{esc(duration(max(0, d.event_time - start) / 1000))}</td>'
-            f"<td>{badge(d.action.value)}</td>"
+            f"<td>{action_badge(d.action.value, not d.enforced)}</td>"
             f"<td>{esc(d.detector)}</td><td>{esc(d.severity)}</td>"
             f"<td>{esc(d.tool_name)}</td>"
             f'<td class="num">{d.count}</td>'

@@ -11,8 +11,8 @@ from urllib.parse import urlencode
 from streams.audit import queries
 from streams.audit.queries import ACTION_ORDER, Chart, Overview, RunLine
 from streams.worker.web.markup import (
+    action_badge,
     ago,
-    badge,
     definition_list,
     duration,
     esc,
@@ -247,6 +247,8 @@ def render_runs_table(lines: list[RunLine], total: int, q: StatusQuery, now_ms: 
         run_link = f"/status/run?{urlencode({'id': line.run_id})}"
         agent_link = q.href(agent=line.agent_id)
         split = "/".join(str(n) for n in (line.warn, line.block, line.abort))
+        if line.observed:
+            split += f", {line.observed} observe-only"
         more = f" +{line.detectors - 1}" if line.detectors > 1 else ""
         status = line.status or "–"
         if line.events is not None:
@@ -257,7 +259,7 @@ def render_runs_table(lines: list[RunLine], total: int, q: StatusQuery, now_ms: 
             f"{esc(ago(line.last_seen, now_ms))}</td>"
             f'<td class="id"><a href="{esc(run_link)}">{esc(line.run_id)}</a></td>'
             f'<td class="id"><a href="{esc(agent_link)}">{esc(line.agent_id)}</a></td>'
-            f"<td>{badge(line.worst_action)}</td>"
+            f"<td>{action_badge(line.worst_action, line.worst_observed)}</td>"
             f"<td>{esc(line.detector)}{esc(more)}</td>"
             f"<td>{esc(line.tool_name)}</td>"
             f'<td class="num">{line.count}</td>'
