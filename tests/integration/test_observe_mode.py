@@ -65,6 +65,17 @@ def test_an_observed_loop_is_never_refused_but_fully_recorded(
     assert by_key(received) == by_key(expected)
     rows = wait_for_audit(pipeline, run.run_id, len(expected))
     assert by_key(rows) == by_key(expected)
+    # The run's progress says aborted (the core's state), reported as observe-only.
+    deadline = time.monotonic() + 30
+    while True:
+        with pipeline.store() as store:
+            found = [s for s in store.runs() if s.run_id == run.run_id]
+        if (found and found[0].last_seq == run.seq) or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    (summary,) = found
+    assert (summary.last_seq, summary.status) == (run.seq, "aborted (observe only)")
+    assert summary.worst_observed and summary.observed == len(expected)
     on_topic = control_topic_decisions(
         pipeline.broker.bootstrap, pipeline.settings.topics.control, {run.run_id}
     )
