@@ -25,6 +25,12 @@ class Envelope:
     session_id: str | None = None
 
 
+def partition_key(envelope: Envelope) -> str:
+    """The events topic's message key: the session id when the run has one (so a session's
+    runs share a partition and a worker, issue 17), else the run id."""
+    return envelope.session_id or envelope.run_id
+
+
 @dataclass(frozen=True, slots=True)
 class ToolCall:
     """The agent asked for a tool; emitted before the tool runs."""

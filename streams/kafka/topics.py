@@ -35,6 +35,7 @@ def topic_specs(settings: Settings) -> list[NewTopic]:
         NewTopic(settings.topics.config, 1, repl, topic_configs=compacted),
         NewTopic(settings.topics.schemas, 1, repl, topic_configs=compacted),
         NewTopic(f"{settings.app_id}-runs-changelog", parts, repl, topic_configs=compacted),
+        NewTopic(f"{settings.app_id}-sessions-changelog", parts, repl, topic_configs=compacted),
     ]
 
 

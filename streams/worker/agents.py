@@ -1,6 +1,7 @@
 """The worker's Faust agents, timers and tasks, over the objects :mod:`bootstrap` built.
 
-Data flow (one partition key everywhere: the run id)::
+Data flow (one partition key everywhere: the event's session id when it has one, else its run
+id; the runs table writes a run's state on that partition too, see :mod:`tables`)::
 
     <prefix>.events ──guard_runs──► runs table (changelog) ──► <prefix>.control
           │ bad input                                              │
@@ -66,6 +67,7 @@ class WorkerParts:
     control_topic: Any
     deadletter_topic: Any
     runs: Any  # the Faust table: run id (bytes) -> RunState
+    sessions: Any  # the Faust table: session id (bytes) -> its latest run id (bytes)
     processor: EventProcessor
     registry: SchemaRegistry
     schema_topic: SchemaTopic
@@ -122,6 +124,8 @@ class WorkerAgents:
                 # After the run's decisions on the same partition: a gateway that sees it
                 # holds every verdict up to its seq (in-time enforcement, run progress).
                 await parts.control_topic.send(key=run.key, value=encode_watermark(run.watermark))
+            for session_key, run_key in parts.processor.take_sessions().items():
+                parts.sessions[session_key] = run_key
 
     async def guard_one(self, message: Any) -> None:
         parts, metrics = self.parts, self.parts.metrics
@@ -211,14 +215,23 @@ class WorkerAgents:
             await self.parts.audit.write_dead_letter(event.value)
 
     async def expire_runs(self) -> None:
-        """Drop state of runs that ended or went idle (see streams.worker.expiry), and say so."""
-        runs, expiry = self.parts.runs, self.parts.expiry
+        """Drop state of runs that ended or went idle (see streams.worker.expiry), and say so.
+
+        In session scope a session's latest run is kept, ended or not, until it is idle like an
+        active run: the session's next run seeds from it."""
+        runs, sessions, expiry = self.parts.runs, self.parts.sessions, self.parts.expiry
         now = time.time()
         dropped: Counter[str] = Counter()
         for run_id, state in list(runs.items()):
-            reason = expiry.reason(run_id, state.status == ACTIVE, state.last_event_time, now)
+            session_key = state.session_id.encode()
+            latest = bool(session_key) and sessions.get(session_key) == run_id
+            kept = latest and self.parts.processor.config_for(state.agent_id).session_scope
+            active = state.status == ACTIVE or kept
+            reason = expiry.reason(run_id, active, state.last_event_time, now)
             if reason:
                 del runs[run_id]
+                if latest:
+                    del sessions[session_key]
                 expiry.forget(run_id)
                 dropped[reason] += 1
         expiry.retain(set(runs.keys()))

@@ -32,6 +32,7 @@ from streams.worker.metrics import WorkerMetrics
 from streams.worker.processor import EventProcessor
 from streams.worker.rekey import Rekeyer
 from streams.worker.startup import check_faust_patches
+from streams.worker.tables import RunsTable
 from streams.worker.web import register_views
 from streams.worker.webhooks import WebhookNotifier
 
@@ -116,14 +117,40 @@ def build_worker(settings: Settings) -> faust.App:
         maxsize=131_072,
         allow_empty=True,
     )
-    runs = app.Table(
-        "runs",
-        default=None,
-        key_type=bytes,  # the raw run id, exactly the events topic's message key
-        use_partitioner=True,  # changelog partition = murmur2(run id), same as the events topic
-        changelog_topic=runs_changelog,
+    runs = app.tables.add(
+        RunsTable(
+            app,
+            name="runs",
+            default=None,
+            key_type=bytes,  # the raw run id
+            # changelog partition = murmur2(session id) for a run with a session, else
+            # murmur2(run id): the events topic's message key, so the same partition
+            use_partitioner=True,
+            changelog_topic=runs_changelog,
+            beacon=app.tables.beacon,
+        )
     )
     runs.value_serializer = state_codec.CODEC_NAME  # used when the table writes its changelog
+    # Session scope: session id -> its latest run id, keyed like the session's events.
+    sessions = app.Table(
+        "sessions",
+        default=None,
+        key_type=bytes,
+        value_type=bytes,
+        use_partitioner=True,
+        changelog_topic=app.topic(
+            f"{settings.app_id}-sessions-changelog",
+            key_type=bytes,
+            value_type=bytes,
+            key_serializer="raw",
+            value_serializer="raw",
+            partitions=settings.partitions,
+            compacting=True,
+            internal=True,
+            allow_empty=True,
+        ),
+    )
+    sessions.key_serializer = sessions.value_serializer = "raw"
 
     kafka_options = settings.kafka_client_options()
     # Per-agent overrides published at run time (`loopguard config set`): every worker reads all.
@@ -139,7 +166,8 @@ def build_worker(settings: Settings) -> faust.App:
         control_topic=control_topic,
         deadletter_topic=deadletter_topic,
         runs=runs,
-        processor=EventProcessor(runs.get, configs.for_agent),
+        sessions=sessions,
+        processor=EventProcessor(runs.get, configs.for_agent, sessions.get),
         registry=registry,
         schema_topic=SchemaTopic(
             settings.bootstrap_servers, settings.topics.schemas, registry, **kafka_options

@@ -2,6 +2,11 @@
 
 The Faust agent (:mod:`streams.worker.agents`) only moves bytes between topics and the table;
 everything that decides what a message means is here, so it can be tested with plain values.
+
+Keying: an event is keyed by its session id when it has one, else by its run id, so all runs
+of a session share a partition and session scope (:mod:`streams.core.session`) can read the
+previous run's state from this worker's own table; an event under any other key is re-sent
+under the right one.
 """
 
 from __future__ import annotations
@@ -11,8 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from streams.core.config import LoopDetectionConfig
-from streams.core.events import AgentEvent, Decision, Envelope
+from streams.core.engine import hand_over
+from streams.core.events import AgentEvent, Decision, Envelope, partition_key
 from streams.core.run_state import RunState
+from streams.core.session import SessionCarry
 from streams.wire.avro import RunWatermark
 
 
@@ -22,7 +29,7 @@ class Outcome:
 
     decisions: list[Decision] = field(default_factory=list)
     dead_letter: str | None = None  # the reason, when the message is parked
-    rekey: bytes | None = None  # the run id key the message must be re-sent under
+    rekey: bytes | None = None  # the key (session or run id) the message must be re-sent under
     event: AgentEvent | None = None  # the decoded event, when it was applied
 
 
@@ -39,16 +46,21 @@ class EventProcessor:
     """Applies decoded events to per-run state, keeping the states it touched for one batch.
 
     ``load_state`` reads a run's stored state (the Faust table, a dict in tests);
-    ``config_for`` resolves an agent's config.
+    ``config_for`` resolves an agent's config; ``load_latest_run`` reads a session's latest
+    run id (the sessions table), for session scope.
     """
 
     def __init__(
         self,
         load_state: Callable[[bytes], RunState | None],
         config_for: Callable[[str], LoopDetectionConfig],
+        load_latest_run: Callable[[bytes], bytes | None] | None = None,
     ) -> None:
         self.load_state = load_state
         self.config_for = config_for
+        self.load_latest_run = load_latest_run or (lambda key: None)
+        self.sessions: dict[bytes, bytes] = {}  # session -> latest run, changed this batch
+        self.carries: dict[bytes, SessionCarry] = {}  # what a run was seeded from, this batch
         self.touched: dict[bytes, RunState] = {}
         self.envelopes: dict[bytes, Envelope] = {}  # the newest of each touched run
         self.applied: dict[bytes, list[AgentEvent]] = {}  # this batch's events per run
@@ -61,7 +73,13 @@ class EventProcessor:
             for key, state in self.touched.items()
         ]
         self.touched, self.envelopes, self.applied, self.before_batch = {}, {}, {}, {}
+        self.carries = {}
         return touched
+
+    def take_sessions(self) -> dict[bytes, bytes]:
+        """Sessions whose latest run changed since the last call (session id -> run id)."""
+        sessions, self.sessions = self.sessions, {}
+        return sessions
 
     @staticmethod
     def watermark(state: RunState, envelope: Envelope) -> RunWatermark:
@@ -82,9 +100,11 @@ class EventProcessor:
                 dead_letter=f"seq must be 1 or more (run sequences start at 1), got {envelope.seq}"
             )
         run_key = envelope.run_id.encode()
-        if key != run_key:
-            # Keyed by something else: re-key so the run's state lives on one partition.
-            return Outcome(rekey=run_key)
+        route = partition_key(envelope).encode()
+        if key != route:
+            # Keyed by something else: re-key so the run's state (and its session's runs)
+            # live on one partition.
+            return Outcome(rekey=route)
         cfg = self.config_for(envelope.agent_id)
         state = self.touched.get(run_key)
         if state is None:
@@ -100,12 +120,38 @@ class EventProcessor:
             # the same decision ids, in case the first publication died in the producer buffer.
             return Outcome(decisions=state.decisions_for(envelope.seq), event=event)
         try:
-            decisions = state.apply(event, cfg)
+            decisions = self.evaluate(run_key, route, state, event, cfg)
         except Exception as exc:  # noqa: BLE001 - one event must never stop a partition
             self.rebuild(run_key, envelope.run_id, cfg)
             return Outcome(dead_letter=f"evaluation failed: {type(exc).__name__}: {exc}")
         self.applied.setdefault(run_key, []).append(event)
         return Outcome(decisions=decisions, event=event)
+
+    def evaluate(
+        self,
+        run_key: bytes,
+        route: bytes,
+        state: RunState,
+        event: AgentEvent,
+        cfg: LoopDetectionConfig,
+    ) -> list[Decision]:
+        """The core's verdict on one event; an event with a session goes through session
+        scope exactly as :class:`streams.core.engine.LoopGuard` does."""
+        if route == run_key:
+            return state.apply(event, cfg)
+        latest = self.sessions.get(route) or self.load_latest_run(route)
+        hand_over(state, event, cfg, None if latest is None else latest.decode(), self.run_state)
+        if state.predecessor is not None:
+            self.carries[run_key] = state.predecessor  # for rebuild, should the event fail
+        processed = state.stats.events
+        decisions = state.apply(event, cfg)
+        if processed == 0 and state.stats.events:  # its first event: the session's latest run
+            self.sessions[route] = run_key
+        return decisions
+
+    def run_state(self, run_id: str) -> RunState | None:
+        key = run_id.encode()
+        return self.touched.get(key) or self.load_state(key)
 
     def rebuild(self, run_key: bytes, run_id: str, cfg: LoopDetectionConfig) -> None:
         """Put a run back as it was before the event that failed: its state at the start of
@@ -114,6 +160,9 @@ class EventProcessor:
         state = (
             RunState(run_id, cfg.history_size) if snapshot is None else RunState.from_dict(snapshot)
         )
+        carry = self.carries.get(run_key)
+        if carry is not None and not state.stats.events:
+            state.predecessor = carry  # seeded in this batch: seed the rebuilt state alike
         for earlier in self.applied.get(run_key, []):
             state.apply(earlier, cfg)
         self.touched[run_key] = state

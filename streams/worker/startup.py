@@ -58,6 +58,7 @@ def co_partitioned(settings: Settings) -> set[str]:
         settings.topics.control,
         settings.topics.deadletter,
         f"{settings.app_id}-runs-changelog",
+        f"{settings.app_id}-sessions-changelog",
     }
 
 

@@ -248,7 +248,12 @@ def test_topics_job_creates_exactly_topic_specs(services, worker_settings):
             assert re.fullmatch(r"[a-z.]+=\w+", config), config
             assert not config.startswith("cleanup.policy="), name
     # the per-run topics share one partition count (Faust co-partitioning)
-    per_run = ["loopguard.events", "loopguard.control", f"{worker_settings.app_id}-runs-changelog"]
+    per_run = [
+        "loopguard.events",
+        "loopguard.control",
+        f"{worker_settings.app_id}-runs-changelog",
+        f"{worker_settings.app_id}-sessions-changelog",
+    ]
     assert len({specs[name].num_partitions for name in per_run}) == 1
 
 
