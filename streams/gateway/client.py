@@ -49,6 +49,7 @@ from streams.core.events import (
     RunStarted,
     ToolCall,
     ToolResult,
+    partition_key,
 )
 from streams.gateway.throttle import LogThrottle
 from streams.kafka.reader import TopicFollower
@@ -212,16 +213,25 @@ class GatewayClient:
     # -- publishing ------------------------------------------------------------------
 
     def publish(self, event: AgentEvent) -> None:
-        self._producer.send(
-            self.topics.events, key=event.envelope.run_id.encode(), value=encode_event(event)
-        )
+        # keyed by the session id when the run has one: a session's runs share a partition
+        key = partition_key(event.envelope).encode()
+        self._producer.send(self.topics.events, key=key, value=encode_event(event))
 
     def flush(self) -> None:
         self._producer.flush()
 
-    def start_run(self, agent_id: str, run_id: str | None = None) -> GatewayRun:
-        run = GatewayRun(self, run_id or uuid.uuid4().hex, agent_id)
-        run.emit(RunStarted)
+    def start_run(
+        self,
+        agent_id: str,
+        run_id: str | None = None,
+        session_id: str | None = None,
+        trigger: str | None = None,
+    ) -> GatewayRun:
+        """Start a run; ``session_id`` names the conversation it belongs to (``scope:
+        "session"`` carries a loop's counts over to its next run) and ``trigger`` what
+        started it ("user", "heartbeat", "cron", "compaction", ...)."""
+        run = GatewayRun(self, run_id or uuid.uuid4().hex, agent_id, session_id)
+        run.emit(RunStarted, trigger=trigger)
         return run
 
     # -- decisions -------------------------------------------------------------------
@@ -293,17 +303,25 @@ class GatewayClient:
 class GatewayRun:
     """One agent run: numbers its events and applies loopguard's decisions to its cycles."""
 
-    def __init__(self, client: GatewayClient, run_id: str, agent_id: str) -> None:
+    def __init__(
+        self, client: GatewayClient, run_id: str, agent_id: str, session_id: str | None = None
+    ) -> None:
         self.client = client
         self.run_id = run_id
         self.agent_id = agent_id
+        self.session_id = session_id or None
         self.seq = 0
         self.events: list[AgentEvent] = []  # what this run published, in order (audits, tests)
 
     def emit(self, kind: type, **fields: Any) -> AgentEvent:
         self.seq += 1
         envelope = Envelope(
-            self.run_id, self.agent_id, self.client.gateway_id, self.seq, int(time.time() * 1000)
+            self.run_id,
+            self.agent_id,
+            self.client.gateway_id,
+            self.seq,
+            int(time.time() * 1000),
+            self.session_id,
         )
         event = kind(envelope=envelope, **fields)
         self.client.publish(event)

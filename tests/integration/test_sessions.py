@@ -1,0 +1,112 @@
+"""Session scope through a real worker (issue 17): two runs of one session, keyed by the
+session id, the loop's counts carried from the first run to the second, with decisions equal
+to the pure core's; a heartbeat run of the session starts fresh; the runs' states sit on the
+session's partition of the changelog, and a restarted worker still seeds from them."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+from kafka import KafkaConsumer, TopicPartition
+from services import IN_TIME_BUDGET_MS
+
+from streams.core.config import fleet_from_document
+from streams.core.engine import LoopGuard
+from streams.core.events import Action, Decision
+from streams.gateway.client import GatewayClient, GatewayRun, RunAborted
+
+pytestmark = pytest.mark.integration
+
+CONFIG = {
+    "tools": {
+        "loopDetection": {
+            "enabled": True,
+            "warningThreshold": 5,
+            "criticalThreshold": 8,
+            "scope": "session",
+        }
+    }
+}
+
+
+def loop(run: GatewayRun, cycles: int) -> None:
+    """The same read with the same answer, obeying loopguard until it aborts the run."""
+    for _ in range(cycles):
+        try:
+            verdict = run.before_tool("read", {"path": "notes.md"})
+        except RunAborted:
+            return
+        if verdict.allowed:
+            run.after_tool("read", {"path": "notes.md"}, result={"text": "same"})
+
+
+def by_key(decisions: list[Decision]) -> list[dict]:
+    return sorted((d.to_dict() for d in decisions), key=lambda d: (d["run_id"], d["seq"]))
+
+
+def read_topic(bootstrap: str, topic: str, want, timeout: float = 30.0) -> list:
+    """Records of ``topic`` (all partitions, from the start) until ``want(records)``."""
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, consumer_timeout_ms=500)
+    parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic))]
+    consumer.assign(parts)
+    consumer.seek_to_beginning(*parts)
+    records: list = []
+    deadline = time.monotonic() + timeout
+    while not want(records) and time.monotonic() < deadline:
+        records.extend(consumer)
+    consumer.close()
+    return records
+
+
+def test_a_loop_split_over_two_runs_of_a_session_is_blocked(
+    pipeline_factory, migrated_db_url
+) -> None:
+    pipeline = pipeline_factory(migrated_db_url, config=CONFIG, partitions=4)
+    client: GatewayClient = pipeline.start_ready(wait_budget_ms=IN_TIME_BUDGET_MS)
+    session = f"sess-{uuid.uuid4().hex[:8]}"
+    first = client.start_run("coder", session_id=session, trigger="user")
+    loop(first, 5)  # four earlier identical calls at most: no decision in this run
+    first.end()
+    # A restarted worker recovers both tables from their changelogs and still seeds.
+    pipeline.workers.pop().stop()
+    pipeline.start_worker()
+    pipeline.wait_ready(client)
+    second = client.start_run("coder", session_id=session, trigger="compaction")
+    loop(second, 8)
+    second.end()
+    fresh = client.start_run("coder", session_id=session, trigger="heartbeat")
+    loop(fresh, 5)
+    fresh.end()
+
+    core = LoopGuard(fleet_from_document(CONFIG))
+    expected = list(core.process_all([*first.events, *second.events, *fresh.events]))
+    wanted = sum(d.run_id == second.run_id for d in expected)
+    client.wait_for(second.run_id, lambda ds: len(ds) >= wanted, timeout=30)
+    received = {run.run_id: client.decisions(run.run_id) for run in (first, second, fresh)}
+    assert by_key([d for ds in received.values() for d in ds]) == by_key(expected)
+    assert received[first.run_id] == [] and received[fresh.run_id] == []
+    actions = [d.action for d in received[second.run_id]]
+    assert actions[:3] == [Action.WARN] * 3 and Action.BLOCK in actions
+
+    # Keyed by the session: every event of the three runs on one partition, and the runs'
+    # states on the same partition of the runs changelog (not murmur2 of the run id).
+    topics = pipeline.settings.topics
+    count = len(first.events) + len(second.events) + len(fresh.events)
+    ours = lambda rs: [r for r in rs if r.key == session.encode()]  # noqa: E731
+    events = ours(
+        read_topic(pipeline.broker.bootstrap, topics.events, lambda rs: len(ours(rs)) >= count)
+    )
+    assert len(events) == count and len({r.partition for r in events}) == 1
+    run_keys = {run.run_id.encode() for run in (first, second, fresh)}
+    mine = lambda rs: [r for r in rs if r.key in run_keys]  # noqa: E731
+    changelog = mine(
+        read_topic(
+            pipeline.broker.bootstrap,
+            f"{pipeline.prefix}-runs-changelog",
+            lambda rs: {r.key for r in mine(rs)} == run_keys,
+        )
+    )
+    assert {r.key for r in changelog} == run_keys
+    assert {r.partition for r in changelog} == {events[0].partition}
