@@ -278,7 +278,8 @@ def test_events_keyed_by_something_else_are_rekeyed_by_run_id(running_pipeline) 
 def _evolved_schema_json() -> str:
     """Our AgentEvent schema as a newer gateway might write it: ToolCall has a new field."""
     schema = json.loads(event_schema_json())
-    for branch in schema["fields"][-1]["type"]:
+    body = next(f for f in schema["fields"] if f["name"] == "body")
+    for branch in body["type"]:
         if branch["name"].endswith("ToolCall"):
             branch["fields"].append({"name": "model", "type": ["null", "string"], "default": None})
     return json.dumps(schema)
