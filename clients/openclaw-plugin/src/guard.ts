@@ -64,7 +64,7 @@ export interface RunLike {
 }
 
 export interface ClientLike {
-  startRun(options: { agentId: string; runId?: string }): RunLike;
+  startRun(options: { agentId: string; runId?: string; sessionId?: string | null; trigger?: string | null }): RunLike;
   close(): Promise<void>;
 }
 
@@ -121,6 +121,8 @@ interface RunEntry {
   agentId: string;
   sessionKey?: string;
   sessionId?: string;
+  /** What started the run (the agent hooks' `trigger`: user, heartbeat, cron, ...), once seen. */
+  trigger?: string;
   run?: RunLike;
   /** Set once loopguard aborted the run: every further call is refused with this. */
   aborted?: { reason: string; errorCode: string };
@@ -300,7 +302,10 @@ export class LoopguardGuard {
   }
 
   /** The entry of a run, created on first sight; starts the loopguard run once a client exists. */
-  private entryFor(key: string, ctx: { agentId?: string; sessionKey?: string; sessionId?: string } | undefined): RunEntry {
+  private entryFor(
+    key: string,
+    ctx: { agentId?: string; sessionKey?: string; sessionId?: string; trigger?: string } | undefined,
+  ): RunEntry {
     let entry = this.runs.get(key);
     if (!entry) {
       this.dropIdleRuns();
@@ -322,6 +327,7 @@ export class LoopguardGuard {
     }
     if (ctx?.sessionKey && !entry.sessionKey) entry.sessionKey = ctx.sessionKey;
     if (ctx?.sessionId && !entry.sessionId) entry.sessionId = ctx.sessionId;
+    if (ctx?.trigger && !entry.trigger) entry.trigger = ctx.trigger;
     if (ctx?.agentId && entry.agentId === 'main' && ctx.agentId !== 'main') entry.agentId = ctx.agentId;
     if (!entry.ended) {
       if (entry.sessionKey) this.sessionRuns.set(entry.sessionKey, key);
@@ -356,8 +362,13 @@ export class LoopguardGuard {
   private startLoopguardRun(entry: RunEntry): void {
     if (entry.run || entry.ended || entry.aborted || !this.client) return;
     try {
-      entry.run = this.client.startRun({ agentId: entry.agentId, runId: entry.key });
-      this.trace({ event: 'run_started', runId: entry.key, agentId: entry.agentId, sessionKey: entry.sessionKey });
+      // The session key (on every hook's context) names the conversation, so a new run of it
+      // (a compaction can start one) keeps its loop counts under loopguard's scope "session";
+      // the loopguard client keys the run's events by it.
+      const sessionId = entry.sessionKey ?? entry.sessionId ?? null;
+      const trigger = entry.trigger ?? null;
+      entry.run = this.client.startRun({ agentId: entry.agentId, runId: entry.key, sessionId, trigger });
+      this.trace({ event: 'run_started', runId: entry.key, agentId: entry.agentId, sessionKey: entry.sessionKey, trigger });
     } catch (error) {
       this.log.warn(`loopguard: cannot start run ${entry.key}: ${errorText(error)}`);
     }

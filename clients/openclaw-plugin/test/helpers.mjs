@@ -36,10 +36,10 @@ export class ScriptedClient {
     /** (runId, toolName, args, n) => verdict | Error to throw */
     this.decide = () => ({ allowed: true, warnings: [], timedOut: false });
   }
-  startRun({ agentId, runId }) {
+  startRun({ agentId, runId, sessionId = null, trigger = null }) {
     const client = this;
     let n = 0;
-    client.published.push({ runId, kind: 'run_started', agentId });
+    client.published.push({ runId, kind: 'run_started', agentId, sessionId, trigger });
     return {
       runId,
       async beforeTool(toolName, args, toolCallId) {

@@ -213,6 +213,19 @@ describe(`loopguard plugin through OpenClaw ${openclaw.version}'s hook runner`, 
     await eventually(() => assert.deepEqual(client.kinds('run-j'), ['run_started']));
   });
 
+  test('a run carries its session key as its loopguard session, and the trigger that started it', async () => {
+    const { runner, client } = await setup();
+    await runner.runModelCallStarted(
+      { runId: 'run-k', callId: 'c', sessionKey: 'agent:coder:main', provider: 'p', model: 'm' },
+      { runId: 'run-k', agentId: 'coder', sessionKey: 'agent:coder:main', sessionId: 'uuid-1', trigger: 'heartbeat' },
+    );
+    await call(runner, 'run-l', 1, ctxOf('run-l', { sessionKey: 'agent:coder:main' })); // a tool hook: no trigger
+    await eventually(() => assert.equal(client.published.filter((e) => e.kind === 'run_started').length, 2));
+    const started = Object.fromEntries(client.published.filter((e) => e.kind === 'run_started').map((e) => [e.runId, e]));
+    assert.deepEqual([started['run-k'].sessionId, started['run-k'].trigger], ['agent:coder:main', 'heartbeat']);
+    assert.deepEqual([started['run-l'].sessionId, started['run-l'].trigger], ['agent:coder:main', null]);
+  });
+
   test('unreachable Kafka: calls are allowed quickly (failMode open) and the failure is logged', async () => {
     const { runner, logger } = await setup({
       config: { ...CONFIG, connectWaitMs: 200 },

@@ -251,13 +251,19 @@ export class GatewayClient {
 
   // -- runs -------------------------------------------------------------------------
 
-  /** Start a run: publishes RunStarted. `runId` defaults to a random 32-hex id. */
-  startRun(options: { agentId: string; runId?: string }): GatewayRun {
+  /**
+   * Start a run: publishes RunStarted. `runId` defaults to a random 32-hex id. `sessionId`
+   * names the conversation the run belongs to: every event of the run carries it and is keyed
+   * by it (a session's runs share a partition), and `scope: "session"` carries a loop's counts
+   * over to the session's next run. `trigger` says what started the run ("user", "heartbeat",
+   * "cron", "compaction", ...); heartbeat and cron runs start fresh by default.
+   */
+  startRun(options: { agentId: string; runId?: string; sessionId?: string | null; trigger?: string | null }): GatewayRun {
     const runId = options.runId || randomUUID().replace(/-/g, '');
     if (this.runs.has(runId) && !this.runs.get(runId)?.ended) throw new Error(`run ${runId} is already active`);
     this.runs.set(runId, newControl());
-    const run = new GatewayRun(this, runId, options.agentId);
-    run.emit({ kind: 'run_started' });
+    const run = new GatewayRun(this, runId, options.agentId, options.sessionId || null);
+    run.emit(options.trigger ? { kind: 'run_started', trigger: options.trigger } : { kind: 'run_started' });
     return run;
   }
 
@@ -464,8 +470,11 @@ export class GatewayClient {
     }
   }
 
-  /** @internal Publish an encoded event; never rejects (failures are logged and counted). */
-  send(runId: string, value: Buffer, after: Promise<void>): Promise<void> {
+  /**
+   * @internal Publish an encoded event under `key` (the run's session id, else its run id);
+   * never rejects (failures are logged and counted).
+   */
+  send(runId: string, value: Buffer, after: Promise<void>, key: string = runId): Promise<void> {
     if (this.pending.size >= this.maxPendingSends) {
       this.counters.dropped++;
       const suppressed = this.limited.allow('dropped');
@@ -477,9 +486,9 @@ export class GatewayClient {
       }
       return after;
     }
-    const key = Buffer.from(runId, 'utf8');
+    const keyBytes = Buffer.from(key, 'utf8');
     const sending = after
-      .then(() => this.transport.send(this.topics.events, key, value))
+      .then(() => this.transport.send(this.topics.events, keyBytes, value))
       .then(
         () => {
           this.counters.published++;
@@ -545,6 +554,8 @@ export class GatewayRun {
     readonly client: GatewayClient,
     readonly runId: string,
     readonly agentId: string,
+    /** The session the run belongs to; its events are keyed by it. */
+    readonly sessionId: string | null = null,
   ) {}
 
   /**
@@ -559,11 +570,12 @@ export class GatewayRun {
       gatewayId: this.client.gatewayId,
       seq: this.seq + 1,
       eventTime: this.client.clock(),
+      ...(this.sessionId ? { sessionId: this.sessionId } : {}),
     } as AgentEventInput;
     const value = encodeEvent(event);
     this.seq += 1;
     if (event.kind !== 'run_started') this.lastGuardedSeq = this.seq;
-    this.chain = this.client.send(this.runId, value, this.chain);
+    this.chain = this.client.send(this.runId, value, this.chain, this.sessionId || this.runId);
     const full = withDefaults(event);
     this.events.push(full);
     if (this.events.length > EVENTS_KEPT) this.events.splice(0, this.events.length - EVENTS_KEPT);

@@ -28,6 +28,28 @@ describe('GatewayClient / GatewayRun', () => {
     assert.equal(client.stats().waits, 0);
   });
 
+  it('keys a session run by its session id and puts the session on every event', async () => {
+    const { client, transport } = makeClient({ waitBudgetMs: 0 });
+    const run = client.startRun({ agentId: 'agent', runId: 'run-s', sessionId: 'sess-1', trigger: 'compaction' });
+    await run.beforeTool('exec', { command: 'ls' });
+    run.end();
+    await client.flush();
+    const events = transport.events();
+    assert.deepEqual(events.map((e) => [e.kind, e.runId, e.sessionId]), [
+      ['run_started', 'run-s', 'sess-1'],
+      ['tool_call', 'run-s', 'sess-1'],
+      ['run_ended', 'run-s', 'sess-1'],
+    ]);
+    assert.equal(events[0].kind === 'run_started' && events[0].trigger, 'compaction');
+    assert.deepEqual(transport.sent.map((s) => s.key), ['sess-1', 'sess-1', 'sess-1']);
+    assert.deepEqual(run.events.map((e) => e.sessionId), ['sess-1', 'sess-1', 'sess-1']);
+    // a run without a session: keyed by its run id, no session on its events
+    const plain = client.startRun({ agentId: 'agent', runId: 'run-p' });
+    await client.flush();
+    assert.equal(transport.sent.at(-1)?.key, 'run-p');
+    assert.ok(!('sessionId' in plain.events[0]) && !('trigger' in plain.events[0]));
+  });
+
   it("serialises args and results like Python's json.dumps", async () => {
     const { client, transport } = makeClient({ waitBudgetMs: 0 });
     const run = client.startRun({ agentId: 'agent' });
