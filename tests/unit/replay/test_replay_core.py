@@ -17,6 +17,7 @@ from streams.replay.compare import (
     INCOMPLETE,
     MATCH,
     NOT_FOUND,
+    RunReport,
     attach_divergence_events,
     compare_with_audit,
     first_divergence,
@@ -83,6 +84,34 @@ def test_a_tampered_decision_is_the_first_divergence_with_its_event(tmp_path: Pa
         {"field": "count", "expected": warn.count, "recorded": 999}
     ]
     json.dumps(doc)  # JSON-ready
+
+
+def test_an_observed_run_replays_exactly_and_enforced_is_compared(tmp_path: Path) -> None:
+    """Shadow mode (mode "observe"): replayed with its own config the run matches its trail,
+    enforced flags and all; replayed as enforced it diverges at its first decision, on
+    ``enforced`` alone (the decisions themselves are the same)."""
+    observe = {**CONFIG, "mode": "observe"}
+    run = Run(loop_guard(**observe), "run-1", "coder")
+    run.start()
+    while not any(d.action is Action.ABORT for d in run.decisions):
+        run.plain_cycle("grep", {"q": "x"}, {"text": "none"})  # the gateway never vetoes
+    run.end()
+    assert {d.enforced for d in run.decisions} == {False}
+    path = tmp_path / "events.jsonl"
+    write_events_atomically(path, run.events)
+    recorded = {"run-1": run.decisions}
+
+    def replay_with(config: dict) -> RunReport:
+        guard = loop_guard(**config)
+        replays = replay_events(guard, FileSource(str(path)).events(ReadStats(), Selection()))
+        [report] = compare_with_audit(guard, replays, ["run-1"], recorded.__getitem__, True)
+        return report
+
+    assert replay_with(observe).status == MATCH
+    report = replay_with(CONFIG)
+    assert report.status == DIVERGED and report.divergence is not None
+    assert report.divergence.seq == run.decisions[0].seq
+    assert report.divergence.fields == [("enforced", True, False)]
 
 
 def test_missing_and_extra_decisions_diverge_at_the_earlier_seq() -> None:
