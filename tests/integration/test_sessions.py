@@ -11,11 +11,14 @@ import uuid
 import pytest
 from kafka import KafkaConsumer, TopicPartition
 from services import IN_TIME_BUDGET_MS
+from test_typescript_client import drive
+from test_typescript_client import ts_driver as ts_driver  # a fixture, used by name
 
 from streams.core.config import fleet_from_document
 from streams.core.engine import LoopGuard
 from streams.core.events import Action, Decision
 from streams.gateway.client import GatewayClient, GatewayRun, RunAborted
+from streams.wire.avro import decode_decision, decode_event
 
 pytestmark = pytest.mark.integration
 
@@ -31,15 +34,15 @@ CONFIG = {
 }
 
 
-def loop(run: GatewayRun, cycles: int) -> None:
+def loop(run: GatewayRun, cycles: int, path: str = "notes.md", result: dict | None = None) -> None:
     """The same read with the same answer, obeying loopguard until it aborts the run."""
     for _ in range(cycles):
         try:
-            verdict = run.before_tool("read", {"path": "notes.md"})
+            verdict = run.before_tool("read", {"path": path})
         except RunAborted:
             return
         if verdict.allowed:
-            run.after_tool("read", {"path": "notes.md"}, result={"text": "same"})
+            run.after_tool("read", {"path": path}, result=result or {"text": "same"})
 
 
 def by_key(decisions: list[Decision]) -> list[dict]:
@@ -110,3 +113,43 @@ def test_a_loop_split_over_two_runs_of_a_session_is_blocked(
     )
     assert {r.key for r in changelog} == run_keys
     assert {r.partition for r in changelog} == {events[0].partition}
+
+
+def test_a_typescript_run_goes_on_with_a_python_run_of_its_session(
+    ts_driver, pipeline_factory, migrated_db_url
+) -> None:
+    """Both clients key a session's events alike (kafkajs and kafka-python, murmur2), so the
+    TypeScript client's run lands where the Python run's state is, and is seeded from it."""
+    pipeline = pipeline_factory(migrated_db_url, config=CONFIG, partitions=4)
+    client = pipeline.start_ready(wait_budget_ms=IN_TIME_BUDGET_MS)
+    session = f"sess-ts-{uuid.uuid4().hex[:8]}"
+    first = client.start_run("agent-ts", session_id=session, trigger="user")
+    loop(first, 5, path="/same", result={"content": "same"})  # drive-loop's very call
+    first.end()
+    report = drive(
+        ts_driver, pipeline, wait_budget_ms=IN_TIME_BUDGET_MS, junk_after=10**6, session_id=session
+    )
+    events = [decode_event(bytes.fromhex(h)) for h in report["events"]]
+    assert {e.envelope.session_id for e in events} == {session}
+    core = LoopGuard(fleet_from_document(CONFIG))
+    expected = [
+        d for d in core.process_all([*first.events, *events]) if d.run_id == report["runId"]
+    ]
+    received = [decode_decision(bytes.fromhex(h)) for h in report["decisions"]]
+    assert by_key(received) == by_key(expected)
+    assert (received[0].seq, received[0].count) == (2, 5)  # its first call goes on from five
+    assert report["aborted"]
+
+    topics = pipeline.settings.topics
+    count = len(first.events) + len(events)
+    ours = lambda rs: [r for r in rs if r.key == session.encode()]  # noqa: E731
+    keyed = ours(
+        read_topic(pipeline.broker.bootstrap, topics.events, lambda rs: len(ours(rs)) >= count)
+    )
+    assert len(keyed) == count and len({r.partition for r in keyed}) == 1
+    run_key = report["runId"].encode()
+    mine = lambda rs: [r for r in rs if r.key == run_key]  # noqa: E731
+    changelog = mine(
+        read_topic(pipeline.broker.bootstrap, f"{pipeline.prefix}-runs-changelog", mine)
+    )
+    assert changelog and {r.partition for r in changelog} == {keyed[0].partition}

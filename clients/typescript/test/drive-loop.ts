@@ -4,7 +4,7 @@
  * tests/integration/test_typescript_client.py, which checks the verdicts against the pure core.
  *
  *   node build/test/drive-loop.js --brokers 127.0.0.1:9092 --prefix loopguard \
- *       [--wait-budget-ms 10000] [--max-calls 60] [--junk-after 5]
+ *       [--wait-budget-ms 10000] [--max-calls 60] [--junk-after 5] [--session-id S]
  *
  * The agent repeats one no-progress call (`read {"path": "/same"}`) and obeys every verdict:
  * a refused call is not run, RunAborted ends the run with status "aborted". After call
@@ -80,6 +80,7 @@ async function main(): Promise<void> {
       'wait-budget-ms': { type: 'string', default: '10000' },
       'max-calls': { type: 'string', default: '60' },
       'junk-after': { type: 'string', default: '5' },
+      'session-id': { type: 'string', default: '' },
     },
   });
   if (!values.brokers) throw new Error('--brokers is required');
@@ -98,7 +99,8 @@ async function main(): Promise<void> {
   const id = (d: Decision) => d.decisionId;
   const calls: CallRecord[] = [];
   let junk: string[] = [];
-  const run = client.startRun({ agentId: 'agent-ts' });
+  // with --session-id the run belongs to that session (its events are keyed by it)
+  const run = client.startRun({ agentId: 'agent-ts', sessionId: values['session-id'] || null });
   const args = { path: '/same' };
   let aborted = false;
   try {
