@@ -10,6 +10,7 @@ import uuid
 
 import pytest
 from kafka import KafkaConsumer, TopicPartition
+from kafka.partitioner.default import murmur2
 from services import IN_TIME_BUDGET_MS
 from test_typescript_client import drive
 from test_typescript_client import ts_driver as ts_driver  # a fixture, used by name
@@ -32,6 +33,19 @@ CONFIG = {
         }
     }
 }
+
+
+def partition_of(key: str, partitions: int = 4) -> int:
+    """The partition the Java/Python/kafkajs default partitioner gives ``key``."""
+    return (murmur2(key.encode()) & 0x7FFFFFFF) % partitions
+
+
+def run_id_elsewhere(session: str) -> str:
+    """A run id that hashes to another partition than its session, so a state written by the
+    run id (the bug these tests catch) cannot land on the session's partition by chance."""
+    while partition_of(run_id := uuid.uuid4().hex) == partition_of(session):
+        pass
+    return run_id
 
 
 def loop(run: GatewayRun, cycles: int, path: str = "notes.md", result: dict | None = None) -> None:
@@ -69,14 +83,18 @@ def test_a_loop_split_over_two_runs_of_a_session_is_blocked(
     pipeline = pipeline_factory(migrated_db_url, config=CONFIG, partitions=4)
     client: GatewayClient = pipeline.start_ready(wait_budget_ms=IN_TIME_BUDGET_MS)
     session = f"sess-{uuid.uuid4().hex[:8]}"
-    first = client.start_run("coder", session_id=session, trigger="user")
+    first = client.start_run(
+        "coder", run_id=run_id_elsewhere(session), session_id=session, trigger="user"
+    )
     loop(first, 5)  # four earlier identical calls at most: no decision in this run
     first.end()
     # A restarted worker recovers both tables from their changelogs and still seeds.
     pipeline.workers.pop().stop()
     pipeline.start_worker()
     pipeline.wait_ready(client)
-    second = client.start_run("coder", session_id=session, trigger="compaction")
+    second = client.start_run(
+        "coder", run_id=run_id_elsewhere(session), session_id=session, trigger="compaction"
+    )
     loop(second, 8)
     second.end()
     fresh = client.start_run("coder", session_id=session, trigger="heartbeat")
@@ -112,7 +130,7 @@ def test_a_loop_split_over_two_runs_of_a_session_is_blocked(
         )
     )
     assert {r.key for r in changelog} == run_keys
-    assert {r.partition for r in changelog} == {events[0].partition}
+    assert {r.partition for r in changelog} == {events[0].partition} == {partition_of(session)}
 
 
 def test_a_typescript_run_goes_on_with_a_python_run_of_its_session(
@@ -153,3 +171,39 @@ def test_a_typescript_run_goes_on_with_a_python_run_of_its_session(
         read_topic(pipeline.broker.bootstrap, f"{pipeline.prefix}-runs-changelog", mine)
     )
     assert changelog and {r.partition for r in changelog} == {keyed[0].partition}
+
+
+def test_expired_session_runs_leave_tombstones_on_their_sessions_partition(
+    pipeline_factory, migrated_db_url
+) -> None:
+    """The worker drops an ended run that is no longer its session's latest (and the session
+    entry with the last one): the deletes go to the session's changelog partition too, where
+    the states are, or a restarted worker would recover dropped runs."""
+    pipeline = pipeline_factory(migrated_db_url, config=CONFIG, partitions=4)
+    pipeline.start_worker(LOOPGUARD_RUN_IDLE_TTL="1")
+    client = pipeline.client(wait_budget_ms=IN_TIME_BUDGET_MS)
+    pipeline.wait_ready(client)
+    session = f"sess-x-{uuid.uuid4().hex[:8]}"
+    runs = []
+    for trigger in ("user", "compaction"):
+        run = client.start_run(
+            "coder", run_id=run_id_elsewhere(session), session_id=session, trigger=trigger
+        )
+        loop(run, 2)
+        run.end()
+        runs.append(run)
+    first_key = runs[0].run_id.encode()
+    tombstone = lambda rs: [r for r in rs if r.key == first_key and r.value is None]  # noqa: E731
+    records = read_topic(
+        pipeline.broker.bootstrap, f"{pipeline.prefix}-runs-changelog", tombstone, timeout=60
+    )
+    states = [r for r in records if r.key == first_key]
+    assert tombstone(records), pipeline.worker_logs()
+    assert len({r.partition for r in states}) == 1  # the state and its tombstone together
+    keyed = read_topic(
+        pipeline.broker.bootstrap,
+        pipeline.settings.topics.events,
+        lambda rs: any(r.key == session.encode() for r in rs),
+    )
+    assert {r.partition for r in keyed if r.key == session.encode()} == {states[0].partition}
+    assert states[0].partition == partition_of(session) != partition_of(runs[0].run_id)
