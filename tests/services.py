@@ -106,8 +106,13 @@ class Pipeline:
 
     @property
     def settings(self) -> Settings:
+        # Workers inherit LOOPGUARD_PROCESSING_GUARANTEE from the test's environment; the
+        # tests' checks of "exactly once" must see the same guarantee the workers run.
+        guarantee = os.environ.get("LOOPGUARD_PROCESSING_GUARANTEE")
+        overrides = {"processing_guarantee": guarantee} if guarantee else {}
         return Settings.for_profile(
             self.broker.profile,
+            **overrides,
             app_id=self.prefix,
             broker=self.broker.url,
             db_url=self.db_url,
