@@ -19,7 +19,7 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import faust
@@ -77,6 +77,9 @@ class WorkerParts:
     rekeyer: Rekeyer
     metrics: WorkerMetrics
     webhooks: WebhookNotifier | None = None  # block/abort notifications, when URLs are set
+    # Held while a batch is applied and published; exactly-once commits wait for it
+    # (streams.worker.exactly_once).
+    commit_barrier: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
 class WorkerAgents:
@@ -115,17 +118,22 @@ class WorkerAgents:
         """
         parts, settings = self.parts, self.settings
         async for batch in stream.take_events(settings.batch_size, within=settings.batch_window):
-            for event in batch:
-                await self.guard_one(event.message)
-            now = time.time()
-            for run in parts.processor.take_touched():
-                parts.runs[run.key] = run.state
-                parts.expiry.touch(run.key, now)
-                # After the run's decisions on the same partition: a gateway that sees it
-                # holds every verdict up to its seq (in-time enforcement, run progress).
-                await parts.control_topic.send(key=run.key, value=encode_watermark(run.watermark))
-            for session_key, run_key in parts.processor.take_sessions().items():
-                parts.sessions[session_key] = run_key
+            async with parts.commit_barrier:
+                await self.guard_batch(batch)
+
+    async def guard_batch(self, batch: list[Any]) -> None:
+        parts = self.parts
+        for event in batch:
+            await self.guard_one(event.message)
+        now = time.time()
+        for run in parts.processor.take_touched():
+            parts.runs[run.key] = run.state
+            parts.expiry.touch(run.key, now)
+            # After the run's decisions on the same partition: a gateway that sees it
+            # holds every verdict up to its seq (in-time enforcement, run progress).
+            await parts.control_topic.send(key=run.key, value=encode_watermark(run.watermark))
+        for session_key, run_key in parts.processor.take_sessions().items():
+            parts.sessions[session_key] = run_key
 
     async def guard_one(self, message: Any) -> None:
         parts, metrics = self.parts, self.parts.metrics

@@ -7,6 +7,7 @@ state codec before the table, topics and services before the agents that use the
 
 from __future__ import annotations
 
+import asyncio
 import ssl
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from streams.worker import state_codec
 from streams.worker.agents import WorkerAgents, WorkerParts
 from streams.worker.audit_writer import AuditWriter
 from streams.worker.config_book import ConfigBook
+from streams.worker.exactly_once import exactly_once_commits
 from streams.worker.expiry import RunExpiry
 from streams.worker.faust_patches import (
     fast_message_handoff,
@@ -54,12 +56,14 @@ def broker_credentials(settings: Settings) -> Any:
     return None
 
 
-def apply_faust_patches(settings: Settings) -> None:
+def apply_faust_patches(settings: Settings, commit_barrier: asyncio.Lock) -> None:
     check_faust_patches()  # refuses (StartupError) a Faust the patches were not written for
     set_fetch_max_wait(settings.fetch_max_wait_ms)
     ordered_recovery_resume()  # never lose events that arrive while a worker restores its tables
     if settings.fast_handoff:
         fast_message_handoff()
+    # Exactly-once commits only between the guarding agent's batches, buffer flushed first.
+    exactly_once_commits(commit_barrier)
 
 
 def build_app(settings: Settings) -> faust.App:
@@ -89,7 +93,8 @@ def build_app(settings: Settings) -> faust.App:
 
 def build_worker(settings: Settings) -> faust.App:
     """Build the worker's app, topics, table, services and agents from ``settings``."""
-    apply_faust_patches(settings)
+    commit_barrier = asyncio.Lock()
+    apply_faust_patches(settings, commit_barrier)
     state_codec.register()
     Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
     app = build_app(settings)
@@ -167,7 +172,14 @@ def build_worker(settings: Settings) -> faust.App:
         deadletter_topic=deadletter_topic,
         runs=runs,
         sessions=sessions,
-        processor=EventProcessor(runs.get, configs.for_agent, sessions.get),
+        # Exactly once: a redelivered event's decisions were committed with its run's state.
+        processor=EventProcessor(
+            runs.get,
+            configs.for_agent,
+            sessions.get,
+            republish_duplicates=settings.processing_guarantee != "exactly_once",
+        ),
+        commit_barrier=commit_barrier,
         registry=registry,
         schema_topic=SchemaTopic(
             settings.bootstrap_servers, settings.topics.schemas, registry, **kafka_options

@@ -47,7 +47,10 @@ class EventProcessor:
 
     ``load_state`` reads a run's stored state (the Faust table, a dict in tests);
     ``config_for`` resolves an agent's config; ``load_latest_run`` reads a session's latest
-    run id (the sessions table), for session scope.
+    run id (the sessions table), for session scope. ``republish_duplicates``: at least once,
+    a redelivered event publishes its decisions again (the first publication may have died
+    in the producer buffer); exactly once they were committed with the state that says the
+    event is done, so it publishes none.
     """
 
     def __init__(
@@ -55,9 +58,12 @@ class EventProcessor:
         load_state: Callable[[bytes], RunState | None],
         config_for: Callable[[str], LoopDetectionConfig],
         load_latest_run: Callable[[bytes], bytes | None] | None = None,
+        *,
+        republish_duplicates: bool = True,
     ) -> None:
         self.load_state = load_state
         self.config_for = config_for
+        self.republish_duplicates = republish_duplicates
         self.load_latest_run = load_latest_run or (lambda key: None)
         self.sessions: dict[bytes, bytes] = {}  # session -> latest run, changed this batch
         self.carries: dict[bytes, SessionCarry] = {}  # what a run was seeded from, this batch
@@ -118,7 +124,8 @@ class EventProcessor:
         if state.is_duplicate(envelope.seq):
             # Redelivered (e.g. after a crash): publish again what this event decided, with
             # the same decision ids, in case the first publication died in the producer buffer.
-            return Outcome(decisions=state.decisions_for(envelope.seq), event=event)
+            decided = state.decisions_for(envelope.seq)
+            return Outcome(decisions=decided if self.republish_duplicates else [], event=event)
         try:
             decisions = self.evaluate(run_key, route, state, event, cfg)
         except Exception as exc:  # noqa: BLE001 - one event must never stop a partition

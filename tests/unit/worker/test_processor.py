@@ -59,6 +59,24 @@ def test_a_redelivered_event_publishes_the_same_decisions_again() -> None:
     assert proc.apply(b"run-1", events[with_decisions]).decisions == first[with_decisions]
 
 
+def test_exactly_once_a_redelivered_event_publishes_nothing_and_leaves_the_run_alone() -> None:
+    events = looping_events()
+    table: dict[bytes, RunState] = {}
+    proc = EventProcessor(
+        table.get,
+        ConfigBook(fleet({"enabled": True}), NoOverrides()).for_agent,
+        republish_duplicates=False,
+    )
+    first = [proc.apply(b"run-1", e).decisions for e in events]
+    table.update({run.key: run.state for run in proc.take_touched()})
+    with_decisions = max(i for i, d in enumerate(first) if d)
+    assert first[with_decisions]  # it did decide something the first time
+    before = table[b"run-1"].to_dict()
+    outcome = proc.apply(b"run-1", events[with_decisions])
+    assert outcome.decisions == [] and outcome.dead_letter is None
+    assert proc.take_touched()[0].state.to_dict()["last_seq"] == before["last_seq"]
+
+
 def test_a_message_under_another_key_is_rekeyed_and_a_bad_seq_dead_lettered() -> None:
     proc = processor({})
     event = looping_events("run-9")[1]
