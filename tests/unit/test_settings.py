@@ -43,3 +43,17 @@ def test_secrets_are_redacted_for_logging(monkeypatch: pytest.MonkeyPatch) -> No
 )
 def test_redact_url(url: str, shown: str) -> None:
     assert redact_url(url) == shown
+
+
+@pytest.mark.parametrize(
+    ("profile", "guarantee"), [("kafka", "exactly_once"), ("tansu", "at_least_once")]
+)
+def test_the_processing_guarantee_follows_the_broker_profile(
+    monkeypatch: pytest.MonkeyPatch, profile: str, guarantee: str
+) -> None:
+    """tansu has no transactions; Apache Kafka commits offsets, state and decisions at once."""
+    monkeypatch.setenv("LOOPGUARD_BROKER_PROFILE", profile)
+    monkeypatch.delenv("LOOPGUARD_PROCESSING_GUARANTEE", raising=False)
+    assert Settings.from_env().processing_guarantee == guarantee
+    monkeypatch.setenv("LOOPGUARD_PROCESSING_GUARANTEE", "at_least_once")
+    assert Settings.from_env().processing_guarantee == "at_least_once"
