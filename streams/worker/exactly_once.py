@@ -2,38 +2,39 @@
 
 With ``processing_guarantee="exactly_once"`` Faust 0.15.3 commits a partition's offsets and
 its producer transaction (``Consumer._commit_offsets``) on a timer, independently of the
-agents, and two things broke the state/offsets agreement that read-committed table recovery
-relies on:
+agents, and three things break the agreement between committed offsets, committed changelog
+state and committed decisions that read-committed table recovery relies on (read from the
+source, with the worker logs of tests/integration/test_kafka_failover.py and
+test_reliability.py on the 3-node cluster):
 
 * Table writes go through Faust's producer buffer (``Table.__setitem__`` -> ``send_soon``),
-  which the transactional commit never flushes: a run's changelog write could land in the
-  transaction *after* the one committing its events' offsets. On a rebalance Faust ends the
-  transactions first (``wait_empty`` -> ``commit_and_end_transactions``) and flushes the
-  buffer after, into producers that are no longer in a transaction, so those writes were
-  lost; recovery then replayed the committed changelog over the in-memory table and the
-  consumer resumed after events whose state was gone (decisions at later seqs). A SIGKILLed
-  worker loses them the same way (the next transaction is aborted). Faust's own
-  ``ProducerBuffer.flush`` gives up after 0.1 s without a sent message, so it cannot be
-  used to close that gap.
+  which the transactional commit never flushes (Faust's ``ProducerBuffer.flush`` also gives
+  up after 0.1 s without a sent message): a run's changelog write can land in the
+  transaction *after* the one committing its events' offsets. While a broker is down a
+  commit holds the transactional producers' locks for seconds ("Timer commit is
+  overlapping, runtime=4.8s"), the buffer waits behind them and the gap grows. If that later
+  transaction is lost (a SIGKILL, a partition moving away) or recovery replays only the
+  committed changelog (any rebalance, below), the run's state misses events the consumer
+  will not read again: decisions at later seqs, or missing.
 * The timer commits in the middle of an agent's batch: decisions of events whose offsets
-  were not committed went out in a committed transaction, and a replacement worker decided
-  those events again (the same decision twice, read committed).
+  were not committed go out in a committed transaction, and after a crash those events are
+  decided again (the same decision twice, read committed).
 * On a rebalance Faust forgets which messages were acked (``Consumer.on_partitions_revoked``
   drops them) *before* its revocation handler commits, so that commit commits nothing and the
-  transactions stay open across the rebalance (aiokafka then logs "Invalid state transition
+  transactions stay open across the rebalance (aiokafka logs "Invalid state transition
   IN_TRANSACTION -> IN_TRANSACTION" for each kept partition). Recovery then replays the
-  committed changelog over the in-memory table and the consumer seeks back to the old
-  offsets: events were decided again into the still-open transaction (doubles), or, with the
+  committed changelog over the in-memory table and the consumer seeks back to the committed
+  offsets: events are decided again into the still-open transaction (doubles), or, with the
   buffer gap above, never applied again (lost).
 
 :func:`exactly_once_commits` commits before Faust forgets the acks on a rebalance, and makes
-an exactly-once commit wait until the guarding agent is
-between batches (a lock the agent holds while it works on a batch), hand
-every buffered message to its transactional producer, and only then commit. A batch's
-events are acked when the agent asks for the next one, so a commit may still include a
-batch's state and decisions but not its offsets; the replayed events are then duplicates of
-the stored state, and the processor publishes nothing for them on this guarantee
-(:class:`streams.worker.processor.EventProcessor`'s ``republish_duplicates``).
+every exactly-once commit wait until the guarding agent is between batches (a lock the agent
+holds while it works on a batch), hand every buffered message to its transactional producer,
+and only then commit. A batch's events are acked when the agent asks for the next one, so a
+commit may still include a batch's state and decisions but not its offsets; the replayed
+events are then duplicates of the stored state, and the processor publishes nothing for them
+on this guarantee (:class:`streams.worker.processor.EventProcessor`'s
+``republish_duplicates``).
 """
 
 from __future__ import annotations
