@@ -120,7 +120,12 @@ def test_each_block_and_abort_is_posted_once_even_after_a_crash(
     # One partition: once the new worker has posted a new run's notifications, its audit agent
     # has read every earlier control message again (they come first on that partition).
     pipeline = pipeline_factory(migrated_db_url, config=ENABLED, partitions=1)
-    hook = {"LOOPGUARD_WEBHOOK_URL": receiver.url}
+    # At least once on every broker: exactly once (Kafka's default) shows a decision only
+    # when its transaction commits, and this test needs decisions seen but never committed.
+    hook = {
+        "LOOPGUARD_WEBHOOK_URL": receiver.url,
+        "LOOPGUARD_PROCESSING_GUARANTEE": "at_least_once",
+    }
     # Commit nothing: the crash below leaves every event and control message to be read again.
     first = pipeline.start_worker(**hook, LOOPGUARD_COMMIT_INTERVAL="3600")
     client = pipeline.client(wait_budget_ms=IN_TIME_BUDGET_MS)
