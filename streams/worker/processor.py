@@ -146,7 +146,9 @@ class EventProcessor:
         scope exactly as :class:`streams.core.engine.LoopGuard` does."""
         if route == run_key:
             return state.apply(event, cfg)
-        latest = self.sessions.get(route) or self.load_latest_run(route)
+        latest = None
+        if not state.stats.events and cfg.session_scope:  # only a run's first event reads it
+            latest = self.sessions.get(route) or self.load_latest_run(route)
         hand_over(state, event, cfg, None if latest is None else latest.decode(), self.run_state)
         if state.predecessor is not None:
             self.carries[run_key] = state.predecessor  # for rebuild, should the event fail
