@@ -38,7 +38,14 @@ from node_tools import node_and_npm, run_step
 from services import ENABLED, IN_TIME_BUDGET_MS, Pipeline
 from test_pipeline import by_key, expected_decisions
 
-from streams.core.events import Action, CompactionRetry, Decision, RunEnded, ToolCall
+from streams.core.events import (
+    Action,
+    CompactionRetry,
+    Decision,
+    RunEnded,
+    ToolCall,
+    partition_key,
+)
 from streams.wire.avro import decode_event
 
 pytestmark = pytest.mark.integration
@@ -192,7 +199,8 @@ def start_pipeline(pipeline_factory: Any, db_url: str, config: dict[str, Any]) -
 
 
 def published_events(pipeline: Pipeline, run_id: str, timeout: float = 60.0) -> list[Any]:
-    """The run's events on the events topic, in order, up to and including its RunEnded."""
+    """The run's events on the events topic, in order, up to and including its RunEnded (the
+    plugin keys them by the run's session, so they share a partition)."""
     bootstrap = pipeline.broker.bootstrap
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, consumer_timeout_ms=1000)
     topic = pipeline.settings.topics.events
@@ -204,7 +212,12 @@ def published_events(pipeline: Pipeline, run_id: str, timeout: float = 60.0) -> 
     try:
         while time.monotonic() < deadline and not any(isinstance(e, RunEnded) for e in found):
             for records in consumer.poll(timeout_ms=500).values():
-                found += [decode_event(r.value) for r in records if r.key == run_id.encode()]
+                for record in records:
+                    event = decode_event(record.value)
+                    if event.envelope.run_id == run_id:
+                        # keyed by the session the plugin sends (OpenClaw's sessionKey)
+                        assert record.key == partition_key(event.envelope).encode(), record.key
+                        found.append(event)
     finally:
         consumer.close()
     return found
