@@ -242,7 +242,8 @@ class RunState:
         info = call_info(event.tool_name, event.args_json)
         sig, known_poll, action = info.sig, info.known_poll, info.action
         # perTool: the tool's own view of the config (thresholds, exempt detectors), if any
-        view = cfg.per_tool.get(event.tool_name)
+        per_tool = cfg.per_tool
+        view = per_tool.get(event.tool_name) if per_tool else None
         hit = detect_with_failures(
             self.history,
             self.error_streak,
@@ -296,7 +297,8 @@ class RunState:
                 info = call_info(tool_name, event.args_json)
                 record = self.history.find_pending(tool_name, info.sig, event.tool_call_id)
             sig, known_poll, action = info.sig, info.known_poll, info.action
-        view = cfg.per_tool.get(tool_name)  # perTool: one lookup, None for most tools
+        per_tool = cfg.per_tool  # perTool: one lookup, none at all when it is empty
+        view = per_tool.get(tool_name) if per_tool else None
         if view is None or view.volatile is None:
             outcome = result_outcome(tool_name, action, event.result_json, event.error)
         else:
