@@ -78,13 +78,14 @@ def web_pipeline(pipeline_factory, migrated_db_url):
     return pipeline, client, f"http://127.0.0.1:{port}"
 
 
-def wait_for_progress(pipeline, run_id: str, status: str, timeout: float = 30.0) -> None:
-    """Until the run's progress row has ``status`` (final: an aborted run takes no events)."""
+def wait_for_progress(pipeline, run_id: str, last_seq: int, timeout: float = 30.0) -> None:
+    """Until the run's progress row counts its last event: a run's status can be final (aborted)
+    before its last event (RunEnded) is processed, so waiting for the status alone is not enough."""
     deadline = time.monotonic() + timeout
     with pipeline.store() as store:
         while True:
             summary = next((s for s in store.runs(limit=10_000) if s.run_id == run_id), None)
-            if summary is not None and summary.status == status:
+            if summary is not None and summary.last_seq == last_seq:
                 return
             assert time.monotonic() < deadline, f"progress of {run_id}: {summary}"
             time.sleep(0.1)
@@ -99,7 +100,7 @@ def test_http_api(web_pipeline, capsys) -> None:
     assert len(wait_for_audit(pipeline, run.run_id, len(expected))) == len(expected)
     # The run's progress row lands after its decisions: wait for it, or the answers compared
     # below can differ by a row the audit agent writes between two of them.
-    wait_for_progress(pipeline, run.run_id, "aborted")
+    wait_for_progress(pipeline, run.run_id, run.seq)
     odd = Decision(
         run_id=ODD_RUN,
         agent_id="<i>agent</i>",
