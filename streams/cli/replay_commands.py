@@ -32,7 +32,7 @@ from streams.replay.compare import (
     RunReport,
     attach_divergence_events,
     compare_with_audit,
-    replay_events,
+    replay_selection,
 )
 from streams.replay.event_file import write_event_lines, write_events_atomically
 from streams.replay.publish import publish_decisions
@@ -259,18 +259,22 @@ def _replay(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return EXIT_ERROR
-        guard = LoopGuard(fleet)
-        stats = ReadStats(progress_every=args.progress)
-        stats.progress_line = lambda: progress_line(
-            "replay", stats, reader, f", {len(guard.runs)} runs so far"
-        )
+
+        def make_stats(guard: Any) -> ReadStats:
+            stats = ReadStats(progress_every=args.progress)
+            stats.progress_line = lambda: progress_line(
+                "replay", stats, reader, f", {len(guard.runs)} runs so far"
+            )
+            return stats
+
         started = time.monotonic()
-        runs = replay_events(guard, source.events(stats, selection))
+        done = replay_selection(lambda: LoopGuard(fleet), make_stats, source, selection)
+        guard, runs, stats = done.guard, done.runs, done.stats
         scope = list(args.run) if args.run else sorted(runs)
         reports = compare_with_audit(guard, runs, scope, store.history, requested=bool(args.run))
     finally:
         store.close()
-    attach_divergence_events(source, selection, reports)
+    attach_divergence_events(source, done.selection, reports)
     published = 0
     if args.publish_to:
         published = publish_decisions(settings, args.publish_to, reports)

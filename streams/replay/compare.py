@@ -8,7 +8,7 @@ the selection cannot be re-derived and is marked incomplete instead of compared.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from dataclasses import fields as dataclass_fields
 from typing import Any
 
@@ -28,6 +28,7 @@ class RunReplay:
 
     run_id: str
     agent_id: str = ""
+    session_id: str = ""
     events: int = 0
     first_seq: int | None = None
     decisions: list[Decision] = field(default_factory=list)
@@ -43,10 +44,48 @@ def replay_events(guard: Any, events: Iterable[AgentEvent]) -> dict[str, RunRepl
             run = runs[env.run_id] = RunReplay(env.run_id)
         run.events += 1
         run.agent_id = run.agent_id or env.agent_id
+        run.session_id = run.session_id or env.session_id or ""
         run.first_seq = env.seq if run.first_seq is None else min(run.first_seq, env.seq)
         for decision in guard.process(event):
             runs.setdefault(decision.run_id, RunReplay(decision.run_id)).decisions.append(decision)
     return runs
+
+
+@dataclass
+class ReplayPass:
+    """One replay of a source: the guard after it, its runs, what was selected and read."""
+
+    guard: Any
+    runs: dict[str, RunReplay]
+    selection: Selection
+    stats: ReadStats
+
+
+def replay_selection(
+    make_guard: Callable[[], Any],
+    make_stats: Callable[[Any], ReadStats],
+    source: Any,
+    selection: Selection,
+) -> ReplayPass:
+    """Replay the selected events. A selected run of an agent in session scope was seeded from
+    its session's previous run, so when there are such runs the source is replayed once more
+    with every run of their sessions (only the selected runs are compared)."""
+    guard = make_guard()
+    stats = make_stats(guard)
+    runs = replay_events(guard, source.events(stats, selection))
+    sessions = frozenset(
+        run.session_id
+        for run_id in selection.runs
+        if (run := runs.get(run_id)) is not None
+        and run.session_id
+        and guard.config_for(run.agent_id).session_scope
+    )
+    if not sessions:
+        return ReplayPass(guard, runs, selection, stats)
+    widened = replace(selection, sessions=sessions)
+    guard = make_guard()
+    stats = make_stats(guard)
+    return ReplayPass(guard, replay_events(guard, source.events(stats, widened)), widened, stats)
 
 
 def decision_order(decision: Decision) -> tuple[int, str, str]:

@@ -25,15 +25,17 @@ class SourceError(Exception):
 
 @dataclass(frozen=True)
 class Selection:
-    """Which events count: some runs (all when empty), an event-time range."""
+    """Which events count: some runs (all when empty) and every run of some sessions, an
+    event-time range."""
 
     runs: frozenset[str] = frozenset()
     since_ms: int | None = None
     until_ms: int | None = None
+    sessions: frozenset[str] = frozenset()
 
     def wants(self, event: AgentEvent) -> bool:
         env = event.envelope
-        if self.runs and env.run_id not in self.runs:
+        if self.runs and env.run_id not in self.runs and env.session_id not in self.sessions:
             return False
         if self.since_ms is not None and env.event_time < self.since_ms:
             return False

@@ -5,6 +5,7 @@ session's partition of the changelog, and a restarted worker still seeds from th
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 
@@ -12,9 +13,12 @@ import pytest
 from kafka import KafkaConsumer, TopicPartition
 from kafka.partitioner.default import murmur2
 from services import IN_TIME_BUDGET_MS
+from test_pipeline import wait_for_audit
 from test_typescript_client import drive
 from test_typescript_client import ts_driver as ts_driver  # a fixture, used by name
 
+from streams.cli.common import EXIT_OK
+from streams.cli.main import main
 from streams.core.config import fleet_from_document
 from streams.core.engine import LoopGuard
 from streams.core.events import Action, Decision
@@ -78,7 +82,7 @@ def read_topic(bootstrap: str, topic: str, want, timeout: float = 30.0) -> list:
 
 
 def test_a_loop_split_over_two_runs_of_a_session_is_blocked(
-    pipeline_factory, migrated_db_url
+    pipeline_factory, migrated_db_url, capsys
 ) -> None:
     pipeline = pipeline_factory(migrated_db_url, config=CONFIG, partitions=4)
     client: GatewayClient = pipeline.start_ready(wait_budget_ms=IN_TIME_BUDGET_MS)
@@ -110,6 +114,30 @@ def test_a_loop_split_over_two_runs_of_a_session_is_blocked(
     assert received[first.run_id] == [] and received[fresh.run_id] == []
     actions = [d.action for d in received[second.run_id]]
     assert actions[:3] == [Action.WARN] * 3 and Action.BLOCK in actions
+
+    # `loopguard replay --run` of the second run alone reads its session's first run too, so
+    # it is seeded as the worker seeded it and matches the audit trail.
+    wait_for_audit(pipeline, second.run_id, wanted)
+    code = main(
+        [
+            "replay",
+            "--broker",
+            pipeline.broker.url,
+            "--topic-prefix",
+            pipeline.prefix,
+            "--db",
+            pipeline.db_url,
+            "--config",
+            str(pipeline.workdir / f"{pipeline.prefix}-config.json"),
+            "--run",
+            second.run_id,
+            "--json",
+        ]
+    )
+    report = json.loads(capsys.readouterr().out)
+    assert code == EXIT_OK, report
+    [run_report] = report["runs"]
+    assert run_report["status"] == "match" and run_report["replayed"] == wanted
 
     # Keyed by the session: every event of the three runs on one partition, and the runs'
     # states on the same partition of the runs changelog (not murmur2 of the run id).

@@ -22,10 +22,12 @@ from streams.replay.compare import (
     compare_with_audit,
     first_divergence,
     replay_events,
+    replay_selection,
 )
 from streams.replay.event_file import parse_event_line, write_events_atomically
 from streams.replay.report import Replayed, print_report, report_dict
 from streams.replay.sources import FileSource, ReadStats, Selection, SourceError
+from tests.unit.core.test_session import LOOP, loop_pairs, session_runs
 
 CONFIG = {"enabled": True, "warningThreshold": 3, "criticalThreshold": 5}
 
@@ -142,3 +144,40 @@ def test_a_bad_line_names_the_line_and_the_field(tmp_path: Path) -> None:
         list(FileSource(str(path)).events(ReadStats(), Selection()))
     with pytest.raises(SourceError, match="not a readable file"):
         FileSource(str(tmp_path / "nope.jsonl"))
+
+
+def test_a_session_run_alone_replays_with_its_sessions_earlier_run(tmp_path: Path) -> None:
+    """Run B continued run A's loop (session scope): replaying B alone must seed it from A, as
+    the worker did, so the file is replayed again with A's events and B still matches."""
+    lg = loop_guard(**LOOP, scope="session")
+    a, b, trigger = session_runs(lg)
+    loop_pairs(a, 5)
+    a.end()
+    b.start(trigger)
+    loop_pairs(b, 5)
+    other = Run(lg, run_id="O", session_id="T")
+    other.start()
+    loop_pairs(other, 2)
+    assert b.decisions and not a.decisions
+    path = tmp_path / "events.jsonl"
+    write_events_atomically(path, [*a.events, *other.events, *b.events])
+
+    def replay_b(cfg: dict) -> tuple:
+        done = replay_selection(
+            lambda: loop_guard(**cfg),
+            lambda _: ReadStats(),
+            FileSource(str(path)),
+            Selection(frozenset({"B"})),
+        )
+        [report] = compare_with_audit(done.guard, done.runs, ["B"], {"B": b.decisions}.get, True)
+        return done, report
+
+    done, report = replay_b({**LOOP, "scope": "session"})
+    assert report.status == MATCH and report.replayed == len(b.decisions)
+    assert done.selection.sessions == {"S"}
+    assert set(done.runs) == {"A", "B"}  # the other session's run is not read in
+    assert done.stats.selected == len(a.events) + len(b.events)
+    # In run scope B never depended on A: one pass, B's events only (and no decisions now).
+    done, report = replay_b(LOOP)
+    assert done.selection.sessions == frozenset() and set(done.runs) == {"B"}
+    assert report.status == DIVERGED and report.replayed == 0
