@@ -22,6 +22,8 @@ from setuptools import setup
 CORE_MODULES = [
     "streams/core/events.py",
     "streams/core/volatile.py",
+    "streams/core/canonical.py",
+    "streams/core/outcomes.py",
     "streams/core/hashing.py",
     "streams/core/history.py",
     "streams/core/detectors.py",

@@ -9,20 +9,17 @@ from core_helpers import Run, exec_result, loop_guard, sent_result, text_result
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streams.core.events import ToolCall, ToolResult
-from streams.core.hashing import (
+from streams.core.canonical import (
     MAX_FALLBACK_DEPTH,
     UNDEFINED,
     NestedTooDeepError,
-    args_hash,
     canonical_json,
     digest,
-    is_known_poll_call,
-    is_outbound_send,
-    outcome_hash,
     parse_json,
-    unknown_tool_name,
 )
+from streams.core.events import ToolCall, ToolResult
+from streams.core.hashing import args_hash, is_known_poll_call
+from streams.core.outcomes import is_outbound_send, outcome_hash, unknown_tool_name
 
 
 def rh(tool, params, result=None, error=None):

@@ -1,0 +1,334 @@
+"""The outcome rules: what counts as "the same result" of a tool call, per tool kind.
+
+As the reference runtime: ``exec`` outcomes hash only status, exit code, timeout flag and
+trimmed output; outbound message sends drop per-call ids and timestamps; errors hash their
+message; a JSON ``null`` result is an outcome like any other. Two loopguard fixes on top:
+exec output is normalised for clock times, durations and PIDs (changing timestamps kept the
+reference's loops at warning), and the loop detector's own veto is reported separately so
+the engine can count it as an outcome instead of freezing the streak. hashing.py memoises
+these rules on the raw texts.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from streams.core.canonical import MISSING, UNDEFINED, digest, is_number, js_trim
+
+
+def normalize_update_plan(value: Any) -> Any:
+    """Plan wording churn is not progress: keep only the status pattern of the plan."""
+    if not isinstance(value, dict):
+        return value
+    plan = value.get("plan")
+    if not isinstance(plan, list):
+        plan = []
+    steps = [entry if isinstance(entry, dict) else {} for entry in plan]
+    explanation = value.get("explanation")
+    return {
+        "planLength": len(steps),
+        "statuses": [s.get("status") if isinstance(s.get("status"), str) else None for s in steps],
+        "stepPresence": [
+            isinstance(s.get("step"), str) and bool(js_trim(s["step"])) for s in steps
+        ],
+        "hasExplanation": isinstance(explanation, str) and bool(js_trim(explanation)),
+    }
+
+
+_UNKNOWN_TOOL_PATTERNS = (
+    re.compile(r"unknown tool[:\s]+[\"']?([a-z0-9_.-]+)[\"']?", re.IGNORECASE),
+    re.compile(
+        r"tool\s+[\"']?([a-z0-9_.-]+)[\"']?\s+(?:not found|is not available)", re.IGNORECASE
+    ),
+)
+
+
+def unknown_tool_name(error: str) -> str | None:
+    """The missing tool named by errors like "unknown tool X" or "tool X not found"."""
+    for pattern in _UNKNOWN_TOOL_PATTERNS:
+        match = pattern.search(error)
+        if match:
+            return match.group(1).lower()
+    return None
+
+
+# Volatile parts of command output that change on every run of the same stuck command.
+_DATETIME = re.compile(
+    r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?"
+)
+_CLOCK = re.compile(r"\b\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?\b")
+_PID = re.compile(r"\b(pid|PID)([=:\s]+)\d+")
+# The lookahead only skips positions no keyword can start at (a cheap charset test instead
+# of four case-insensitive alternatives at every position); what matches is unchanged.
+_DURATION = re.compile(
+    r"(?i)\b(?=[taei])(took|in|after|elapsed:?)\s+\d+(?:\.\d+)?\s?(ms|s|sec|secs|seconds)\b"
+)
+
+
+def _pid_repl(match: re.Match[str]) -> str:
+    return f"{match[1]}{match[2]}<pid>"
+
+
+def _duration_repl(match: re.Match[str]) -> str:
+    return f"{match[1]} <duration>"
+
+
+def normalize_output(text: str) -> str:
+    """Mask datetimes, clock times, PIDs and durations, in that order.
+
+    Callables instead of ``\\1`` templates (expanded in pure Python per match) and substring
+    pre-checks that skip a pattern only when it cannot match (both clock patterns need a
+    colon, the PID pattern needs ``pid``/``PID``) make this several times cheaper.
+    """
+    if ":" in text:
+        text = _DATETIME.sub("<datetime>", text)
+        if ":" in text:  # often the datetimes held the only colons
+            text = _CLOCK.sub("<time>", text)
+    if "pid" in text or "PID" in text:
+        text = _PID.sub(_pid_repl, text)
+    return _DURATION.sub(_duration_repl, text)
+
+
+def _text_content(result: dict[str, Any]) -> str:
+    content = result.get("content")
+    if not isinstance(content, list):
+        return ""
+    parts = [
+        text
+        for entry in content
+        if isinstance(entry, dict)
+        and isinstance(entry.get("type"), str)
+        and isinstance(text := entry.get("text"), str)
+    ]
+    return js_trim("\n".join(parts))
+
+
+def _str_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _exec_outcome(details: dict[str, Any], result: dict[str, Any]) -> tuple[str | None, str | None]:
+    """Stable command outcome only: duration, PID, session id and cwd are ignored.
+
+    As the reference: the output is ``aggregated`` trimmed, or the text content when that is
+    blank; any number is an exit code (``1.0`` is ``1``, see :func:`js_number`). Then
+    loopguard masks clock times, durations and PIDs in it (:func:`normalize_output`).
+    Returns (masked hash, exact hash): the second only when masking changed the output, for
+    the post-compaction guard, which aborts on identical results only (see :class:`Outcome`).
+    """
+    status = _str_or_none(details.get("status"))
+    if status == "running":
+        tail = details.get("tail")
+        text = tail if isinstance(tail, str) else ""
+        masked = normalize_output(text)
+        return (
+            digest({"status": status, "tail": masked}),
+            None if masked == text else digest({"status": status, "tail": text}),
+        )
+    if status in ("completed", "failed"):
+        aggregated = details.get("aggregated")
+        output = js_trim(aggregated) if isinstance(aggregated, str) else ""
+        exit_code = details.get("exitCode")
+        fields = {
+            "status": status,
+            "exitCode": exit_code if is_number(exit_code) else None,
+            "timedOut": details.get("timedOut") is True,
+        }
+        text = output or _text_content(result)
+        masked = normalize_output(text)
+        exact = None if masked == text else digest({**fields, "output": text})
+        return digest({**fields, "output": masked}), exact
+    if status in ("approval-pending", "approval-unavailable"):
+        return digest(
+            {
+                "status": status,
+                "reason": _str_or_none(details.get("reason")),
+                "host": _str_or_none(details.get("host")),
+                "command": _str_or_none(details.get("command")) or "",
+                "warningText": _str_or_none(details.get("warningText")) or "",
+            }
+        ), None
+    return None, None
+
+
+SEND_LIKE_MESSAGE_ACTIONS = frozenset(
+    {
+        "send",
+        "broadcast",
+        "reply",
+        "thread-reply",
+        "sendWithEffect",
+        "sendAttachment",
+        "upload-file",
+        "sticker",
+        "poll",
+    }
+)
+VOLATILE_SEND_KEYS = frozenset(
+    {
+        "messageId",
+        "message_id",
+        "messageIds",
+        "platformMessageId",
+        "platformMessageIds",
+        "fileId",
+        "file_id",
+        "fileKey",
+        "pollId",
+        "poll_id",
+        "receipt",
+        "runId",
+        "idempotencyKey",
+        "ts",
+        "timestamp",
+        "sentAt",
+        "deliveredAt",
+        "createdAt",
+    }
+)
+
+
+def is_outbound_send(tool_name: str, params: Any) -> bool:
+    """Tools whose results carry fresh ids per call: sessions_send, conversations_send and
+    conversations_turn, message sends, and (standing in for the reference's channel plugins,
+    which a worker cannot see) ``*_send`` tools and sends of ``*_message`` tools."""
+    return _is_send_action(tool_name, params.get("action") if isinstance(params, dict) else None)
+
+
+# Tools whose every call is an outbound send, whatever its action (the reference's list).
+ALWAYS_SEND_TOOLS = frozenset({"sessions_send", "conversations_send", "conversations_turn"})
+
+
+def _is_send_action(tool_name: str, action: Any) -> bool:
+    if tool_name in ALWAYS_SEND_TOOLS:
+        return True
+    if not isinstance(action, str):  # agents send anything; a list is not hashable
+        action = None
+    if tool_name == "message":
+        return action in SEND_LIKE_MESSAGE_ACTIONS
+    return tool_name.endswith("_send") or (
+        tool_name.endswith("_message") and action in SEND_LIKE_MESSAGE_ACTIONS
+    )
+
+
+def _is_message_object(value: dict[str, Any]) -> bool:
+    """A delivered message's own ``id`` is volatile; an ``id`` elsewhere is a stable fact."""
+    return (
+        isinstance(value.get("id"), str)
+        and isinstance(value.get("text"), str)
+        and (
+            isinstance(value.get("direction"), str)
+            or isinstance(value.get("senderId"), str)
+            or isinstance(value.get("accountId"), str)
+            or isinstance(value.get("conversation"), dict)
+        )
+    )
+
+
+_CONTAINERS = (list, dict)
+
+
+def strip_volatile_send_ids(value: Any) -> Any:
+    if isinstance(value, list):
+        return [
+            strip_volatile_send_ids(item) if isinstance(item, _CONTAINERS) else item
+            for item in value
+        ]
+    if not isinstance(value, dict):
+        return value
+    drop_id = _is_message_object(value)
+    return {  # scalars are kept as they are without a call: most values are scalars
+        key: strip_volatile_send_ids(nested) if isinstance(nested, _CONTAINERS) else nested
+        for key, nested in value.items()
+        if key not in VOLATILE_SEND_KEYS and not (key == "id" and drop_id)
+    }
+
+
+class Outcome:
+    """A hashed tool outcome. ``result_hash`` is None when there is nothing to compare.
+
+    ``exact_hash`` is set only where loopguard's masking of volatile output (exec datetimes,
+    clock times, PIDs, durations) made ``result_hash`` equal for outputs that differ: the
+    post-compaction guard compares with it, because its rule aborts on identical results
+    only, while the rolling detectors keep the masked hash (a stuck command printing the
+    time is no progress). Shared through the memo: never changed once built.
+    """
+
+    __slots__ = ("result_hash", "unknown_tool", "loop_veto", "exact_hash")
+
+    def __init__(
+        self,
+        result_hash: str | None,
+        unknown_tool: str | None = None,
+        loop_veto: bool = False,
+        exact_hash: str | None = None,
+    ) -> None:
+        self.result_hash = result_hash
+        self.unknown_tool = unknown_tool
+        self.loop_veto = loop_veto  # the gateway enforced loopguard's block (see history)
+        self.exact_hash = exact_hash
+
+    def __repr__(self) -> str:
+        return (
+            f"Outcome({self.result_hash!r}, {self.unknown_tool!r}, {self.loop_veto!r}, "
+            f"{self.exact_hash!r})"
+        )
+
+
+def _bare_exec_output(text: str) -> Outcome:
+    """An exec result sent as a bare string is the command's output: trimmed and masked like
+    ``aggregated`` (``"ok\n"`` and ``"ok"`` are one outcome)."""
+    output = js_trim(text)
+    masked = normalize_output(output)
+    exact = None if masked == output else digest({"output": output})
+    return Outcome(digest({"output": masked}), exact_hash=exact)
+
+
+def outcome_hash(tool_name: str, params: Any, result: Any, error: str | None) -> Outcome:
+    """Hash what a tool returned, per the rules of its tool kind."""
+    return tool_outcome(
+        tool_name, params.get("action") if isinstance(params, dict) else None, result, error
+    )
+
+
+def tool_outcome(tool_name: str, action: Any, result: Any, error: str | None) -> Outcome:
+    """The outcome rules; of the call's params only ``action`` ever matters."""
+    if error is not None:
+        return Outcome(
+            f"error:{digest(error)}", unknown_tool_name(error) if isinstance(error, str) else None
+        )
+    if result is MISSING:  # no result at all; JSON null is an outcome like any other
+        return Outcome(None)
+    if not isinstance(result, dict):
+        if tool_name == "exec" and isinstance(result, str):
+            return _bare_exec_output(result)
+        return Outcome(digest(result))
+    details = result.get("details")
+    if not isinstance(details, dict):
+        # A bare result object (neither ``details`` nor ``content``, as a gateway may send
+        # what its tool returned) is its own details: hashed as an empty object, every such
+        # result would be "the same" whatever it said.
+        details = result if "details" not in result and "content" not in result else {}
+    elif details.get("status") == "blocked" and details.get("deniedReason") == "tool-loop":
+        return Outcome(None, loop_veto=True)
+    # The text content is extracted only by the rules that hash it.
+    if tool_name == "exec":
+        exec_hash, exact = _exec_outcome(details, result)
+        if exec_hash:
+            return Outcome(exec_hash, exact_hash=exact)
+    if tool_name == "process" and action in ("poll", "log"):
+        keys = (
+            ("status", "exitCode", "exitSignal", "aggregated")
+            if action == "poll"
+            else ("status", "totalLines", "totalChars", "truncated", "exitCode", "exitSignal")
+        )
+        fields = {key: details.get(key) for key in keys}
+        if "status" not in details:  # the reference hashes a missing status as undefined
+            fields["status"] = UNDEFINED
+        return Outcome(digest({"action": action, **fields, "text": _text_content(result)}))
+    if _is_send_action(tool_name, action):
+        return Outcome(digest(strip_volatile_send_ids(details)))
+    if tool_name == "update_plan":
+        return Outcome(digest({"details": normalize_update_plan(details), "text": ""}))
+    return Outcome(digest({"details": details, "text": _text_content(result)}))
