@@ -31,7 +31,6 @@ from pathlib import Path
 # Appended, not prepended: an installed build (the compiled core, setup.py) comes first.
 sys.path.append(str(Path(__file__).resolve().parent.parent))
 
-from streams.core.config import fleet_from_document  # noqa: E402
 from streams.core.engine import LoopGuard, core_build  # noqa: E402
 from streams.core.events import (  # noqa: E402
     AgentEvent,
@@ -42,6 +41,7 @@ from streams.core.events import (  # noqa: E402
     ToolCall,
     ToolResult,
 )
+from streams.core.fleet import fleet_from_document  # noqa: E402
 from streams.core.hashing import clear_memos  # noqa: E402
 
 VETO = {"details": {"status": "blocked", "deniedReason": "tool-loop"}}

@@ -30,9 +30,9 @@ from harness import CONFIG, cpu_seconds, start_workers  # noqa: E402
 from kafka import KafkaProducer  # noqa: E402
 from load_gen import sentinel_ids  # noqa: E402  (this directory is on sys.path)
 
-from streams.core.config import fleet_from_document  # noqa: E402
 from streams.core.engine import LoopGuard  # noqa: E402
 from streams.core.events import CompactionRetry, Decision, Envelope, ToolCall, ToolResult  # noqa: E402
+from streams.core.fleet import fleet_from_document  # noqa: E402
 from streams.devtools.worker_process import wait_until_processing  # noqa: E402
 from streams.gateway.client import GatewayClient  # noqa: E402
 from streams.kafka.topics import ensure_topics  # noqa: E402

@@ -66,7 +66,6 @@ from harness import (  # noqa: E402
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition  # noqa: E402
 from kafka.partitioner.default import murmur2  # noqa: E402
 
-from streams.core.config import fleet_from_document  # noqa: E402
 from streams.core.engine import LoopGuard  # noqa: E402
 from streams.core.events import (  # noqa: E402
     AgentEvent,
@@ -78,6 +77,7 @@ from streams.core.events import (  # noqa: E402
     ToolCall,
     ToolResult,
 )
+from streams.core.fleet import fleet_from_document  # noqa: E402
 from streams.devtools.worker_process import wait_until_processing  # noqa: E402
 from streams.gateway.client import GatewayClient  # noqa: E402
 from streams.kafka.topics import ensure_topics  # noqa: E402

@@ -39,9 +39,9 @@ sys.path.append(str(Path(__file__).resolve().parent))
 
 from load_gen import CONFIG, RunBuilder, make_plan  # noqa: E402
 
-from streams.core.config import fleet_from_document  # noqa: E402
 from streams.core.engine import core_build  # noqa: E402
 from streams.core.events import RunStarted  # noqa: E402
+from streams.core.fleet import fleet_from_document  # noqa: E402
 from streams.core.hashing import clear_memos  # noqa: E402
 from streams.core.run_state import RunState  # noqa: E402
 from streams.wire.avro import decode_event, encode_event  # noqa: E402

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from streams.core.config import FleetConfig, fleet_from_document
 from streams.core.engine import LoopGuard
 from streams.core.events import (
     Action,
@@ -24,6 +23,7 @@ from streams.core.events import (
     ToolCall,
     ToolResult,
 )
+from streams.core.fleet import FleetConfig, fleet_from_document
 
 VETO = {"details": {"status": "blocked", "deniedReason": "tool-loop"}}
 

@@ -87,7 +87,8 @@ def run_backtest(args: argparse.Namespace) -> int:
 
 
 def _load(path: str | None, flag: str) -> Any:
-    from streams.core.config import ConfigError, load_fleet_config
+    from streams.core.config import ConfigError
+    from streams.core.fleet import load_fleet_config
 
     try:
         return load_fleet_config(path)

@@ -10,15 +10,8 @@ import logging
 from typing import Any
 
 from streams.cli.common import EXIT_OK, InputError
-from streams.core.config import (
-    GLOBAL_KEY,
-    ConfigError,
-    LoopDetectionConfig,
-    fleet_warnings,
-    load_fleet_config,
-    override_path,
-    resolve,
-)
+from streams.core.config import ConfigError, LoopDetectionConfig, resolve
+from streams.core.fleet import GLOBAL_KEY, fleet_warnings, load_fleet_config, override_path
 
 
 def add_check_parser(actions: Any) -> None:

@@ -24,16 +24,15 @@ from streams.cli.common import (
     settings_from_args,
 )
 from streams.cli.config_check import add_check_parser, run_check
-from streams.core.config import (
+from streams.core.config import ConfigError, resolve
+from streams.core.config_files import parse_config_text, read_config_file
+from streams.core.fleet import (
     GLOBAL_KEY,
-    ConfigError,
     FleetConfig,
     check_override,
     load_fleet_config,
     override_record,
-    resolve,
 )
-from streams.core.config_files import parse_config_text, read_config_file
 
 
 def add_config_parser(sub: Any) -> argparse.ArgumentParser:

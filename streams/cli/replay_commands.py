@@ -229,8 +229,9 @@ def run_replay(args: argparse.Namespace) -> int:
 def _replay(args: argparse.Namespace) -> int:
     # Deferred: SQLAlchemy and the core load only when a replay really runs (not for --help).
     from streams.audit.store import AuditStore
-    from streams.core.config import ConfigError, load_fleet_config
+    from streams.core.config import ConfigError
     from streams.core.engine import LoopGuard
+    from streams.core.fleet import load_fleet_config
     from streams.settings import redact_url
 
     check_range(args)

@@ -9,8 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 
 from streams.core import history
-from streams.core.config import FleetConfig, LoopDetectionConfig
+from streams.core.config import LoopDetectionConfig
 from streams.core.events import AgentEvent, Decision
+from streams.core.fleet import FleetConfig
 from streams.core.run_state import RunState
 from streams.core.session import wants_predecessor
 

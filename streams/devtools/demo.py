@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from streams.audit.store import AuditStore, migrate
-from streams.core.config import fleet_from_document
 from streams.core.engine import LoopGuard
 from streams.core.events import Action, Decision
+from streams.core.fleet import fleet_from_document
 from streams.devtools.embedded_broker import EmbeddedBroker
 from streams.devtools.worker_process import CANARY_AGENT, WorkerProcess, wait_until_processing
 from streams.gateway.client import GatewayClient, GatewayRun, RunAborted

@@ -13,7 +13,8 @@ import logging
 import threading
 from typing import Any
 
-from streams.core.config import ConfigError, parse_override_record
+from streams.core.config import ConfigError
+from streams.core.fleet import parse_override_record
 from streams.kafka.reader import TopicFollower
 
 log = logging.getLogger("loopguard.config")

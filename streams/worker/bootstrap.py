@@ -14,7 +14,7 @@ from typing import Any
 
 import faust
 
-from streams.core.config import load_fleet_config
+from streams.core.fleet import load_fleet_config
 from streams.kafka.config_topic import ConfigWatcher
 from streams.kafka.schema_topic import SchemaTopic
 from streams.settings import Settings

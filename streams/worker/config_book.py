@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from streams.core.config import GLOBAL_KEY, FleetConfig, LoopDetectionConfig
+from streams.core.config import LoopDetectionConfig
+from streams.core.fleet import GLOBAL_KEY, FleetConfig
 
 
 class Overrides(Protocol):

@@ -14,8 +14,8 @@ from services import ENABLED, Pipeline
 
 from streams.cli.common import EXIT_OK, EXIT_USAGE
 from streams.cli.main import main
-from streams.core.config import fleet_from_document
 from streams.core.events import Action, Decision
+from streams.core.fleet import fleet_from_document
 from streams.gateway.client import GatewayClient
 
 pytestmark = pytest.mark.integration

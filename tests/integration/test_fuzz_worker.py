@@ -39,7 +39,6 @@ from services import ENABLED, Pipeline
 from sqlalchemy import select
 
 from streams.audit.store import DeadLetter
-from streams.core.config import fleet_from_document
 from streams.core.engine import LoopGuard
 from streams.core.events import (
     AgentEvent,
@@ -51,6 +50,7 @@ from streams.core.events import (
     ToolCall,
     ToolResult,
 )
+from streams.core.fleet import fleet_from_document
 from streams.wire.avro import (
     MARKER,
     NAME_MAX_BYTES,

@@ -15,7 +15,6 @@ import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from services import ENABLED, IN_TIME_BUDGET_MS, Pipeline
 
-from streams.core.config import fleet_from_document
 from streams.core.engine import LoopGuard, core_build
 from streams.core.events import (
     Action,
@@ -26,6 +25,7 @@ from streams.core.events import (
     ToolResult,
     event_to_dict,
 )
+from streams.core.fleet import fleet_from_document
 from streams.gateway.client import GatewayClient, GatewayRun, RunAborted
 from streams.kafka.schema_topic import publish_schema
 from streams.wire.avro import decode_dead_letter, encode_event, event_schema_json

@@ -20,9 +20,9 @@ from sqlalchemy.engine import make_url
 from tcp_proxy import TcpProxy
 
 from streams.audit.store import AuditStore
-from streams.core.config import fleet_from_document
 from streams.core.engine import LoopGuard
 from streams.core.events import Decision, Envelope, ToolCall, ToolResult
+from streams.core.fleet import fleet_from_document
 
 pytestmark = pytest.mark.integration
 

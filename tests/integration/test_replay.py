@@ -21,8 +21,8 @@ from test_pipeline import drive_ping_pong, expected_decisions, wait_for_audit
 from streams.audit.store import AuditStore
 from streams.cli.common import EXIT_DIVERGED, EXIT_ERROR, EXIT_OK, EXIT_USAGE
 from streams.cli.main import main
-from streams.core.config import fleet_from_document
 from streams.core.events import Action, Decision, event_to_dict
+from streams.core.fleet import fleet_from_document
 from streams.gateway.client import GatewayClient, GatewayRun
 from streams.wire.avro import decode_decision
 

@@ -19,9 +19,9 @@ from test_typescript_client import ts_driver as ts_driver  # a fixture, used by 
 
 from streams.cli.common import EXIT_OK
 from streams.cli.main import main
-from streams.core.config import fleet_from_document
 from streams.core.engine import LoopGuard
 from streams.core.events import Action, Decision
+from streams.core.fleet import fleet_from_document
 from streams.gateway.client import GatewayClient, GatewayRun, RunAborted
 from streams.wire.avro import decode_decision, decode_event
 

@@ -22,7 +22,7 @@ from kafka_cluster.cluster import DEFAULT_VERSION
 from sqlalchemy.engine import make_url
 
 from streams.cli.main import build_parser
-from streams.core.config import load_fleet_config
+from streams.core.fleet import load_fleet_config
 from streams.kafka.topics import topic_specs
 from streams.settings import Settings
 from streams.wire.schema_registry import SCHEMA_DIR

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from streams.cli.common import EXIT_OK, EXIT_USAGE
 from streams.cli.main import main
-from streams.core.config import load_fleet_config
+from streams.core.fleet import load_fleet_config
 
 FLEET = """{ tools: { loopDetection: { enabled: true, historySize: 25,
     perTool: { web_fetch: { volatileFields: ["fetchedAt", "data.items.*.fetchedAt"] },

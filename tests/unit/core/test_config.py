@@ -17,14 +17,11 @@ from streams.core.config import (
     VERSIONED_WHEN_SET,
     ConfigError,
     DetectorSwitches,
-    FleetConfig,
     config_warnings,
-    fleet_from_document,
-    fleet_warnings,
-    load_fleet_config,
     resolve,
 )
 from streams.core.events import Action
+from streams.core.fleet import FleetConfig, fleet_from_document, fleet_warnings, load_fleet_config
 
 
 def doc(block=None, agents=None):

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from streams.core.config import (
+from streams.core.config import ConfigError
+from streams.core.fleet import (
     GLOBAL_KEY,
-    ConfigError,
     FleetConfig,
     check_override,
     override_record,
