@@ -1,6 +1,6 @@
 """Alembic environment for the audit trail (the generic template, plus URL fallbacks).
 
-The URL comes from ``sqlalchemy.url`` (set by ``streams.audit.store.migrate``), else the
+The URL comes from ``sqlalchemy.url`` (set by ``streams.audit.database.migrate``), else the
 ``LOOPGUARD_DB_URL`` environment variable, else the embedded default the app itself uses.
 """
 
@@ -10,7 +10,8 @@ from logging.config import fileConfig
 from alembic import context
 from sqlalchemy import pool
 
-from streams.audit.store import DEFAULT_URL, Base, create_audit_engine
+from streams.audit.database import DEFAULT_URL, create_audit_engine
+from streams.audit.models import Base
 
 # this is the Alembic Config object, which provides
 # access to the values within the .ini file in use.

@@ -20,7 +20,8 @@ from sqlalchemy import create_engine, insert, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
-from streams.audit.store import AuditStore, ProcessedEvent
+from streams.audit.models import ProcessedEvent
+from streams.audit.store import AuditStore
 
 PG_URL_ENV = "LOOPGUARD_TEST_PG_URL"
 REQUIRE_PG_ENV = "LOOPGUARD_REQUIRE_PG"

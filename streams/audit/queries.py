@@ -22,14 +22,9 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, and_, case, distinct, false, func, select
 
+from streams.audit.models import DeadLetter, DecisionRow, ProcessedEvent
 from streams.audit.observed import enforced_abort_exists, reported_status
-from streams.audit.store import (
-    AuditStore,
-    DeadLetter,
-    DecisionRow,
-    ProcessedEvent,
-    RunProgress,
-)
+from streams.audit.store import AuditStore, RunProgress
 from streams.core.events import Action, Decision
 
 ACTION_ORDER: tuple[str, ...] = tuple(a.value for a in (Action.WARN, Action.BLOCK, Action.ABORT))

@@ -11,168 +11,22 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from alembic import command
-from alembic.config import Config
-from sqlalchemy import (
-    JSON,
-    BigInteger,
-    Boolean,
-    ColumnElement,
-    DateTime,
-    Engine,
-    Index,
-    Integer,
-    LargeBinary,
-    MetaData,
-    String,
-    Text,
-    UniqueConstraint,
-    and_,
-    case,
-    create_engine,
-    event,
-    false,
-    func,
-    select,
-    true,
-)
+from sqlalchemy import ColumnElement, Engine, and_, case, false, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+from sqlalchemy.orm import Session
 
-import migrations
+from streams.audit.database import DEFAULT_URL, create_audit_engine, migrate
+from streams.audit.models import Base, DeadLetter, DecisionRow, ProcessedEvent
 from streams.audit.observed import enforced_abort_exists, reported_status
 from streams.core.events import Action, Decision
 
 if TYPE_CHECKING:
     from streams.wire.avro import RunWatermark
 
-DEFAULT_URL = "sqlite:///loopguard-data/audit.db"
-# Works from any cwd, for editable installs and for wheels (migrations/ ships next to streams/).
-MIGRATIONS_DIR = Path(migrations.__file__).resolve().parent
-
-# Constant statements only: PRAGMA cannot take bound parameters.
-_SQLITE_PRAGMAS = ("PRAGMA journal_mode=WAL", "PRAGMA busy_timeout=5000")
-_SUPPORTED_DIALECTS = ("sqlite", "postgresql")
 _SEVERITY_ORDER = (Action.WARN, Action.BLOCK, Action.ABORT)
-
-# sqlite only auto-increments a column declared exactly INTEGER PRIMARY KEY.
-_Id = BigInteger().with_variant(Integer(), "sqlite")
-
-
-class Base(DeclarativeBase):
-    """Declarative base; the naming convention keeps future migrations' constraint names stable."""
-
-    metadata = MetaData(
-        naming_convention={
-            "ix": "ix_%(table_name)s_%(column_0_N_name)s",
-            "uq": "uq_%(table_name)s_%(column_0_N_name)s",
-            "ck": "ck_%(table_name)s_%(constraint_name)s",
-            "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
-            "pk": "pk_%(table_name)s",
-        }
-    )
-
-
-class DecisionRow(Base):
-    """One emitted decision; ``decision_id`` is unique so redelivery cannot duplicate it."""
-
-    __tablename__ = "decisions"
-    __table_args__ = (
-        UniqueConstraint("decision_id", name="uq_decisions_decision_id"),
-        Index("ix_decisions_run_id_seq", "run_id", "seq"),
-        Index("ix_decisions_agent_id", "agent_id"),
-        Index("ix_decisions_gateway_id", "gateway_id"),
-        Index("ix_decisions_detector", "detector"),
-        Index("ix_decisions_event_time", "event_time"),
-    )
-
-    id: Mapped[int] = mapped_column(_Id, primary_key=True, autoincrement=True)
-    decision_id: Mapped[str] = mapped_column(String)
-    run_id: Mapped[str] = mapped_column(String)
-    agent_id: Mapped[str] = mapped_column(String)
-    gateway_id: Mapped[str] = mapped_column(String)
-    seq: Mapped[int] = mapped_column(BigInteger)
-    event_time: Mapped[int] = mapped_column(BigInteger)  # epoch ms, from the gateway
-    action: Mapped[str] = mapped_column(String(16))
-    detector: Mapped[str] = mapped_column(String)
-    severity: Mapped[str] = mapped_column(String(16))
-    count: Mapped[int] = mapped_column(Integer)
-    tool_name: Mapped[str] = mapped_column(String)
-    reason: Mapped[str] = mapped_column(Text)
-    args_hash: Mapped[str] = mapped_column(String)
-    result_hash: Mapped[str] = mapped_column(String)
-    paired_tool_name: Mapped[str] = mapped_column(String)
-    error_code: Mapped[str] = mapped_column(String)
-    config_version: Mapped[str] = mapped_column(String)
-    # False for an observe-only decision (mode "observe"); rows from before 0003 read true.
-    enforced: Mapped[bool] = mapped_column(Boolean, server_default=true())
-    extra: Mapped[dict[str, Any]] = mapped_column(JSON)  # json, not jsonb: keeps floats verbatim
-    recorded_at: Mapped[datetime] = mapped_column(
-        DateTime(timezone=True), server_default=func.now()
-    )
-
-
-class DeadLetter(Base):
-    """Input we could not process, kept so bad data is counted rather than silently dropped."""
-
-    __tablename__ = "dead_letters"
-    __table_args__ = (
-        UniqueConstraint(
-            "source_topic", "partition", "offset", name="uq_dead_letters_source_position"
-        ),
-    )
-
-    id: Mapped[int] = mapped_column(_Id, primary_key=True, autoincrement=True)
-    source_topic: Mapped[str] = mapped_column(String)
-    partition: Mapped[int] = mapped_column(Integer)
-    offset: Mapped[int] = mapped_column(BigInteger)
-    error: Mapped[str] = mapped_column(Text)
-    payload: Mapped[bytes] = mapped_column(LargeBinary)
-    key: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
-    recorded_at: Mapped[datetime] = mapped_column(
-        DateTime(timezone=True), server_default=func.now()
-    )
-
-
-class ProcessedEvent(Base):
-    """Per-run progress (from the workers' RunWatermarks), so ``loopguard runs`` can show how far
-    each run got: its status, the last seq processed and how many events it applied."""
-
-    __tablename__ = "processed_events"
-
-    run_id: Mapped[str] = mapped_column(String, primary_key=True)
-    agent_id: Mapped[str] = mapped_column(String)
-    gateway_id: Mapped[str] = mapped_column(String)
-    last_seq: Mapped[int] = mapped_column(BigInteger)
-    events: Mapped[int] = mapped_column(BigInteger)
-    first_event_time: Mapped[int] = mapped_column(BigInteger)
-    last_event_time: Mapped[int] = mapped_column(BigInteger)
-    status: Mapped[str] = mapped_column(String(32))
-
-
-class WebhookDelivery(Base):
-    """One webhook notification of a block or abort, keyed by its decision id: the outbox that
-    lets a restarted worker finish what was queued and never send a decision twice
-    (``streams.audit.webhook_outbox``; ``status``: pending, sending, sent, failed, dropped)."""
-
-    __tablename__ = "webhook_deliveries"
-    __table_args__ = (Index("ix_webhook_deliveries_status", "status"),)
-
-    decision_id: Mapped[str] = mapped_column(String, primary_key=True)
-    run_id: Mapped[str] = mapped_column(String)
-    agent_id: Mapped[str] = mapped_column(String)
-    action: Mapped[str] = mapped_column(String(16))
-    body: Mapped[str] = mapped_column(Text)  # the JSON posted; the URL (a secret) is not kept
-    status: Mapped[str] = mapped_column(String(16))
-    attempts: Mapped[int] = mapped_column(Integer, server_default="0")
-    last_error: Mapped[str] = mapped_column(Text, server_default="")
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
-    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,49 +69,6 @@ class RunSummary:
         data = dataclasses.asdict(self)
         data["worst_action"] = self.worst_action.value
         return data
-
-
-def create_audit_engine(url: str | URL = DEFAULT_URL, **kwargs: Any) -> Engine:
-    """Engine with the audit-trail conventions; shared by the store and ``migrations/env.py``.
-
-    For sqlite files the parent directory is created (so the default works on a fresh
-    checkout) and WAL plus a busy timeout are set, letting the CLI read while the
-    processor writes.
-    """
-    url = make_url(url)
-    if url.get_backend_name() not in _SUPPORTED_DIALECTS:
-        raise ValueError(f"unsupported audit database {url.get_backend_name()!r}")
-    is_sqlite = url.get_backend_name() == "sqlite"
-    database = url.database or ""
-    if is_sqlite and database not in ("", ":memory:") and not database.startswith("file:"):
-        Path(database).parent.mkdir(parents=True, exist_ok=True)
-    engine = create_engine(url, **kwargs)
-    if is_sqlite:
-        event.listen(engine, "connect", _sqlite_on_connect)
-    return engine
-
-
-def _sqlite_on_connect(dbapi_connection: Any, _record: Any) -> None:
-    cursor = dbapi_connection.cursor()
-    try:
-        for pragma in _SQLITE_PRAGMAS:
-            cursor.execute(pragma)
-    finally:
-        cursor.close()
-
-
-def alembic_config(url: str | URL = DEFAULT_URL) -> Config:
-    """Alembic config pointing at the packaged migrations, independent of cwd and alembic.ini."""
-    cfg = Config()
-    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
-    rendered = make_url(url).render_as_string(hide_password=False)
-    cfg.set_main_option("sqlalchemy.url", rendered.replace("%", "%%"))  # configparser escape
-    return cfg
-
-
-def migrate(url: str | URL = DEFAULT_URL) -> None:
-    """Bring the schema to the latest revision (``alembic upgrade head``)."""
-    command.upgrade(alembic_config(url), "head")
 
 
 def _decision_values(decision: Decision) -> dict[str, Any]:

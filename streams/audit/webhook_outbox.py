@@ -20,7 +20,8 @@ from typing import Any
 from sqlalchemy import func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
-from streams.audit.store import AuditStore, WebhookDelivery
+from streams.audit.models import WebhookDelivery
+from streams.audit.store import AuditStore
 
 PENDING, SENDING, SENT, FAILED, DROPPED = "pending", "sending", "sent", "failed", "dropped"
 _ERROR_LIMIT = 500

@@ -217,7 +217,7 @@ def _or_dash(value: object) -> str:
 
 
 def run_migrate(args: argparse.Namespace) -> int:
-    from streams.audit.store import migrate
+    from streams.audit.database import migrate
     from streams.settings import redact_url
 
     migrate(args.db)

@@ -30,7 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from streams.audit.store import AuditStore, migrate
+from streams.audit.database import migrate
+from streams.audit.store import AuditStore
 from streams.core.engine import LoopGuard
 from streams.core.events import Action, Decision
 from streams.core.fleet import fleet_from_document

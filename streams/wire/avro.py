@@ -597,7 +597,7 @@ class DeadLetterRecord:
     """A message a worker gave up on, kept byte for byte with the reason, for replay.
 
     The wire form of the ``DeadLetter`` Avro record (the ORM row is
-    :class:`streams.audit.store.DeadLetter`).
+    :class:`streams.audit.models.DeadLetter`).
     """
 
     source_topic: str

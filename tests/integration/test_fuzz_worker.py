@@ -38,7 +38,7 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from services import ENABLED, Pipeline
 from sqlalchemy import select
 
-from streams.audit.store import DeadLetter
+from streams.audit.models import DeadLetter
 from streams.core.engine import LoopGuard
 from streams.core.events import (
     AgentEvent,

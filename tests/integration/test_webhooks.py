@@ -18,7 +18,7 @@ from services import ENABLED, IN_TIME_BUDGET_MS, Pipeline
 from sqlalchemy import select
 from test_pipeline import drive_ping_pong
 
-from streams.audit.store import DecisionRow, WebhookDelivery
+from streams.audit.models import DecisionRow, WebhookDelivery
 from streams.devtools.worker_process import wait_until_processing
 from streams.gateway.client import GatewayClient
 from streams.worker.webhooks import DECISION_HEADER

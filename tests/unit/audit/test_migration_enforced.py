@@ -10,7 +10,8 @@ from alembic import command
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect, text
 
-from streams.audit.store import AuditStore, alembic_config
+from streams.audit.database import alembic_config
+from streams.audit.store import AuditStore
 from streams.core.events import Action, Decision
 
 OLD_COLUMNS = (

@@ -19,15 +19,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import inspect, select, text
 
-from streams.audit.store import (
-    MIGRATIONS_DIR,
-    AuditStore,
-    Base,
-    DeadLetter,
-    RunProgress,
-    alembic_config,
-    migrate,
-)
+from streams.audit.database import MIGRATIONS_DIR, alembic_config, migrate
+from streams.audit.models import Base, DeadLetter
+from streams.audit.store import AuditStore, RunProgress
 from streams.core.events import Action, Decision
 from streams.wire.avro import RunWatermark
 

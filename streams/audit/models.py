@@ -1,0 +1,141 @@
+"""The audit trail's tables as SQLAlchemy 2.0 typed models (``Mapped[...]``).
+
+The schema itself is owned by the Alembic migrations in ``migrations/`` (loopguard never
+calls ``create_all``): these classes describe the tables the migrations create.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+    func,
+    true,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+# sqlite only auto-increments a column declared exactly INTEGER PRIMARY KEY.
+_Id = BigInteger().with_variant(Integer(), "sqlite")
+
+
+class Base(DeclarativeBase):
+    """Declarative base; the naming convention keeps future migrations' constraint names stable."""
+
+    metadata = MetaData(
+        naming_convention={
+            "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+            "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+            "ck": "ck_%(table_name)s_%(constraint_name)s",
+            "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+            "pk": "pk_%(table_name)s",
+        }
+    )
+
+
+class DecisionRow(Base):
+    """One emitted decision; ``decision_id`` is unique so redelivery cannot duplicate it."""
+
+    __tablename__ = "decisions"
+    __table_args__ = (
+        UniqueConstraint("decision_id", name="uq_decisions_decision_id"),
+        Index("ix_decisions_run_id_seq", "run_id", "seq"),
+        Index("ix_decisions_agent_id", "agent_id"),
+        Index("ix_decisions_gateway_id", "gateway_id"),
+        Index("ix_decisions_detector", "detector"),
+        Index("ix_decisions_event_time", "event_time"),
+    )
+
+    id: Mapped[int] = mapped_column(_Id, primary_key=True, autoincrement=True)
+    decision_id: Mapped[str] = mapped_column(String)
+    run_id: Mapped[str] = mapped_column(String)
+    agent_id: Mapped[str] = mapped_column(String)
+    gateway_id: Mapped[str] = mapped_column(String)
+    seq: Mapped[int] = mapped_column(BigInteger)
+    event_time: Mapped[int] = mapped_column(BigInteger)  # epoch ms, from the gateway
+    action: Mapped[str] = mapped_column(String(16))
+    detector: Mapped[str] = mapped_column(String)
+    severity: Mapped[str] = mapped_column(String(16))
+    count: Mapped[int] = mapped_column(Integer)
+    tool_name: Mapped[str] = mapped_column(String)
+    reason: Mapped[str] = mapped_column(Text)
+    args_hash: Mapped[str] = mapped_column(String)
+    result_hash: Mapped[str] = mapped_column(String)
+    paired_tool_name: Mapped[str] = mapped_column(String)
+    error_code: Mapped[str] = mapped_column(String)
+    config_version: Mapped[str] = mapped_column(String)
+    # False for an observe-only decision (mode "observe"); rows from before 0003 read true.
+    enforced: Mapped[bool] = mapped_column(Boolean, server_default=true())
+    extra: Mapped[dict[str, Any]] = mapped_column(JSON)  # json, not jsonb: keeps floats verbatim
+    recorded_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=func.now()
+    )
+
+
+class DeadLetter(Base):
+    """Input we could not process, kept so bad data is counted rather than silently dropped."""
+
+    __tablename__ = "dead_letters"
+    __table_args__ = (
+        UniqueConstraint(
+            "source_topic", "partition", "offset", name="uq_dead_letters_source_position"
+        ),
+    )
+
+    id: Mapped[int] = mapped_column(_Id, primary_key=True, autoincrement=True)
+    source_topic: Mapped[str] = mapped_column(String)
+    partition: Mapped[int] = mapped_column(Integer)
+    offset: Mapped[int] = mapped_column(BigInteger)
+    error: Mapped[str] = mapped_column(Text)
+    payload: Mapped[bytes] = mapped_column(LargeBinary)
+    key: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
+    recorded_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=func.now()
+    )
+
+
+class ProcessedEvent(Base):
+    """Per-run progress (from the workers' RunWatermarks), so ``loopguard runs`` can show how far
+    each run got: its status, the last seq processed and how many events it applied."""
+
+    __tablename__ = "processed_events"
+
+    run_id: Mapped[str] = mapped_column(String, primary_key=True)
+    agent_id: Mapped[str] = mapped_column(String)
+    gateway_id: Mapped[str] = mapped_column(String)
+    last_seq: Mapped[int] = mapped_column(BigInteger)
+    events: Mapped[int] = mapped_column(BigInteger)
+    first_event_time: Mapped[int] = mapped_column(BigInteger)
+    last_event_time: Mapped[int] = mapped_column(BigInteger)
+    status: Mapped[str] = mapped_column(String(32))
+
+
+class WebhookDelivery(Base):
+    """One webhook notification of a block or abort, keyed by its decision id: the outbox that
+    lets a restarted worker finish what was queued and never send a decision twice
+    (``streams.audit.webhook_outbox``; ``status``: pending, sending, sent, failed, dropped)."""
+
+    __tablename__ = "webhook_deliveries"
+    __table_args__ = (Index("ix_webhook_deliveries_status", "status"),)
+
+    decision_id: Mapped[str] = mapped_column(String, primary_key=True)
+    run_id: Mapped[str] = mapped_column(String)
+    agent_id: Mapped[str] = mapped_column(String)
+    action: Mapped[str] = mapped_column(String(16))
+    body: Mapped[str] = mapped_column(Text)  # the JSON posted; the URL (a secret) is not kept
+    status: Mapped[str] = mapped_column(String(16))
+    attempts: Mapped[int] = mapped_column(Integer, server_default="0")
+    last_error: Mapped[str] = mapped_column(Text, server_default="")
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
