@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import faust
+from faust.types import TP
 from mode import CrashingSupervisor
 
 from streams.core.engine import core_build
@@ -44,6 +45,7 @@ from streams.wire.errors import UnknownSchemaError
 from streams.wire.schema_registry import SchemaRegistry
 from streams.worker.audit_writer import AuditWriter
 from streams.worker.crash_exit import CrashExit
+from streams.worker.exactly_once import commit_outside_batches, in_transaction_of
 from streams.worker.expiry import RunExpiry
 from streams.worker.metrics import WorkerMetrics
 from streams.worker.processor import EventProcessor
@@ -122,16 +124,24 @@ class WorkerAgents:
                 await self.guard_batch(batch)
 
     async def guard_batch(self, batch: list[Any]) -> None:
+        """Exactly once, whatever an event produces goes in the transaction of the event's
+        partition, committed with its offset (streams.worker.exactly_once), even when the
+        record is keyed elsewhere (a session run's decisions and watermarks, by run id)."""
         parts = self.parts
         for event in batch:
-            await self.guard_one(event.message)
+            message = event.message
+            with in_transaction_of(TP(message.topic, message.partition)):
+                await self.guard_one(message)
         now = time.time()
         for run in parts.processor.take_touched():
+            # The state goes to its events' partition (streams.worker.tables), an applied
+            # event came from there (else it is re-keyed), and so goes the watermark.
             parts.runs[run.key] = run.state
             parts.expiry.touch(run.key, now)
             # After the run's decisions on the same partition: a gateway that sees it
             # holds every verdict up to its seq (in-time enforcement, run progress).
-            await parts.control_topic.send(key=run.key, value=encode_watermark(run.watermark))
+            with in_transaction_of(parts.runs.changelog_tp(run.key, run.state)):
+                await parts.control_topic.send(key=run.key, value=encode_watermark(run.watermark))
         for session_key, run_key in parts.processor.take_sessions().items():
             parts.sessions[session_key] = run_key
 
@@ -230,18 +240,24 @@ class WorkerAgents:
         runs, sessions, expiry = self.parts.runs, self.parts.sessions, self.parts.expiry
         now = time.time()
         dropped: Counter[str] = Counter()
-        for run_id, state in list(runs.items()):
-            session_key = state.session_id.encode()
-            latest = bool(session_key) and sessions.get(session_key) == run_id
-            kept = latest and self.parts.processor.config_for(state.agent_id).session_scope
-            active = state.status == ACTIVE or kept
-            reason = expiry.reason(run_id, active, state.last_event_time, now)
-            if reason:
-                del runs[run_id]
-                if latest:
-                    del sessions[session_key]
-                expiry.forget(run_id)
-                dropped[reason] += 1
+        written: set[TP] = set()
+        # Between batches: exactly once, the deletions are committed here on their own (no
+        # event's offsets carry them), and a half-published batch must not go with them.
+        async with self.parts.commit_barrier:
+            for run_id, state in list(runs.items()):
+                session_key = state.session_id.encode()
+                latest = bool(session_key) and sessions.get(session_key) == run_id
+                kept = latest and self.parts.processor.config_for(state.agent_id).session_scope
+                active = state.status == ACTIVE or kept
+                reason = expiry.reason(run_id, active, state.last_event_time, now)
+                if reason:
+                    written.add(runs.changelog_tp(run_id, state))  # and the session's, alike
+                    del runs[run_id]
+                    if latest:
+                        del sessions[session_key]
+                    expiry.forget(run_id)
+                    dropped[reason] += 1
+            await commit_outside_batches(self.parts.app, written)
         expiry.retain(set(runs.keys()))
         if dropped:
             log.info(

@@ -35,28 +35,55 @@ commit may still include a batch's state and decisions but not its offsets; the 
 events are then duplicates of the stored state, and the processor publishes nothing for them
 on this guarantee (:class:`streams.worker.processor.EventProcessor`'s
 ``republish_duplicates``).
+
+A fourth gap is where a record goes: Faust's ``TransactionManager.send`` picks the
+transactional producer by the record's *destination* partition, and a partition's
+transaction is committed only with that partition's own offsets. A session run's events are
+keyed by the session id but its decisions and watermarks by the run id, so they went out in
+another partition's transaction, committed late or never (``tests/integration/
+test_sessions.py`` on Kafka: 0 decisions seen, read committed). :func:`in_transaction_of`
+names the source partition of what is being processed, and while it is set every record the
+task sends goes in that partition's transaction, wherever it lands. Table writes go through
+the producer buffer's own task, outside that context: they keep Faust's choice, which is
+right because the runs and sessions tables write to their events' partition
+(:mod:`streams.worker.tables`). Writes made outside any batch (the expiry timer's deletions)
+have no offsets to ride with: :func:`commit_outside_batches` commits their partitions'
+transactions itself.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
+from aiokafka.errors import KafkaError, ProducerFenced
 from faust.transport import consumer as faust_consumer
 from faust.transport import producer as faust_producer
+from faust.types import TP
+
+log = logging.getLogger("loopguard.worker")
 
 _original_commit_offsets = faust_consumer.Consumer._commit_offsets
 _original_send_pending = faust_producer.ProducerBuffer._send_pending
 _original_on_partitions_revoked = faust_consumer.Consumer.on_partitions_revoked
+_original_transactional_send = faust_consumer.TransactionManager.send
 
 # The guarding agent's batch lock (WorkerParts.commit_barrier), set by exactly_once_commits.
 _barrier: asyncio.Lock | None = None
+
+# The partition whose event the current task is processing (see in_transaction_of).
+_source: ContextVar[TP | None] = ContextVar("loopguard_source_partition", default=None)
 
 # Upstream sources these patches were read against (see faust_patches.patch_mismatches).
 REPLACED = {
     "Consumer._commit_offsets": (_original_commit_offsets, "1a69799041188441"),
     "ProducerBuffer._send_pending": (_original_send_pending, "4a9d5f932b56bc68"),
     "Consumer.on_partitions_revoked": (_original_on_partitions_revoked, "d04b7ae72c6fc206"),
+    "TransactionManager.send": (_original_transactional_send, "b8d126be9f10fc69"),
 }
 
 
@@ -123,10 +150,87 @@ async def _commit_then_revoke(self: Any, revoked: Any) -> None:
     await _original_on_partitions_revoked(self, revoked)
 
 
+@contextmanager
+def in_transaction_of(source: TP) -> Iterator[None]:
+    """Send what this task produces in the block in the transaction of ``source``'s partition,
+    the one committed with ``source``'s offsets (no effect at least once)."""
+    token = _source.set(source)
+    try:
+        yield
+    finally:
+        _source.reset(token)
+
+
+def transaction_for(app: Any, tp: TP) -> str:
+    """Faust's transactional id for ``tp``: one producer per partition of a topic group."""
+    return f"{app.conf.id}-{app.assignor.group_for_topic(tp.topic)}-{tp.partition}"
+
+
+async def _send_in_source_transaction(
+    self: Any,
+    topic: str,
+    key: bytes | None,
+    value: bytes | None,
+    partition: int | None,
+    timestamp: float | None,
+    headers: Any,
+    *,
+    transactional_id: str | None = None,
+) -> Any:
+    """Faust's TransactionManager.send, with the producer of the source partition when one is
+    set: the record still goes to its own destination partition."""
+    source = _source.get()
+    if source is None:
+        return await _original_transactional_send(
+            self, topic, key, value, partition, timestamp, headers
+        )
+    destination = self.consumer.key_partition(topic, key, partition)
+    return await self.producer.send(
+        topic,
+        key,
+        value,
+        destination,
+        timestamp,
+        headers,
+        transactional_id=transaction_for(self.app, source),
+    )
+
+
+async def commit_outside_batches(app: Any, tps: Iterable[TP]) -> None:
+    """Commit the open transactions of ``tps`` without new offsets, for table writes made
+    outside any batch (the expiry timer's deletions): else they wait in an open transaction
+    for the partition's next event, and a partition that gets none keeps them until the
+    broker aborts the transaction on its timeout.
+
+    The caller holds the batch lock, so no batch is half published. Events processed but not
+    yet committed have their state and decisions committed ahead of their offsets; replayed,
+    they are duplicates of the stored state and publish nothing (as after a timer commit).
+    A partition this worker no longer owns is skipped: its transaction goes with its owner.
+    """
+    if not app.in_transaction:
+        return
+    await drain_producer_buffer(app.producer.buffer)
+    producer = app.producer
+    for tid in sorted({transaction_for(app, tp) for tp in tps}):
+        transaction = producer._transaction_producers.get(tid)
+        if transaction is None:
+            continue
+        try:
+            async with producer._trn_locks[tid]:
+                await transaction.commit_transaction()
+                await transaction.begin_transaction()
+        except ProducerFenced as exc:  # another worker owns it now: as Faust's commit does
+            log.warning("ProducerFenced %s", exc)
+            await app.crash(exc)
+        except KafkaError as exc:  # the writes stay open; the next offsets commit them
+            log.warning("could not commit transaction %s outside a batch: %r", tid, exc)
+
+
 def exactly_once_commits(barrier: asyncio.Lock) -> None:
     """Install the patches; ``barrier`` is the lock the guarding agent holds per batch."""
     global _barrier
     _barrier = barrier
+    faust_consumer.TransactionManager.send = _send_in_source_transaction
     faust_producer.ProducerBuffer._send_pending = _counted_send_pending
     faust_consumer.Consumer._commit_offsets = _commit_offsets_between_batches
     faust_consumer.Consumer.on_partitions_revoked = _commit_then_revoke

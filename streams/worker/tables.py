@@ -40,6 +40,12 @@ class RunsTable(faust.Table):
             return super().partition_for_key(key)  # None: the producer hashes the run id
         return session_partition(self.app, self.changelog_topic.get_topic_name(), session_id)
 
+    def changelog_tp(self, key: bytes, state: Any) -> Any:
+        """Where the changelog write of ``key`` with ``state`` goes (its events' partition)."""
+        topic = self.changelog_topic.get_topic_name()
+        session_id = getattr(state, "session_id", "")
+        return self.app.producer.key_partition(topic, session_id.encode() or key)
+
 
 def session_partition(app: faust.App, topic: str, session_id: str) -> int:
     """The partition the producer's partitioner gives the key ``session_id`` on ``topic``

@@ -11,6 +11,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from aiokafka.errors import KafkaTimeoutError, ProducerFenced
+from faust.types import TP
 
 from streams.worker import exactly_once
 
@@ -156,3 +158,163 @@ def test_a_rebalance_commits_the_acked_offsets_before_faust_forgets_them(
     revoked = ("revoked", ["events-0"])
     committed = [("commit", {"events-0": 41})] if in_transaction else []
     assert consumer.log == [*committed, revoked]
+
+
+# -- the source partition's transaction ---------------------------------------------------
+
+
+class Producer:
+    """Faust's aiokafka Producer as the send and commit patches see it."""
+
+    def __init__(self, owned: list[str] | None = None) -> None:
+        self.sent: list[tuple[str, int | None, str | None]] = []
+        self.buffer = Buffer()
+        self.log: list[Any] = []
+        self._transaction_producers = {tid: Transaction(tid, self.log) for tid in owned or []}
+        self._trn_locks = {tid: asyncio.Lock() for tid in owned or []}
+
+    async def send(
+        self, topic, key, value, partition, timestamp, headers, *, transactional_id=None
+    ) -> None:
+        self.sent.append((topic, partition, transactional_id))
+
+
+class Transaction:
+    """An aiokafka transactional producer: records its commits and begins."""
+
+    def __init__(self, tid: str, log: list[Any], fails: BaseException | None = None) -> None:
+        self.tid, self.log, self.fails = tid, log, fails
+
+    async def commit_transaction(self) -> None:
+        if self.fails is not None:
+            raise self.fails
+        self.log.append(("commit", self.tid))
+
+    async def begin_transaction(self) -> None:
+        self.log.append(("begin", self.tid))
+
+
+def app_with(producer: Producer, in_transaction: bool = True) -> SimpleNamespace:
+    # Faust numbers co-partitioned topic groups; ours (same partition count) are all group 0.
+    assignor = SimpleNamespace(group_for_topic=lambda topic: 0)
+    crashed: list[BaseException] = []
+
+    async def crash(exc: BaseException) -> None:
+        crashed.append(exc)
+
+    return SimpleNamespace(
+        conf=SimpleNamespace(id="lg"),
+        assignor=assignor,
+        producer=producer,
+        in_transaction=in_transaction,
+        crash=crash,
+        crashed=crashed,
+    )
+
+
+def manager(producer: Producer) -> SimpleNamespace:
+    """Faust's TransactionManager: the destination partition hashes from the key here."""
+    consumer = SimpleNamespace(
+        key_partition=lambda topic, key, partition: partition if partition is not None else 5
+    )
+    return SimpleNamespace(app=app_with(producer), consumer=consumer, producer=producer)
+
+
+def send(tm: SimpleNamespace) -> Any:
+    """What Topic.send does with a session run's decision: keyed by its run id (partition 5)."""
+    return exactly_once._send_in_source_transaction(
+        tm, "lg.control", b"run-b", b"decision", None, None, None
+    )
+
+
+def test_faust_alone_sends_a_record_in_its_destination_partitions_transaction() -> None:
+    tm = manager(Producer())
+    asyncio.run(send(tm))  # no source set: Faust's own TransactionManager.send
+    assert tm.producer.sent == [("lg.control", 5, "lg-0-5")]
+
+
+def test_a_record_sent_while_an_event_is_processed_goes_in_its_partitions_transaction() -> None:
+    tm = manager(Producer())
+
+    async def scenario() -> None:
+        with exactly_once.in_transaction_of(TP("lg.events", 2)):  # the session's partition
+            await send(tm)
+        await send(tm)  # after the event: Faust's choice again
+
+    asyncio.run(scenario())
+    # Still written to partition 5, but committed with the offsets of events partition 2.
+    assert tm.producer.sent == [("lg.control", 5, "lg-0-2"), ("lg.control", 5, "lg-0-5")]
+
+
+def test_the_source_is_the_senders_own_a_task_started_before_does_not_see_it() -> None:
+    """The producer buffer's task (table writes) keeps Faust's destination choice."""
+    tm = manager(Producer())
+
+    async def scenario() -> None:
+        go = asyncio.Event()
+
+        async def buffer_task() -> None:
+            await go.wait()
+            await send(tm)
+
+        task = asyncio.create_task(buffer_task())
+        with exactly_once.in_transaction_of(TP("lg.events", 2)):
+            go.set()
+            await task
+
+    asyncio.run(scenario())
+    assert tm.producer.sent == [("lg.control", 5, "lg-0-5")]
+
+
+# -- writes outside any batch -------------------------------------------------------------
+
+
+def test_writes_outside_a_batch_are_committed_in_their_partitions_transactions(
+    monkeypatch,
+) -> None:
+    producer = Producer(owned=["lg-0-1", "lg-0-3"])
+    app = app_with(producer)
+
+    async def sent(buffer: Buffer, fut: str) -> None:
+        await asyncio.sleep(0.005)  # a broker round trip
+        producer.log.append(("sent", fut))
+
+    monkeypatch.setattr(exactly_once, "_original_send_pending", sent)
+
+    async def scenario() -> None:
+        task = asyncio.create_task(producer.buffer.run())
+        producer.buffer.pending.put_nowait("tombstone run-a")  # the expiry's table deletion
+        await exactly_once.commit_outside_batches(
+            app, [TP("lg-runs-changelog", 3), TP("lg-runs-changelog", 3)]
+        )
+        task.cancel()
+
+    asyncio.run(scenario())
+    # The deletion reached its producer first; only partition 3's transaction is committed,
+    # once, and a new one begun for the partition's next events.
+    assert producer.log == [("sent", "tombstone run-a"), ("commit", "lg-0-3"), ("begin", "lg-0-3")]
+
+
+def test_a_partition_this_worker_no_longer_owns_is_left_to_its_owner() -> None:
+    producer = Producer(owned=["lg-0-1"])
+    asyncio.run(exactly_once.commit_outside_batches(app_with(producer), [TP("lg.events", 4)]))
+    assert producer.log == []
+
+
+def test_at_least_once_there_is_no_transaction_to_commit() -> None:
+    producer = Producer(owned=["lg-0-1"])
+    app = app_with(producer, in_transaction=False)
+    asyncio.run(exactly_once.commit_outside_batches(app, [TP("lg.events", 1)]))
+    assert producer.log == []
+
+
+def test_a_fenced_producer_crashes_the_worker_and_a_failed_commit_is_left_for_the_next() -> None:
+    producer = Producer(owned=["lg-0-1", "lg-0-2", "lg-0-3"])
+    log = producer.log
+    producer._transaction_producers["lg-0-1"] = Transaction("lg-0-1", log, ProducerFenced())
+    producer._transaction_producers["lg-0-2"] = Transaction("lg-0-2", log, KafkaTimeoutError())
+    app = app_with(producer)
+    tps = [TP("lg.events", n) for n in (1, 2, 3)]
+    asyncio.run(exactly_once.commit_outside_batches(app, tps))
+    assert [type(exc) for exc in app.crashed] == [ProducerFenced]
+    assert log == [("commit", "lg-0-3"), ("begin", "lg-0-3")]  # the others did not stop it

@@ -1,0 +1,169 @@
+"""The guarding agent sends each event's records in its source partition's transaction.
+
+A session run's events are keyed by the session id (partition 2 here), its decisions and
+watermarks by the run id (partition 5 here). Exactly once, Faust commits a partition's
+transaction only with that partition's offsets, so they must go in partition 2's. The agent
+runs for real (decoding, the processor, the tables' writes); Faust's TransactionManager and
+producer are stand-ins recording which transaction each record joined. End to end:
+tests/integration/test_sessions.py on Kafka with LOOPGUARD_PROCESSING_GUARANTEE=exactly_once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+from typing import Any
+
+from core_helpers import Run, fleet, text_result
+from faust.types import TP
+
+from streams.core.events import AgentEvent
+from streams.settings import Settings
+from streams.wire.avro import decode_control, encode_event
+from streams.wire.schema_registry import default_registry
+from streams.worker import exactly_once
+from streams.worker.agents import WorkerAgents
+from streams.worker.config_book import ConfigBook
+from streams.worker.expiry import RunExpiry
+from streams.worker.metrics import WorkerMetrics
+from streams.worker.processor import EventProcessor
+
+PARTITIONS = {b"sess-1": 2, b"run-b": 5}  # the partitioner, as the cluster would hash them
+
+
+class NoOverrides:
+    version = 0
+
+    def get(self, key: str) -> None:
+        return None
+
+
+class Transaction:
+    def __init__(self, tid: str, log: list[Any]) -> None:
+        self.tid, self.log = tid, log
+
+    async def commit_transaction(self) -> None:
+        self.log.append(("commit", self.tid))
+
+    async def begin_transaction(self) -> None:
+        self.log.append(("begin", self.tid))
+
+
+class Producer:
+    """Faust's aiokafka Producer: one transactional producer per owned partition."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, int, str | None, Any]] = []
+        self.log: list[Any] = []
+        owned = [f"lg-0-{n}" for n in range(8)]
+        self._transaction_producers = {tid: Transaction(tid, self.log) for tid in owned}
+        self._trn_locks = {tid: asyncio.Lock() for tid in owned}
+        self.buffer = SimpleNamespace(pending=asyncio.Queue(), should_stop=False)
+
+    async def send(self, topic, key, value, partition, timestamp, headers, *, transactional_id):
+        self.sent.append((topic, partition, transactional_id, value))
+
+    def key_partition(self, topic: str, key: bytes) -> TP:
+        return TP(topic, PARTITIONS[key])
+
+
+class Topic:
+    """A Faust topic whose send goes through the (patched) TransactionManager.send."""
+
+    def __init__(self, name: str, manager: SimpleNamespace) -> None:
+        self.name, self.manager = name, manager
+
+    async def send(self, *, key: bytes, value: bytes) -> None:
+        await exactly_once._send_in_source_transaction(
+            self.manager, self.name, key, value, None, None, None
+        )
+
+
+class RunsTable(dict):
+    """The runs table: writes go to the events' partition (streams.worker.tables)."""
+
+    def __init__(self, producer: Producer) -> None:
+        super().__init__()
+        self.producer = producer
+
+    def changelog_tp(self, key: bytes, state: Any) -> Any:
+        return self.producer.key_partition("lg-runs-changelog", state.session_id.encode() or key)
+
+
+def worker(block: dict) -> tuple[WorkerAgents, Producer]:
+    producer = Producer()
+    app = SimpleNamespace(
+        conf=SimpleNamespace(id="lg"),
+        assignor=SimpleNamespace(group_for_topic=lambda topic: 0),
+        producer=producer,
+        in_transaction=True,
+    )
+    consumer = SimpleNamespace(key_partition=lambda topic, key, partition: PARTITIONS[key])
+    manager = SimpleNamespace(app=app, consumer=consumer, producer=producer)
+    runs, sessions = RunsTable(producer), {}
+    configs = ConfigBook(fleet(block), NoOverrides())
+    parts = SimpleNamespace(
+        settings=Settings.for_profile("kafka"),
+        app=app,
+        control_topic=Topic("lg.control", manager),
+        deadletter_topic=Topic("lg.deadletter", manager),
+        runs=runs,
+        sessions=sessions,
+        processor=EventProcessor(
+            runs.get, configs.for_agent, sessions.get, republish_duplicates=False
+        ),
+        registry=default_registry(),
+        metrics=WorkerMetrics(),
+        expiry=RunExpiry(idle_ttl=60.0, ended_grace=0.0),
+        commit_barrier=asyncio.Lock(),
+    )
+    return WorkerAgents(parts), producer  # type: ignore[arg-type]
+
+
+def session_run() -> list[AgentEvent]:
+    run = Run(run_id="run-b", session_id="sess-1", time_step=10)
+    events = [run.make_start("user")]
+    for i in range(7):
+        events.append(run.make_call("read", {"path": "a.txt"}, f"c{i}"))
+        events.append(run.make_result("read", {"path": "a.txt"}, text_result("same"), f"c{i}"))
+    events.append(run.make_end())
+    return events
+
+
+def batch(events: list[AgentEvent]) -> list[SimpleNamespace]:
+    return [
+        SimpleNamespace(
+            message=SimpleNamespace(
+                topic="lg.events", partition=2, offset=n, key=b"sess-1", value=encode_event(e)
+            )
+        )
+        for n, e in enumerate(events)
+    ]
+
+
+BLOCK = {"enabled": True, "warningThreshold": 5, "criticalThreshold": 8, "scope": "run"}
+
+
+def test_a_session_runs_decisions_and_watermark_go_in_its_events_partitions_transaction() -> None:
+    agents, producer = worker(BLOCK)
+    asyncio.run(agents.guard_batch(batch(session_run())))
+    control = [(p, tid, type(decode_control(v)).__name__) for _, p, tid, v in producer.sent]
+    kinds = [kind for _, _, kind in control]
+    assert kinds.count("Decision") >= 1 and kinds[-1] == "RunWatermark"  # it did decide
+    # Keyed by run id, so written to partition 5, but committed with partition 2's offsets.
+    assert {(p, tid) for p, tid, _ in control} == {(5, "lg-0-2")}
+    assert set(agents.parts.runs) == {b"run-b"}  # the table write (its own partition: 2)
+
+
+def test_expired_state_is_committed_in_its_partitions_transaction_at_once() -> None:
+    agents, producer = worker(BLOCK)
+
+    async def scenario() -> None:
+        await agents.guard_batch(batch(session_run()))  # the run ended: it may go
+        agents.parts.expiry.last_touched[b"run-b"] -= 1.0
+        await agents.expire_runs()
+
+    asyncio.run(scenario())
+    assert agents.parts.runs == {} and agents.parts.sessions == {}
+    # No event will carry partition 2's offsets: the deletion's transaction is committed now.
+    assert producer.log == [("commit", "lg-0-2"), ("begin", "lg-0-2")]
