@@ -53,7 +53,6 @@ from streams.core.events import (
 from streams.core.fleet import fleet_from_document
 from streams.wire.avro import (
     MARKER,
-    NAME_MAX_BYTES,
     CodecError,
     decode_dead_letter,
     decode_event,
@@ -62,6 +61,7 @@ from streams.wire.avro import (
     event_schema_json,
     schema_fingerprint,
 )
+from streams.wire.names import NAME_MAX_BYTES
 
 pytestmark = pytest.mark.integration
 

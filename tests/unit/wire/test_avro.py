@@ -37,7 +37,6 @@ from streams.core.events import (
 from streams.wire import avro as avro_codec
 from streams.wire.avro import (
     MARKER,
-    NAME_MAX_BYTES,
     BadMarkerError,
     CodecError,
     DeadLetterRecord,
@@ -64,6 +63,7 @@ from streams.wire.avro import (
     schema_fingerprint,
     schema_json_for,
 )
+from streams.wire.names import NAME_MAX_BYTES
 
 LONG_MIN, LONG_MAX = -(1 << 63), (1 << 63) - 1
 ENV = Envelope(run_id="run-1", agent_id="agent-1", gateway_id="gw-1", seq=7, event_time=1_700_000)
