@@ -26,6 +26,17 @@ from streams.core.events import (
 from streams.core.fleet import FleetConfig, fleet_from_document
 
 VETO = {"details": {"status": "blocked", "deniedReason": "tool-loop"}}
+# Small windows and thresholds, so property tests reach every severity in a few dozen events.
+SMALL_LIMITS: dict[str, Any] = {
+    "enabled": True,
+    "historySize": 6,
+    "warningThreshold": 2,
+    "criticalThreshold": 3,
+    "globalCircuitBreakerThreshold": 5,
+    "unknownToolThreshold": 2,
+    "abortAfterBlocks": 4,
+    "postCompactionGuard": {"windowSize": 2},
+}
 
 
 def fleet(config_doc: dict[str, Any] | None = None) -> FleetConfig:

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from core_helpers import (
+    SMALL_LIMITS,
     VETO,
     Run,
     exec_result,
@@ -61,16 +62,7 @@ RESULTS: list[tuple[Any, str | None]] = [
 ]
 
 CONFIGS = [
-    {
-        "enabled": True,
-        "historySize": 6,
-        "warningThreshold": 2,
-        "criticalThreshold": 3,
-        "globalCircuitBreakerThreshold": 5,
-        "unknownToolThreshold": 2,
-        "abortAfterBlocks": 4,
-        "postCompactionGuard": {"windowSize": 2},
-    },
+    SMALL_LIMITS,
     {"enabled": True, "warningThreshold": 3, "criticalThreshold": 5, "abortAfterBlocks": 50},
     {"historySize": 4},  # rolling detectors off, compaction guard on
 ]

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from core_helpers import SMALL_LIMITS, Run, fleet, loop_guard, text_result
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -16,7 +17,6 @@ from streams.core.config import ConfigError, resolve
 from streams.core.engine import LoopGuard
 from streams.core.events import Action, AgentEvent, Decision
 from streams.core.run_state import REORDER_LIMIT
-from tests.core_helpers import Run, fleet, loop_guard, text_result
 from tests.unit.core.test_run_state import run_events
 
 LOOP = {"enabled": True, "warningThreshold": 5, "criticalThreshold": 8}
@@ -240,17 +240,7 @@ def test_an_agent_in_run_scope_does_not_carry_in_a_session_scoped_fleet():
 # -- properties ----------------------------------------------------------------------------
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-SESSION_CONFIG = {
-    "enabled": True,
-    "historySize": 6,
-    "warningThreshold": 2,
-    "criticalThreshold": 3,
-    "globalCircuitBreakerThreshold": 5,
-    "unknownToolThreshold": 2,
-    "abortAfterBlocks": 4,
-    "postCompactionGuard": {"windowSize": 2},
-    "scope": "session",
-}
+SESSION_CONFIG = {**SMALL_LIMITS, "scope": "session"}
 
 
 def in_session(events: list[AgentEvent], session_id: str) -> list[AgentEvent]:
