@@ -24,6 +24,7 @@ from streams.core.events import (
     ToolResult,
 )
 from streams.core.fleet import FleetConfig, fleet_from_document
+from streams.wire.avro import RunWatermark
 
 VETO = {"details": {"status": "blocked", "deniedReason": "tool-loop"}}
 # Small windows and thresholds, so property tests reach every severity in a few dozen events.
@@ -254,6 +255,20 @@ class Run:
 
     def end(self, status: str = "completed") -> list[Decision]:
         return self.feed(self.make_end(status))
+
+
+def final_watermark(run: Run, status: str) -> RunWatermark:
+    """The watermark a worker publishes after a run's last event (for the audit's progress)."""
+    last = run.events[-1].envelope
+    return RunWatermark(
+        run_id=run.run_id,
+        agent_id=run.agent_id,
+        gateway_id=run.gateway_id,
+        seq=last.seq,
+        event_time=last.event_time,
+        status=status,
+        event_count=len(run.events),
+    )
 
 
 def one(decisions: list[Decision]) -> Decision:

@@ -9,14 +9,13 @@ import json
 from dataclasses import replace
 
 import pytest
-from core_helpers import Run, loop_guard
+from core_helpers import Run, final_watermark, loop_guard
 
 from streams.audit import queries
 from streams.audit.store import AuditStore
 from streams.cli.common import EXIT_OK
 from streams.cli.main import main
 from streams.core.events import Action, Decision
-from streams.wire.avro import RunWatermark
 
 START = 1_700_000_000_000
 LOOP = {"enabled": True, "warningThreshold": 2, "criticalThreshold": 4, "abortAfterBlocks": 2}
@@ -34,20 +33,7 @@ def looping_run(run_id: str, mode: str, start: int) -> Run:
 
 def record(store: AuditStore, run: Run, status: str = "aborted") -> None:
     store.record_decisions(run.decisions)
-    last = run.events[-1].envelope
-    store.record_progress(
-        [
-            RunWatermark(
-                run_id=run.run_id,
-                agent_id=run.agent_id,
-                gateway_id=run.gateway_id,
-                seq=last.seq,
-                event_time=last.event_time,
-                status=status,
-                event_count=len(run.events),
-            )
-        ]
-    )
+    store.record_progress([final_watermark(run, status)])
 
 
 @pytest.fixture

@@ -9,13 +9,12 @@ import json
 from dataclasses import asdict
 
 import pytest
-from core_helpers import Run, loop_guard
+from core_helpers import Run, final_watermark, loop_guard
 
 from streams.audit.store import AuditStore
 from streams.cli.common import EXIT_ERROR, EXIT_OK
 from streams.cli.main import build_parser, main
 from streams.core.events import Action, Decision
-from streams.wire.avro import RunWatermark
 
 START = 1_700_000_000_000
 
@@ -50,18 +49,8 @@ def filled(audit_store: AuditStore) -> dict[str, list[Decision]]:
     for run in runs.values():
         assert run.decisions, run.run_id
         audit_store.record_decisions(run.decisions)
-        last = run.events[-1].envelope
         status = "aborted" if run.run_id == "run-repeat" else "active"
-        mark = RunWatermark(
-            run_id=run.run_id,
-            agent_id=run.agent_id,
-            gateway_id=run.gateway_id,
-            seq=last.seq,
-            event_time=last.event_time,
-            status=status,
-            event_count=len(run.events),
-        )
-        audit_store.record_progress([mark])
+        audit_store.record_progress([final_watermark(run, status)])
     return {run_id: run.decisions for run_id, run in runs.items()}
 
 
