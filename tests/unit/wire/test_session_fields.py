@@ -6,26 +6,21 @@ package plays the other side, with the schema as it was before the fields were a
 
 from __future__ import annotations
 
-import io
 import json
 from typing import Any
 
-import avro.io
-import avro.schema
 import pytest
+from avro_reference import avro_decode, avro_write, body_branch, plain_avro_schema
 
 from streams.core.events import Envelope, RunStarted, ToolCall, event_from_dict, event_to_dict
 from streams.wire.avro import (
-    MARKER,
     SCHEMA_DIR,
     EncodeError,
     SchemaRegistry,
     decode_event,
     encode_event,
     event_from_dict_checked,
-    schema_fingerprint,
 )
-from tests.unit.wire.test_avro import NamedBranchWriter, body_branch, plain_avro_schema
 
 ENV = Envelope("run-2", "agent-1", "gw-1", 1, 1_700_000, session_id="sess-9")
 
@@ -47,19 +42,10 @@ def test_newer_worker_reads_an_older_gateways_events():
     old = older_event_schema()
     registry = SchemaRegistry()
     registry.register(json.dumps(old))
-    schema = plain_avro_schema(old)
     for kind, body in (("RunStarted", {}), ("ToolCall", {"tool_name": "ls", "args_json": "{}"})):
-        datum = {
-            "run_id": "r",
-            "agent_id": "a",
-            "gateway_id": "g",
-            "seq": 1,
-            "event_time": 2,
-            "body": (f"loopguard.{kind}", {**body, "tool_call_id": None} if body else body),
-        }
-        buf = io.BytesIO()
-        NamedBranchWriter(schema).write_data(schema, datum, avro.io.BinaryEncoder(buf))
-        message = MARKER + schema_fingerprint(json.dumps(old)) + buf.getvalue()
+        datum = {"run_id": "r", "agent_id": "a", "gateway_id": "g", "seq": 1, "event_time": 2}
+        values = {**body, "tool_call_id": None} if body else body
+        message = avro_write(json.dumps(old), {**datum, "body": values}, kind)
         event = decode_event(message, registry)
         assert event.envelope == Envelope("r", "a", "g", 1, 2)
         assert event.envelope.session_id is None
@@ -70,11 +56,7 @@ def test_newer_worker_reads_an_older_gateways_events():
 def read_as_older(message: bytes) -> dict[str, Any]:
     """What a worker still on the older schema reads from our bytes (schema resolution)."""
     writer = plain_avro_schema(json.loads((SCHEMA_DIR / "AgentEvent.avsc").read_text()))
-    reader = plain_avro_schema(older_event_schema())
-    stream = io.BytesIO(message[10:])
-    datum = avro.io.DatumReader(writer, reader).read(avro.io.BinaryDecoder(stream))
-    assert stream.tell() == len(message) - 10
-    return datum
+    return avro_decode(writer, message[10:], plain_avro_schema(older_event_schema()))
 
 
 def test_older_worker_reads_a_newer_gateways_events():
