@@ -183,8 +183,8 @@ def detect(
     count, missing = history.unknown_tool_streak(tool_name)
     if count >= cfg.unknown_tool_threshold:
         return unknown_tool_repeat(count, missing, CurrentCall(tool_name, sig, known_poll))
-    recent = history.sig_count.get(sig, 0)  # history.count(sig), on the path of every call
-    if not recent:
+    head = history.sig_last.get(sig)  # history.count(sig), inlined: on every call's path
+    if head is None:
         # No earlier call with these args in the window: no streak, no repeat, and no
         # ping-pong (its expected next call is the one before the newest, so it is there);
         # with every threshold >= 1 (config validation) nothing below could fire.
@@ -202,7 +202,7 @@ def detect(
         )
         or (ping_pong(pong, history, call, cfg) if switches.ping_pong else None)
         or (
-            generic_repeat(streak, latest, recent, call, cfg)
+            generic_repeat(streak, latest, head.sig_count, call, cfg)
             if not call.known_poll and switches.generic_repeat
             else None
         )

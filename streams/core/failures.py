@@ -100,7 +100,7 @@ def detect_with_failures(
     switches = cfg.detectors
     extra = None
     if switches.error_repeat:
-        latest = history.sig_latest_result.get(sig)
+        latest = history.latest_result(sig)
         if latest is not None and (latest.result_hash or "").startswith(ERROR_HASH_PREFIX):
             streak, latest_hash = history.no_progress_streak(sig)
             extra = error_repeat(streak, latest_hash, CurrentCall(tool_name, sig, known_poll), cfg)

@@ -27,6 +27,7 @@ class CallRecord:
         *("index", "tool_name", "sig", "tool_call_id", "known_poll", "action"),
         *("result_hash", "unknown_tool", "pending", "call_args"),
         *("prev_same_sig", "no_progress_run", "unknown_run", "alt_run", "alt_break"),
+        *("sig_count", "sig_results", "latest_result"),
     )
 
     def __init__(
@@ -59,6 +60,11 @@ class CallRecord:
         self.unknown_run = 0  # same-unknown-tool failures ending here
         self.alt_run = 1  # length of the A/B alternation ending here
         self.alt_break = -1  # latest index that makes that alternation not a no-progress loop
+        # Per signature, kept on its newest record in the window only (RunHistory.sig_last):
+        # one dict per run instead of four with an entry per signature each.
+        self.sig_count = 0  # records of the signature in the window
+        self.sig_results = 0  # of those, the ones with a result
+        self.latest_result: CallRecord | None = None  # the newest of those
 
     def __repr__(self) -> str:
         return f"CallRecord({', '.join(repr(value) for value in self.primary())})"
@@ -114,10 +120,9 @@ class RunHistory:
         self.max_size = max_size
         self.records: deque[CallRecord] = deque()
         self.next_index = 0
-        self.sig_count: dict[str, int] = {}
-        self.sig_results: dict[str, int] = {}  # records of the signature that have a result
-        self.sig_latest_result: dict[str, CallRecord] = {}
-        self.sig_last_record: dict[str, CallRecord] = {}
+        # The newest record of each signature in the window, which carries the signature's
+        # counters (CallRecord.sig_count, sig_results, latest_result).
+        self.sig_last: dict[str, CallRecord] = {}
         self.pending_by_sig: dict[str, list[CallRecord]] = {}  # oldest first
         self.pending_by_id: dict[str, CallRecord] = {}
 
@@ -128,14 +133,23 @@ class RunHistory:
 
     def count(self, sig: str) -> int:
         """Calls with this signature in the window (generic-repeat warning count)."""
-        return self.sig_count.get(sig, 0)
+        head = self.sig_last.get(sig)
+        return 0 if head is None else head.sig_count
+
+    def latest_result(self, sig: str) -> CallRecord | None:
+        """The newest call with this signature that has a result, if one is in the window."""
+        head = self.sig_last.get(sig)
+        return None if head is None else head.latest_result
 
     def no_progress_streak(self, sig: str) -> tuple[int, str | None]:
         """Newest-first run of identical outcomes of ``sig``, ignoring calls still pending."""
-        latest = self.sig_latest_result.get(sig)
+        head = self.sig_last.get(sig)
+        if head is None:
+            return 0, None
+        latest = head.latest_result
         if latest is None:
             return 0, None
-        run, results = latest.no_progress_run, self.sig_results[sig]
+        run, results = latest.no_progress_run, head.sig_results
         return (run if run < results else results), latest.result_hash
 
     def unknown_tool_streak(self, tool_name: str) -> tuple[int, str | None]:
@@ -170,7 +184,7 @@ class RunHistory:
         )
 
     def latest_result_hash(self, sig: str) -> str | None:
-        latest = self.sig_latest_result.get(sig)
+        latest = self.latest_result(sig)
         return latest.result_hash if latest else None
 
     # -- updates ---------------------------------------------------------------------
@@ -219,11 +233,11 @@ class RunHistory:
         record.result_hash, record.unknown_tool = result_hash, unknown_tool
         if result_hash is None:
             return
-        sig = record.sig
-        self.sig_results[sig] = self.sig_results.get(sig, 0) + 1
-        latest = self.sig_latest_result.get(sig)
+        head = self.sig_last[record.sig]
+        head.sig_results += 1
+        latest = head.latest_result
         if latest is None or latest.index < record.index:
-            self.sig_latest_result[sig] = record
+            head.latest_result = record
         records = self.records
         if record is records[-1]:
             size = len(records)
@@ -247,8 +261,8 @@ class RunHistory:
         record.result_hash, record.unknown_tool = self._effective(record, outcome)
         self._append(record)
         if record.result_hash is not None:
-            self.sig_results[sig] = self.sig_results.get(sig, 0) + 1
-            self.sig_latest_result[sig] = record
+            record.sig_results += 1  # the newest record of its signature: it holds the counters
+            record.latest_result = record
             self._derive(len(self.records) - 1)
         return record
 
@@ -267,7 +281,7 @@ class RunHistory:
         """
         if not outcome.loop_veto:
             return outcome.result_hash, outcome.unknown_tool
-        latest = self.sig_latest_result.get(record.sig)
+        latest = self.latest_result(record.sig)
         if latest is None:  # first call of these args: repeat what the same tool last did
             latest = next(
                 (
@@ -285,9 +299,16 @@ class RunHistory:
     def _append(self, record: CallRecord) -> None:
         self.next_index += 1
         sig = record.sig
-        record.prev_same_sig = self.sig_last_record.get(sig)
-        self.sig_last_record[sig] = record
-        self.sig_count[sig] = self.sig_count.get(sig, 0) + 1
+        last = self.sig_last.get(sig)
+        record.prev_same_sig = last
+        if last is None:
+            record.sig_count = 1
+        else:  # the counters move to the new newest record
+            record.sig_count = last.sig_count + 1
+            record.sig_results = last.sig_results
+            record.latest_result = last.latest_result
+            last.latest_result = None  # only the newest holds one: nothing trimmed stays alive
+        self.sig_last[sig] = record
         records = self.records
         records.append(record)
         size = len(records)
@@ -312,36 +333,36 @@ class RunHistory:
             return
         record.pending = False
         record.call_args = None
-        stack = self.pending_by_sig[record.sig]
+        by_sig = self.pending_by_sig
+        stack = by_sig[record.sig]
         if len(stack) == 1:  # the usual case: this call was the only one pending
-            del self.pending_by_sig[record.sig]
+            del by_sig[record.sig]
+            if not by_sig:
+                by_sig.clear()  # frees its table: a run with nothing pending keeps none
         else:
             if stack[-1] is record:
                 stack.pop()
             else:
                 stack.remove(record)
         call_id = record.tool_call_id
-        if call_id and self.pending_by_id.get(call_id) is record:
-            del self.pending_by_id[call_id]
+        by_id = self.pending_by_id
+        if call_id and by_id.get(call_id) is record:
+            del by_id[call_id]
+            if not by_id:
+                by_id.clear()
 
     def _trim(self) -> None:
         while len(self.records) > self.max_size:
             old = self.records.popleft()
-            sig = old.sig
-            remaining = self.sig_count[sig] - 1
-            if remaining:
-                self.sig_count[sig] = remaining
-            else:
-                del self.sig_count[sig]
-                del self.sig_last_record[sig]
+            head = self.sig_last[old.sig]
+            head.sig_count -= 1
             if old.result_hash is not None:
-                results = self.sig_results[sig] - 1
-                if results:
-                    self.sig_results[sig] = results
-                else:
-                    del self.sig_results[sig]
-                if self.sig_latest_result.get(sig) is old:
-                    del self.sig_latest_result[sig]
+                head.sig_results -= 1
+                if head.latest_result is old:
+                    head.latest_result = None
+            if not head.sig_count:  # old was the signature's only record: it is the head
+                del self.sig_last[old.sig]
+                old.latest_result = None
             if old.pending:
                 self._unpend(old)
             old.prev_same_sig = None  # cut the chain so trimmed records can be freed
@@ -429,7 +450,7 @@ class RunHistory:
             if pending:
                 history._pend(record)
             elif result_hash is not None:
-                history.sig_results[sig] = history.sig_results.get(sig, 0) + 1
-                history.sig_latest_result[sig] = record
+                record.sig_results += 1  # just appended: the newest record of its signature
+                record.latest_result = record
         history.next_index = next_index
         return history
