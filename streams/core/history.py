@@ -116,6 +116,8 @@ NO_PING_PONG = PingPong()
 class RunHistory:
     """The last ``max_size`` calls of one run plus per-signature counters over that window."""
 
+    __slots__ = ("max_size", "records", "next_index", "sig_last", "pending_by_sig", "pending_by_id")
+
     def __init__(self, max_size: int) -> None:
         self.max_size = max_size
         self.records: deque[CallRecord] = deque()

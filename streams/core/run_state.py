@@ -13,7 +13,6 @@ tests drive directly.
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -111,9 +110,9 @@ class RunState:
     history: RunHistory = field(init=False)
     guard: PostCompactionGuard = field(default_factory=PostCompactionGuard)
     stats: RunStats = field(default_factory=RunStats)
-    recent: deque[tuple[int, list[Decision]]] = field(
-        default_factory=lambda: deque(maxlen=RECENT_DECISIONS)
-    )
+    # Oldest first, at most RECENT_DECISIONS (a list: an empty deque holds a 64-slot block,
+    # 760 bytes, in every run that never decided anything).
+    recent: list[tuple[int, list[Decision]]] = field(default_factory=list)
     session_id: str = ""  # the session the run belongs to, once an event named it
     # Session scope: the previous run of the session, to seed from on the first event
     # processed (streams.core.session); handed in by the engine, never stored.
@@ -150,7 +149,7 @@ class RunState:
             decided = self._process(event, cfg)
             if not decided:
                 return decided
-            self.recent.append((seq, decided))
+            self._keep(seq, decided)
             return list(decided)
         if seq <= self.last_seq or seq in self.waiting:
             self.stats.duplicates += 1
@@ -184,8 +183,15 @@ class RunState:
 
     def _remember(self, seq: int, decisions: list[Decision]) -> list[Decision]:
         if decisions:
-            self.recent.append((seq, decisions))
+            self._keep(seq, decisions)
         return decisions
+
+    def _keep(self, seq: int, decisions: list[Decision]) -> None:
+        """Keep an event's decisions among the last RECENT_DECISIONS deciding events."""
+        recent = self.recent
+        recent.append((seq, decisions))
+        if len(recent) > RECENT_DECISIONS:
+            del recent[0]
 
     def _waiting_chars(self) -> int:
         return sum(_payload_chars(event) for event in self.waiting.values())
@@ -527,5 +533,5 @@ class RunState:
         state.guard = PostCompactionGuard.from_dict(data["guard"])
         state.stats = RunStats(*data["stats"])
         for seq, decisions in data.get("recent", []):
-            state.recent.append((seq, [Decision.from_dict(d) for d in decisions]))
+            state._keep(seq, [Decision.from_dict(d) for d in decisions])
         return state
