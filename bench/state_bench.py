@@ -14,7 +14,9 @@
   held by the processor's table, measured with tracemalloc after the hash memos are emptied
   (they are bounded and shared, not per run; their size is printed apart), then again after
   those runs were dropped (expired) and as many new ones were taken in: flat in the number of
-  runs seen means the second wave costs what the first did and dropped runs leave nothing.
+  runs seen means the second wave costs what the first did and dropped runs leave nothing;
+  and a third wave whose results differ from run to run too (load_gen's results repeat
+  across runs, so the shared hash memo hands every run the same result-hash strings).
 
     python bench/state_bench.py [--runs 10000] [--events 300000] [--batch 500]
                                 [--mem-runs 10000] [--repeat 5] [--seed 7] [--json]
@@ -29,6 +31,7 @@ import random
 import sys
 import time
 import tracemalloc
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -40,7 +43,7 @@ sys.path.append(str(Path(__file__).resolve().parent))
 from load_gen import CONFIG, RunBuilder, make_plan  # noqa: E402
 
 from streams.core.engine import core_build  # noqa: E402
-from streams.core.events import RunStarted  # noqa: E402
+from streams.core.events import RunStarted, ToolResult  # noqa: E402
 from streams.core.fleet import fleet_from_document  # noqa: E402
 from streams.core.hashing import clear_memos  # noqa: E402
 from streams.core.run_state import RunState  # noqa: E402
@@ -71,6 +74,20 @@ def varied_run(run_id: str, rng: random.Random, calls: int = HISTORY_SIZE) -> li
     run.add(RunStarted)
     run.varied(rng, calls)  # every call and result different: a full window of 30 records
     return run.events
+
+
+def unique_results(events: list[Any]) -> list[Any]:
+    """The same run with outputs and errors no other run has, as real runs' outputs are."""
+    return [
+        replace(
+            e,
+            result_json=e.result_json and e.result_json.replace('"out ', f'"{e.envelope.run_id} '),
+            error=e.error and f"{e.error} in {e.envelope.run_id}",
+        )
+        if isinstance(e, ToolResult)
+        else e
+        for e in events
+    ]
 
 
 def looping_run(run_id: str) -> list[Any]:
@@ -188,16 +205,11 @@ def memory(args: argparse.Namespace) -> dict[str, Any]:
     registry = default_registry()
     k = args.mem_runs
 
-    def wave(prefix: str) -> list[list[bytes]]:
-        return [
-            [
-                encode_event(e)
-                for e in varied_run(f"{prefix}-{i:06d}-{rng.getrandbits(32):08x}", rng)
-            ]
-            for i in range(k)
-        ]
+    def wave(prefix: str, unique: bool = False) -> list[list[bytes]]:
+        runs = [varied_run(f"{prefix}-{i:06d}-{rng.getrandbits(32):08x}", rng) for i in range(k)]
+        return [[encode_event(e) for e in (unique_results(r) if unique else r)] for r in runs]
 
-    waves = [wave("mem-a"), wave("mem-b")]
+    waves = [wave("mem-a"), wave("mem-b"), wave("mem-c", unique=True)]
     table: dict[bytes, RunState] = {}
     proc = processor(table)
 
@@ -221,6 +233,11 @@ def memory(args: argparse.Namespace) -> dict[str, Any]:
     take_in(waves[1])
     clear_memos()
     second = traced() - base
+    table.clear()
+    cleared = traced() - base
+    take_in(waves[2])
+    clear_memos()
+    third = traced() - base
     tracemalloc.stop()
     assert len(table) == k and all(len(s.history) == HISTORY_SIZE for s in table.values())
     return {
@@ -230,6 +247,7 @@ def memory(args: argparse.Namespace) -> dict[str, Any]:
         "memo_bytes_per_run": (with_memos - first) / k,
         "residue_after_expiry_per_seen_run": residue / k,
         "bytes_per_run_second_wave": (second - residue) / k,
+        "bytes_per_run_unique_results": (third - cleared) / k,
     }
 
 
@@ -263,7 +281,8 @@ def report(result: dict[str, Any]) -> None:
         f"{mem['history_size']}): {mem['bytes_per_run']:,.0f} B; hash memos "
         f"{mem['memo_bytes_per_run']:,.0f} B per run on top (bounded, shared); after those runs "
         f"expired {mem['residue_after_expiry_per_seen_run']:,.0f} B per run seen; a second "
-        f"wave {mem['bytes_per_run_second_wave']:,.0f} B per run"
+        f"wave {mem['bytes_per_run_second_wave']:,.0f} B per run; with results unlike "
+        f"other runs' {mem['bytes_per_run_unique_results']:,.0f} B per run"
     )
 
 
