@@ -166,110 +166,112 @@ def make_events() -> list[tuple[str, Any]]:
     ]
 
 
+A = ev.Action
+DECISION_BASE = dict(
+    run_id="run-1", agent_id="agent-a", gateway_id="gw-py", event_time=T0, severity="warning"
+)
+DECISIONS = [  # (name, Decision fields over DECISION_BASE)
+    (
+        "warn_minimal",
+        dict(
+            seq=3,
+            action=A.WARN,
+            detector="generic_repeat",
+            count=10,
+            tool_name="exec",
+            reason="exec repeated 10 times",
+        ),
+    ),
+    (
+        "block_with_extra",
+        dict(
+            severity="critical",
+            seq=7,
+            action=A.BLOCK,
+            detector="ping_pong",
+            count=20,
+            tool_name="read",
+            reason="ping-pong loop ✗",
+            args_hash="a" * 64,
+            result_hash="b" * 64,
+            paired_tool_name="write",
+            error_code="",
+            config_version="v3",
+            extra={"blocks": "1"},
+        ),
+    ),
+    (
+        "abort_rich_extra",
+        dict(
+            severity="critical",
+            seq=9,
+            action=A.ABORT,
+            detector="global_circuit_breaker",
+            count=30,
+            tool_name="exec",
+            reason="Session execution blocked to prevent runaway loops.",
+            error_code="global_circuit_breaker",
+            extra={
+                "ratio": 0.5,
+                "n": 3,
+                "float_one": 1.0,
+                "big": 2**60,
+                "list": [1, "x", None, True],
+                "nested": {"k": {"deep": [1.5e-7]}},
+                "uni": "é✓🦀",
+                "empty": {},
+                "str": "plain",
+            },
+        ),
+    ),
+    (
+        "abort_empty_strings",
+        dict(
+            run_id="r",
+            agent_id="",
+            gateway_id="",
+            seq=0,
+            event_time=0,
+            action=A.ABORT,
+            detector="",
+            severity="",
+            count=0,
+            tool_name="",
+            reason="",
+        ),
+    ),
+    (
+        "warn_unicode_run",
+        dict(
+            run_id="run-ü-🦀",
+            seq=2**53 - 1,
+            action=A.WARN,
+            detector="known_poll_no_progress",
+            count=2**40,
+            tool_name="process",
+            reason="polling ✓",
+        ),
+    ),
+    (
+        "block_observe_only",  # mode "observe" (shadow mode): gateways log, never block
+        dict(
+            severity="critical",
+            seq=11,
+            action=A.BLOCK,
+            detector="generic_repeat",
+            count=20,
+            tool_name="exec",
+            reason="exec repeated 20 times",
+            config_version="v4",
+            enforced=False,
+            extra={"blocks": "1"},
+        ),
+    ),
+]
+
+
 def make_decisions() -> list[tuple[str, Any]]:
-    D, A = ev.Decision, ev.Action
-    base = dict(
-        run_id="run-1", agent_id="agent-a", gateway_id="gw-py", event_time=T0, severity="warning"
-    )
-    return [
-        (
-            "warn_minimal",
-            D(
-                **base,
-                seq=3,
-                action=A.WARN,
-                detector="generic_repeat",
-                count=10,
-                tool_name="exec",
-                reason="exec repeated 10 times",
-            ),
-        ),
-        (
-            "block_with_extra",
-            D(
-                **{**base, "severity": "critical"},
-                seq=7,
-                action=A.BLOCK,
-                detector="ping_pong",
-                count=20,
-                tool_name="read",
-                reason="ping-pong loop ✗",
-                args_hash="a" * 64,
-                result_hash="b" * 64,
-                paired_tool_name="write",
-                error_code="",
-                config_version="v3",
-                extra={"blocks": "1"},
-            ),
-        ),
-        (
-            "abort_rich_extra",
-            D(
-                **{**base, "severity": "critical"},
-                seq=9,
-                action=A.ABORT,
-                detector="global_circuit_breaker",
-                count=30,
-                tool_name="exec",
-                reason="Session execution blocked to prevent runaway loops.",
-                error_code="global_circuit_breaker",
-                extra={
-                    "ratio": 0.5,
-                    "n": 3,
-                    "float_one": 1.0,
-                    "big": 2**60,
-                    "list": [1, "x", None, True],
-                    "nested": {"k": {"deep": [1.5e-7]}},
-                    "uni": "é✓🦀",
-                    "empty": {},
-                    "str": "plain",
-                },
-            ),
-        ),
-        (
-            "abort_empty_strings",
-            D(
-                run_id="r",
-                agent_id="",
-                gateway_id="",
-                seq=0,
-                event_time=0,
-                action=A.ABORT,
-                detector="",
-                severity="",
-                count=0,
-                tool_name="",
-                reason="",
-            ),
-        ),
-        (
-            "warn_unicode_run",
-            D(
-                **{**base, "run_id": "run-ü-🦀"},
-                seq=2**53 - 1,
-                action=A.WARN,
-                detector="known_poll_no_progress",
-                count=2**40,
-                tool_name="process",
-                reason="polling ✓",
-            ),
-        ),
-        (
-            "block_observe_only",  # mode "observe" (shadow mode): gateways log, never block
-            D(
-                **{**base, "severity": "critical"},
-                seq=11,
-                action=A.BLOCK,
-                detector="generic_repeat",
-                count=20,
-                tool_name="exec",
-                reason="exec repeated 20 times",
-                config_version="v4",
-                enforced=False,
-                extra={"blocks": "1"},
-            ),
-        ),
-    ]
+    return [(name, ev.Decision(**{**DECISION_BASE, **fields})) for name, fields in DECISIONS]
 
 
 UNSAFE_DECISIONS = [
