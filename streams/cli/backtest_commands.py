@@ -29,7 +29,9 @@ from streams.cli.common import (
 )
 from streams.cli.replay_commands import (
     add_event_source_args,
+    add_json_report_arg,
     check_range,
+    load_fleet_arg,
     open_events_topic,
     selection_from_args,
 )
@@ -76,24 +78,12 @@ def add_backtest_parser(sub: Any) -> argparse.ArgumentParser:
     )
     add_event_source_args(parser, "backtest")
     add_db_arg(parser)
-    parser.add_argument(
-        "--json", action="store_true", help="print the report as one JSON document on stdout"
-    )
+    add_json_report_arg(parser)
     return parser
 
 
 def run_backtest(args: argparse.Namespace) -> int:
     return run_reporting_errors("backtest", _backtest, args, usage_errors=(SourceError,))
-
-
-def _load(path: str | None, flag: str) -> Any:
-    from streams.core.config import ConfigError
-    from streams.core.fleet import load_fleet_config
-
-    try:
-        return load_fleet_config(path)
-    except ConfigError as exc:
-        raise InputError(f"invalid {flag} config: {exc}") from None
 
 
 def _baseline(args: argparse.Namespace) -> tuple[Baseline, Any, Any]:
@@ -102,12 +92,12 @@ def _baseline(args: argparse.Namespace) -> tuple[Baseline, Any, Any]:
     from streams.settings import redact_url
 
     if args.baseline_config:
-        fleet = _load(args.baseline_config, "--baseline-config")
+        fleet = load_fleet_arg(args.baseline_config, "--baseline-config config")
         described = f"decisions of config {args.baseline_config} on the same events"
         return Baseline(CONFIG, described), LoopGuard(fleet), None
     if args.from_file and missing_sqlite_file(args.db) is not None:
         current = os.environ.get("LOOPGUARD_CONFIG") or ""
-        fleet = _load(current, "LOOPGUARD_CONFIG")
+        fleet = load_fleet_arg(current, "LOOPGUARD_CONFIG config")
         named = current or "the built-in defaults, LOOPGUARD_CONFIG being unset"
         described = f"decisions of the current config ({named}) on the same events"
         reason = f"no audit trail at {redact_url(args.db)}"
@@ -140,7 +130,7 @@ def _backtest(args: argparse.Namespace) -> int:
     check_range(args)
     if args.from_file and args.from_offset:
         raise InputError("--from-offset applies to the events topic, not to --from-file")
-    candidate = LoopGuard(_load(args.config, "--config"))
+    candidate = LoopGuard(load_fleet_arg(args.config, "--config config"))
     selection = selection_from_args(args)
     reader = None
     if args.from_file:

@@ -140,6 +140,25 @@ def add_event_source_args(parser: argparse.ArgumentParser, verb: str) -> None:
     add_selection_args(parser, verb)
 
 
+def add_json_report_arg(parser: argparse.ArgumentParser) -> None:
+    """``--json``, as replay and backtest both print their report."""
+    parser.add_argument(
+        "--json", action="store_true", help="print the report as one JSON document on stdout"
+    )
+
+
+def load_fleet_arg(path: str | None, what: str = "config") -> Any:
+    """The fleet config a flag names; an invalid one is bad input (exit 2), named by ``what``."""
+    # Deferred: the core loads only when a command really runs (not for --help).
+    from streams.core.config import ConfigError
+    from streams.core.fleet import load_fleet_config
+
+    try:
+        return load_fleet_config(path)
+    except ConfigError as exc:
+        raise InputError(f"invalid {what}: {exc}") from None
+
+
 def add_replay_parser(sub: Any) -> argparse.ArgumentParser:
     """The ``replay`` subparser; the caller adds ``--db`` (shared with history/runs)."""
     parser = sub.add_parser(
@@ -170,9 +189,7 @@ def add_replay_parser(sub: Any) -> argparse.ArgumentParser:
         "(incomplete ones excepted) to this topic; only ever done when given, and the "
         "control topic is never implied",
     )
-    parser.add_argument(
-        "--json", action="store_true", help="print the report as one JSON document on stdout"
-    )
+    add_json_report_arg(parser)
     return parser
 
 
@@ -229,18 +246,13 @@ def run_replay(args: argparse.Namespace) -> int:
 def _replay(args: argparse.Namespace) -> int:
     # Deferred: SQLAlchemy and the core load only when a replay really runs (not for --help).
     from streams.audit.store import AuditStore
-    from streams.core.config import ConfigError
     from streams.core.engine import LoopGuard
-    from streams.core.fleet import load_fleet_config
     from streams.settings import redact_url
 
     check_range(args)
     if args.from_file and args.from_offset:
         raise InputError("--from-offset applies to the events topic, not to --from-file")
-    try:
-        fleet = load_fleet_config(args.config)
-    except ConfigError as exc:
-        raise InputError(f"invalid config: {exc}") from None
+    fleet = load_fleet_arg(args.config)
     selection = selection_from_args(args)
     settings = settings_from_args(args)
     reader = None
