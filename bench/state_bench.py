@@ -20,6 +20,7 @@
 
     python bench/state_bench.py [--runs 10000] [--events 300000] [--batch 500]
                                 [--mem-runs 10000] [--repeat 5] [--seed 7] [--json]
+    python bench/state_bench.py --mem-lines 12 [--mem-runs 1000]   # where a run's bytes go
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import linecache
 import random
 import sys
 import time
@@ -251,6 +253,44 @@ def memory(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def memory_by_line(args: argparse.Namespace) -> None:
+    """Where a run's bytes go: tracemalloc by allocating line over ``--mem-runs`` runs of 30
+    calls whose results differ from run to run (the third wave), the top ``--mem-lines``."""
+    rng = random.Random(args.seed)
+    registry = default_registry()
+    k = args.mem_runs
+    runs = [
+        [encode_event(e) for e in unique_results(varied_run(f"lines-{i:06d}", rng))]
+        for i in range(k)
+    ]
+    table: dict[bytes, RunState] = {}
+    proc = processor(table)
+    clear_memos()
+    gc.collect()
+    tracemalloc.start(1)
+    before = tracemalloc.take_snapshot()
+    for run in runs:
+        for value in run:
+            event = decode_event(value, registry)
+            proc.apply(event.envelope.run_id.encode(), event)
+        for touched in proc.take_touched():
+            table[touched.key] = touched.state
+    clear_memos()
+    gc.collect()
+    stats = tracemalloc.take_snapshot().compare_to(before, "lineno")
+    tracemalloc.stop()
+    total = sum(stat.size_diff for stat in stats)
+    print(
+        f"memory per active run by allocating line ({core_build()} core, {k:,} runs): "
+        f"{total / k:,.0f} B in all"
+    )
+    for stat in stats[: args.mem_lines]:
+        frame = stat.traceback[0]
+        where = f"{Path(frame.filename).name}:{frame.lineno}"
+        line = linecache.getline(frame.filename, frame.lineno).strip()
+        print(f"  {stat.size_diff / k:7,.0f} B {stat.count_diff / k:5.1f} objects  {where}  {line}")
+
+
 def report(result: dict[str, Any]) -> None:
     sizes, log, mem = result["state_sizes"], result["changelog"], result["memory"]
     print(f"run state codec: old JSON vs new binary ({result['core']} core)")
@@ -298,7 +338,13 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=5, help="timing passes (best is kept)")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument(
+        "--mem-lines", type=int, default=0, help="only print the top N allocating lines per run"
+    )
     args = parser.parse_args()
+    if args.mem_lines:
+        memory_by_line(args)
+        return 0
     rng = random.Random(args.seed)
     result = {
         "core": core_build(),
