@@ -57,14 +57,12 @@ class BrokerProfile:
 
 
 PROFILES = {
-    # Apache Kafka, what production runs: replicated topics, batching. At least once:
-    # exactly_once (opt-in, LOOPGUARD_PROCESSING_GUARANTEE; Faust 0.15.3 plus the patches in
-    # streams/worker/exactly_once.py) commits a partition's transaction with that partition's
-    # offsets, and a session run's decisions are keyed by run id, so they sit in another
-    # partition's transaction: on a partition without input of its own they are never
-    # committed (test_sessions.py on Kafka: 0 decisions seen). Decision ids make a
-    # re-published decision harmless (gateways and the audit trail keep one of each).
-    "kafka": BrokerProfile("kafka", 3, 2, 16_384, 500, "at_least_once"),
+    # Apache Kafka, what production runs: replicated topics, batching, exactly once (an
+    # events partition's offsets, the changelog writes and decisions of its events, a session
+    # run's too, in one transaction; Faust 0.15.3 needs the patches in
+    # streams/worker/exactly_once.py for that to hold across rebalances, crashes and session
+    # keying). LOOPGUARD_PROCESSING_GUARANTEE=at_least_once trades it for latency.
+    "kafka": BrokerProfile("kafka", 3, 2, 16_384, 500, "exactly_once"),
     # The embedded tansu broker: one node, no transactions; it reports a topic's end offset
     # per batch (one record per batch keeps table recovery exact) and holds an empty fetch
     # for the whole wait (a short wait keeps decisions prompt).

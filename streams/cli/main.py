@@ -63,8 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["kafka", "tansu"],
         default=os.environ.get("LOOPGUARD_BROKER_PROFILE", "kafka"),
         help="what the broker can do: kafka (replication 3, min.insync.replicas 2, "
-        "batching) or tansu (the embedded broker: one node, one record per batch) "
-        "(env LOOPGUARD_BROKER_PROFILE; default kafka)",
+        "exactly once, batching) or tansu (the embedded broker: one node, at least once, "
+        "one record per batch) (env LOOPGUARD_BROKER_PROFILE; default kafka)",
     )
     worker.add_argument("--partitions", type=int, help="partitions of topics it creates")
     worker.add_argument("--web-port", type=int, help="serve the HTTP API on this port")

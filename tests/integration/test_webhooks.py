@@ -120,7 +120,7 @@ def test_each_block_and_abort_is_posted_once_even_after_a_crash(
     # One partition: once the new worker has posted a new run's notifications, its audit agent
     # has read every earlier control message again (they come first on that partition).
     pipeline = pipeline_factory(migrated_db_url, config=ENABLED, partitions=1)
-    # At least once even when the run opts in to exactly once: then a decision is seen only
+    # At least once on every broker: exactly once (Kafka's default) shows a decision only
     # when its transaction commits, and this test needs decisions seen but never committed.
     hook = {
         "LOOPGUARD_WEBHOOK_URL": receiver.url,

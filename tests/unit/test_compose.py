@@ -558,7 +558,8 @@ def test_compose_runs_the_kafka_version_and_settings_the_tests_run_on(services):
     assert env["KAFKA_DEFAULT_REPLICATION_FACTOR"] == str(kafka_profile.replication)
     assert env["KAFKA_MIN_INSYNC_REPLICAS"] == str(kafka_profile.min_insync_replicas)
     assert env["KAFKA_TRANSACTION_STATE_LOG_MIN_ISR"] == str(kafka_profile.min_insync_replicas)
-    # exactly_once (opt-in) needs the transaction log replicated like the topics.
+    # Workers run the profile's exactly once: transactions, replicated like the topics.
+    assert kafka_profile.processing_guarantee == "exactly_once"
     assert env["KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR"] == str(kafka_profile.replication)
     for worker in worker_services(services).values():
         worker_env = worker["environment"]
