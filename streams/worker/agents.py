@@ -44,8 +44,13 @@ from streams.wire.avro import (
 from streams.wire.errors import UnknownSchemaError
 from streams.wire.schema_registry import SchemaRegistry
 from streams.worker.audit_writer import AuditWriter
+from streams.worker.batch_sends import BatchSends
 from streams.worker.crash_exit import CrashExit
-from streams.worker.exactly_once import commit_outside_batches, in_transaction_of
+from streams.worker.exactly_once import (
+    commit_outside_batches,
+    drain_producer_buffer,
+    in_transaction_of,
+)
 from streams.worker.expiry import RunExpiry
 from streams.worker.metrics import WorkerMetrics
 from streams.worker.processor import EventProcessor
@@ -124,28 +129,42 @@ class WorkerAgents:
                 await self.guard_batch(batch)
 
     async def guard_batch(self, batch: list[Any]) -> None:
-        """Exactly once, whatever an event produces goes in the transaction of the event's
+        """Apply a batch, then send its records: decisions, each touched run's state (to
+        the changelog) and watermark, every partition's in order and all partitions at once
+        (:mod:`streams.worker.batch_sends`).
+
+        Exactly once, whatever an event produces goes in the transaction of the event's
         partition, committed with its offset (streams.worker.exactly_once), even when the
         record is keyed elsewhere (a session run's decisions and watermarks, by run id)."""
         parts = self.parts
+        sends = BatchSends(parts.app.producer.key_partition)
         for event in batch:
             message = event.message
-            with in_transaction_of(TP(message.topic, message.partition)):
-                await self.guard_one(message)
+            source = TP(message.topic, message.partition)
+            with in_transaction_of(source):
+                await self.guard_one(message, sends, source)
         now = time.time()
+        changelog = parts.runs.changelog_topic
         for run in parts.processor.take_touched():
             # The state goes to its events' partition (streams.worker.tables), an applied
             # event came from there (else it is re-keyed), and so goes the watermark.
-            parts.runs[run.key] = run.state
+            tp = parts.runs.changelog_tp(run.key, run.state)
+            # Stored without the table's own changelog write (Faust's producer buffer sends
+            # one message at a time); the write goes out with the batch's records instead.
+            parts.runs.data[run.key] = run.state
+            sends.add(changelog, run.key, run.state, tp.partition, source=tp)
             parts.expiry.touch(run.key, now)
             # After the run's decisions on the same partition: a gateway that sees it
             # holds every verdict up to its seq (in-time enforcement, run progress).
-            with in_transaction_of(parts.runs.changelog_tp(run.key, run.state)):
-                await parts.control_topic.send(key=run.key, value=encode_watermark(run.watermark))
+            sends.add(parts.control_topic, run.key, encode_watermark(run.watermark), source=tp)
         for session_key, run_key in parts.processor.take_sessions().items():
             parts.sessions[session_key] = run_key
+        # Table writes through Faust's producer buffer (the sessions table, expiry's
+        # deletes) go first, in order, so a run's delete never overtakes its state.
+        await drain_producer_buffer(parts.app.producer.buffer)
+        await sends.flush()
 
-    async def guard_one(self, message: Any) -> None:
+    async def guard_one(self, message: Any, sends: BatchSends, source: TP) -> None:
         parts, metrics = self.parts, self.parts.metrics
         started = time.perf_counter()
         try:
@@ -164,8 +183,11 @@ class WorkerAgents:
         else:
             parts.expiry.observe(agent_event.envelope.event_time, time.time())
             for decision in outcome.decisions:
-                await parts.control_topic.send(
-                    key=decision.run_id.encode(), value=encode_decision(decision)
+                sends.add(
+                    parts.control_topic,
+                    decision.run_id.encode(),
+                    encode_decision(decision),
+                    source=source,
                 )
             metrics.observe_decisions(outcome.decisions)
         metrics.observe_latency(time.perf_counter() - started)
