@@ -77,7 +77,7 @@ def faust_forward(settings: Settings) -> None:
     """One Faust agent: ``async for key, value in stream.items(): await out.send(...)``."""
     from streams.worker.bootstrap import apply_faust_patches, build_app
 
-    apply_faust_patches(settings)
+    apply_faust_patches(settings, asyncio.Lock())  # the barrier only orders exactly-once commits
     Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
     app = build_app(settings)
     raw = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw"}
