@@ -39,10 +39,10 @@ from streams.worker import agents
 
 _guard_one = agents.WorkerAgents.guard_one
 
-async def guard_one(self, message):
+async def guard_one(self, message, *args):
     if message.key == b"crash-the-agent":
         raise RuntimeError("injected: the guarding agent fails")
-    return await _guard_one(self, message)
+    return await _guard_one(self, message, *args)
 
 agents.WorkerAgents.guard_one = guard_one
 """
