@@ -73,18 +73,23 @@ class Topic:
     def __init__(self, name: str, manager: SimpleNamespace) -> None:
         self.name, self.manager = name, manager
 
-    async def send(self, *, key: bytes, value: bytes) -> None:
+    def get_topic_name(self) -> str:
+        return self.name
+
+    async def send(self, *, key: bytes, value: Any, partition: int | None = None) -> None:
         await exactly_once._send_in_source_transaction(
-            self.manager, self.name, key, value, None, None, None
+            self.manager, self.name, key, value, partition, None, None
         )
 
 
 class RunsTable(dict):
     """The runs table: writes go to the events' partition (streams.worker.tables)."""
 
-    def __init__(self, producer: Producer) -> None:
+    def __init__(self, producer: Producer, changelog_topic: Topic) -> None:
         super().__init__()
         self.producer = producer
+        self.data = self  # the agent stores a state here and sends its changelog write itself
+        self.changelog_topic = changelog_topic
 
     def changelog_tp(self, key: bytes, state: Any) -> Any:
         return self.producer.key_partition("lg-runs-changelog", state.session_id.encode() or key)
@@ -98,9 +103,13 @@ def worker(block: dict) -> tuple[WorkerAgents, Producer]:
         producer=producer,
         in_transaction=True,
     )
-    consumer = SimpleNamespace(key_partition=lambda topic, key, partition: PARTITIONS[key])
+    consumer = SimpleNamespace(
+        key_partition=lambda topic, key, partition: (
+            PARTITIONS[key] if partition is None else partition
+        )
+    )
     manager = SimpleNamespace(app=app, consumer=consumer, producer=producer)
-    runs, sessions = RunsTable(producer), {}
+    runs, sessions = RunsTable(producer, Topic("lg-runs-changelog", manager)), {}
     configs = ConfigBook(fleet(block), NoOverrides())
     parts = SimpleNamespace(
         settings=Settings.for_profile("kafka"),
@@ -147,12 +156,19 @@ BLOCK = {"enabled": True, "warningThreshold": 5, "criticalThreshold": 8, "scope"
 def test_a_session_runs_decisions_and_watermark_go_in_its_events_partitions_transaction() -> None:
     agents, producer = worker(BLOCK)
     asyncio.run(agents.guard_batch(batch(session_run())))
-    control = [(p, tid, type(decode_control(v)).__name__) for _, p, tid, v in producer.sent]
+    control = [
+        (p, tid, type(decode_control(v)).__name__)
+        for topic, p, tid, v in producer.sent
+        if topic == "lg.control"
+    ]
     kinds = [kind for _, _, kind in control]
     assert kinds.count("Decision") >= 1 and kinds[-1] == "RunWatermark"  # it did decide
     # Keyed by run id, so written to partition 5, but committed with partition 2's offsets.
     assert {(p, tid) for p, tid, _ in control} == {(5, "lg-0-2")}
-    assert set(agents.parts.runs) == {b"run-b"}  # the table write (its own partition: 2)
+    assert set(agents.parts.runs) == {b"run-b"}
+    # The state's changelog write: its events' partition (2), in that partition's transaction.
+    changelog = [(p, tid) for topic, p, tid, _ in producer.sent if topic == "lg-runs-changelog"]
+    assert changelog == [(2, "lg-0-2")]
 
 
 def test_expired_state_is_committed_in_its_partitions_transaction_at_once() -> None:
