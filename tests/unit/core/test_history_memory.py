@@ -9,29 +9,13 @@ import sys
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streams.core.hashing import Outcome, args_hash
 from streams.core.history import RunHistory
+from tests.unit.core.test_run_state import apply_history_ops, history_op
 
-SIGS = [("read", args_hash("read", {"p": n})) for n in range(3)] + [
-    ("write", args_hash("write", {"p": 0}))
-]
-OUTCOMES = [
-    Outcome("h1"),
-    Outcome("h2"),
-    Outcome("error:x", "browser"),
-    Outcome(None, loop_veto=True),
-]
 EMPTY_DICT_BYTES = sys.getsizeof({})
 
-ops = st.lists(
-    st.one_of(
-        st.tuples(st.just("call"), st.integers(0, 3), st.booleans()),
-        st.tuples(st.just("result"), st.integers(0, 50), st.integers(0, 3)),
-        st.tuples(st.just("orphan"), st.integers(0, 3), st.integers(0, 3)),
-        st.tuples(st.just("resize"), st.integers(1, 6)),
-    ),
-    max_size=60,
-)
+# test_run_state's call/result/orphan steps, and resizes of the window between them
+ops = st.lists(st.one_of(history_op, st.tuples(st.just("resize"), st.integers(1, 6))), max_size=60)
 
 
 def check_bookkeeping(history: RunHistory) -> None:
@@ -57,21 +41,9 @@ def check_bookkeeping(history: RunHistory) -> None:
 @settings(max_examples=200, deadline=None)
 @given(st.integers(1, 6), ops)
 def test_counters_on_newest_record_match_the_window(max_size: int, steps: list) -> None:
-    history = RunHistory(max_size)
-    for step in steps:
-        if step[0] == "call":
-            tool, sig = SIGS[step[1]]
-            call_id = f"id{history.next_index}" if step[2] else None
-            history.append_call(tool, sig, call_id, False, None)
-        elif step[0] == "result":
-            pending = [r for r in history.records if r.pending]
-            if pending:
-                history.attach_result(pending[step[1] % len(pending)], OUTCOMES[step[2]])
-        elif step[0] == "orphan":
-            tool, sig = SIGS[step[1]]
-            history.append_result(tool, sig, None, False, None, OUTCOMES[step[2]])
-        else:
-            history.resize(step[1])
+    def check(history: RunHistory) -> None:
         check_bookkeeping(history)
         rebuilt = RunHistory.rebuild(history.max_size, history.next_index, history.to_list())
         check_bookkeeping(rebuilt)
+
+    apply_history_ops(RunHistory(max_size), steps, check)

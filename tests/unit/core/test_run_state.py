@@ -264,15 +264,13 @@ OUTCOMES = [
     Outcome(None),
 ]
 
-history_ops = st.lists(
-    st.one_of(
-        st.tuples(st.just("call"), st.integers(0, len(SIGS) - 1), st.booleans()),
-        st.tuples(st.just("result"), st.integers(0, 1000), st.integers(0, len(OUTCOMES) - 1)),
-        st.tuples(st.just("result_by_sig"), st.integers(0, len(SIGS) - 1), st.integers(0, 5)),
-        st.tuples(st.just("orphan"), st.integers(0, len(SIGS) - 1), st.integers(0, 5)),
-    ),
-    max_size=60,
+history_op = st.one_of(
+    st.tuples(st.just("call"), st.integers(0, len(SIGS) - 1), st.booleans()),
+    st.tuples(st.just("result"), st.integers(0, 1000), st.integers(0, len(OUTCOMES) - 1)),
+    st.tuples(st.just("result_by_sig"), st.integers(0, len(SIGS) - 1), st.integers(0, 5)),
+    st.tuples(st.just("orphan"), st.integers(0, len(SIGS) - 1), st.integers(0, 5)),
 )
+history_ops = st.lists(history_op, max_size=60)
 
 
 def naive_no_progress(records, sig):
@@ -415,6 +413,8 @@ def apply_history_ops(history: RunHistory, ops, check) -> None:
             found = history.find_pending(tool, sig, None)
             if found is not None:
                 history.attach_result(found, OUTCOMES[op[2]])
+        elif op[0] == "resize":
+            history.resize(op[1])
         else:
             tool, sig = SIGS[op[1]]
             history.append_result(tool, sig, None, False, None, OUTCOMES[op[2]])
