@@ -4,7 +4,8 @@ Events are keyed by their session id when they have one (else by their run id), 
 of a session reach one partition and one worker. The runs table stays keyed by run id, so
 Faust's partitioner (murmur2 of the table key) would write a session run's state to another
 changelog partition than its events', and a restarted or rebalanced worker would recover it
-on the wrong worker. This table writes (and deletes) such a state on the partition of its
+on the wrong worker. Such a state is written (by the guarding agent, with its batch's records,
+at :meth:`RunsTable.changelog_tp`) and deleted (through this table) on the partition of its
 session id instead, which is the partition of its events: the topics are co-partitioned.
 """
 
@@ -18,14 +19,7 @@ import faust
 class RunsTable(faust.Table):
     """run id -> RunState; a state with a session lives on its session's partition."""
 
-    _routing: Any = None  # the value being written or deleted, while Faust picks a partition
-
-    def on_key_set(self, key: Any, value: Any) -> None:
-        self._routing = value
-        try:
-            super().on_key_set(key, value)
-        finally:
-            self._routing = None
+    _routing: Any = None  # the state being deleted, while Faust picks a partition
 
     def on_key_del(self, key: Any) -> None:
         self._routing = self.data.get(key)  # still there: Faust deletes after this hook
@@ -35,19 +29,14 @@ class RunsTable(faust.Table):
             self._routing = None
 
     def partition_for_key(self, key: Any) -> int | None:
-        session_id = getattr(self._routing, "session_id", "")
-        if not session_id:
+        if not getattr(self._routing, "session_id", ""):
             return super().partition_for_key(key)  # None: the producer hashes the run id
-        return session_partition(self.app, self.changelog_topic.get_topic_name(), session_id)
+        return self.changelog_tp(key, self._routing).partition
 
     def changelog_tp(self, key: bytes, state: Any) -> Any:
-        """Where the changelog write of ``key`` with ``state`` goes (its events' partition)."""
+        """Where the changelog record of ``key`` with ``state`` goes: the partition the
+        producer's partitioner (murmur2, as the gateways' and Java's) gives its session id,
+        else its run id."""
         topic = self.changelog_topic.get_topic_name()
         session_id = getattr(state, "session_id", "")
         return self.app.producer.key_partition(topic, session_id.encode() or key)
-
-
-def session_partition(app: faust.App, topic: str, session_id: str) -> int:
-    """The partition the producer's partitioner gives the key ``session_id`` on ``topic``
-    (the gateways' partitioner too: murmur2, as Java's)."""
-    return app.producer.key_partition(topic, session_id.encode()).partition
