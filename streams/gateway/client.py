@@ -255,6 +255,21 @@ class GatewayClient:
                     )
                 self._lock.wait(remaining)
 
+    def wait_processed(self, run_id: str, seq: int, timeout: float = 10.0) -> None:
+        """Block until the worker says it has processed the run up to ``seq`` (its watermark
+        on the control topic): every record the worker writes for those events is out."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            control = self._control[run_id]
+            while control.watermark < seq:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError(
+                        f"run {run_id}: worker processed up to seq {control.watermark}, "
+                        f"not {seq}, in {timeout}s"
+                    )
+                self._lock.wait(remaining)
+
     def take_verdict(self, run_id: str, published_seq: int = 0) -> Verdict:
         """The run's verdict once the worker has processed up to ``published_seq``, or at the
         end of the wait budget, whichever comes first."""

@@ -31,3 +31,14 @@ def test_no_worker_every_call_times_out_and_the_warning_is_throttled(
     lines = [r for r in caplog.records if "had not processed" in r.getMessage()]
     assert len(lines) == 1, [r.getMessage() for r in lines]  # 12 calls in well under 10 s
     assert f"failing {fail_mode}" in lines[0].getMessage()
+
+
+def test_no_worker_wait_processed_times_out_saying_how_far_the_worker_got(
+    pipeline_factory, tmp_path
+) -> None:
+    pipeline = pipeline_factory(f"sqlite:///{tmp_path / 'audit.db'}")
+    client = pipeline.client()
+    run = client.start_run("agent-no-worker")
+    run.before_tool("read", {"path": "f"})
+    with pytest.raises(TimeoutError, match=r"processed up to seq 0, not 2, in 0.3s"):
+        client.wait_processed(run.run_id, run.seq, timeout=0.3)

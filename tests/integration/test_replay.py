@@ -73,6 +73,9 @@ def record_loop(pipeline: Pipeline, client: GatewayClient, agent: str) -> tuple[
     expected = expected_decisions(run.events)
     rows = wait_for_audit(pipeline, run.run_id, len(expected))
     assert len(rows) == len(expected)
+    # The worker's last watermark (for RunEnded) comes after the last decision: wait for it,
+    # or a test that checks what replays write to the control topic would see it land.
+    client.wait_processed(run.run_id, run.seq, timeout=30)
     return run, expected
 
 
