@@ -20,6 +20,7 @@ import logging
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import faust
@@ -50,11 +51,13 @@ from streams.worker.exactly_once import (
     commit_outside_batches,
     drain_producer_buffer,
     in_transaction_of,
+    source_transaction,
 )
 from streams.worker.expiry import RunExpiry
 from streams.worker.metrics import WorkerMetrics
 from streams.worker.processor import EventProcessor
 from streams.worker.rekey import Rekeyer
+from streams.worker.state_format import encode as encode_state
 from streams.worker.webhooks import WebhookNotifier
 
 log = logging.getLogger("loopguard.worker")
@@ -95,6 +98,7 @@ class WorkerAgents:
     def __init__(self, parts: WorkerParts) -> None:
         self.parts = parts
         self.settings = parts.settings
+        self.crashing: asyncio.Future | None = None  # held: a task nobody keeps can vanish
 
     def register(self) -> None:
         app, parts = self.parts.app, self.parts
@@ -137,14 +141,21 @@ class WorkerAgents:
         partition, committed with its offset (streams.worker.exactly_once), even when the
         record is keyed elsewhere (a session run's decisions and watermarks, by run id)."""
         parts = self.parts
-        sends = BatchSends(parts.app.producer.key_partition)
+        app = parts.app
+        sends = BatchSends(
+            app.producer,
+            app.producer.key_partition,
+            partial(source_transaction, app),
+            self.delivery_failed,
+        )
         for event in batch:
             message = event.message
             source = TP(message.topic, message.partition)
             with in_transaction_of(source):
                 await self.guard_one(message, sends, source)
         now = time.time()
-        changelog = parts.runs.changelog_topic
+        changelog = parts.runs.changelog_topic.get_topic_name()
+        control = parts.control_topic.get_topic_name()
         for run in parts.processor.take_touched():
             # The state goes to its events' partition (streams.worker.tables), an applied
             # event came from there (else it is re-keyed), and so goes the watermark.
@@ -152,11 +163,11 @@ class WorkerAgents:
             # Stored without the table's own changelog write (Faust's producer buffer sends
             # one message at a time); the write goes out with the batch's records instead.
             parts.runs.data[run.key] = run.state
-            sends.add(changelog, run.key, run.state, tp.partition, source=tp)
+            sends.add(changelog, run.key, encode_state(run.state), tp.partition, source=tp)
             parts.expiry.touch(run.key, now)
             # After the run's decisions on the same partition: a gateway that sees it
             # holds every verdict up to its seq (in-time enforcement, run progress).
-            sends.add(parts.control_topic, run.key, encode_watermark(run.watermark), source=tp)
+            sends.add(control, run.key, encode_watermark(run.watermark), source=tp)
         for session_key, run_key in parts.processor.take_sessions().items():
             parts.sessions[session_key] = run_key
         # Table writes through Faust's producer buffer (the sessions table, expiry's
@@ -182,15 +193,22 @@ class WorkerAgents:
             await parts.rekeyer.send(self.settings.topics.events, outcome.rekey, message.value)
         else:
             parts.expiry.observe(agent_event.envelope.event_time, time.time())
+            control = parts.control_topic.get_topic_name()
             for decision in outcome.decisions:
                 sends.add(
-                    parts.control_topic,
+                    control,
                     decision.run_id.encode(),
                     encode_decision(decision),
                     source=source,
                 )
             metrics.observe_decisions(outcome.decisions)
         metrics.observe_latency(time.perf_counter() - started)
+
+    def delivery_failed(self, exc: BaseException) -> None:
+        """A decision, state or watermark the producer gave up on: stop the worker before
+        Faust commits the offsets of its events (its supervisor restarts it, and the events
+        are processed again from the last commit)."""
+        self.crashing = asyncio.ensure_future(self.parts.app.crash(exc))
 
     async def decode(self, value: bytes) -> AgentEvent:
         """Decode an event; a writer schema we have not seen is looked up on the schemas topic."""

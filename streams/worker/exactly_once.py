@@ -166,6 +166,12 @@ def transaction_for(app: Any, tp: TP) -> str:
     return f"{app.conf.id}-{app.assignor.group_for_topic(tp.topic)}-{tp.partition}"
 
 
+def source_transaction(app: Any, tp: TP) -> str | None:
+    """The transaction that takes what an event of ``tp`` produces: ``tp``'s own, exactly
+    once; none at least once."""
+    return transaction_for(app, tp) if app.in_transaction else None
+
+
 async def _send_in_source_transaction(
     self: Any,
     topic: str,
