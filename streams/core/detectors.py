@@ -17,7 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from streams.core.config import LoopDetectionConfig
-from streams.core.history import PingPong, RunHistory
+from streams.core.history import RunHistory
+from streams.core.ping_pong import PingPong
 
 WARNING = "warning"
 CRITICAL = "critical"

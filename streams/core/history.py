@@ -1,115 +1,23 @@
 """A run's bounded tool-call history, with the streaks every detector needs kept up to date
 incrementally.
 
-Each record carries the length of the patterns that end at it (identical-outcome streak of its
-signature, unknown-tool streak, A/B alternation and where that alternation stops being stable),
-derived from its predecessors when it is appended or gets its result. Asking for a streak is
-then O(1) whatever ``historySize`` is; only a result that lands on an older call (parallel tool
-calls) recomputes the records after it. Derived values are never persisted: :meth:`rebuild`
-recomputes them from the primary fields, which is also how tests check the incremental path.
+Each record (streams.core.call_record) carries the length of the patterns that end at it
+(identical-outcome streak of its signature, unknown-tool streak, A/B alternation and where that
+alternation stops being stable), derived from its predecessors (streams.core.streaks) when it is
+appended or gets its result. Asking for a streak is then O(1) whatever ``historySize`` is; only a
+result that lands on an older call (parallel tool calls) recomputes the records after it. Derived
+values are never persisted: :meth:`RunHistory.rebuild` recomputes them from the primary fields,
+which is also how tests check the incremental path.
 """
 
 from __future__ import annotations
 
-from sys import intern
 from typing import Any
 
-from streams.core.hashing import CallInfo, Outcome
-
-
-class CallRecord:
-    """One call of the window. A plain class with its own ``__init__`` rather than a
-    dataclass: the same cost interpreted, and a native constructor in the mypyc build
-    (setup.py), where a dataclass keeps its generated ``__init__`` in Python."""
-
-    __slots__ = (
-        *("index", "tool_name", "sig", "tool_call_id", "known_poll", "action"),
-        *("result_hash", "unknown_tool", "pending", "call_args"),
-        *("prev_same_sig", "no_progress_run", "unknown_run", "alt_run", "alt_break"),
-        *("sig_count", "sig_results", "latest_result"),
-    )
-
-    def __init__(
-        self,
-        index: int,
-        tool_name: str,
-        sig: str,
-        tool_call_id: str | None = None,
-        known_poll: bool = False,
-        action: str | None = None,
-    ) -> None:
-        self.index = index  # position in the run, contiguous within the window
-        # Interned: every event decoded off the wire brings its own copy of the tool name (and
-        # of the action); a window of 30 records would otherwise hold 30 copies of a few names.
-        self.tool_name = intern(tool_name)
-        self.sig = sig  # args hash: tool name + digest of canonical params
-        self.tool_call_id = tool_call_id
-        self.known_poll = known_poll
-        # params["action"], needed to hash results that omit args
-        self.action = intern(action) if type(action) is str else action
-        self.result_hash: str | None = None
-        self.unknown_tool: str | None = None
-        self.pending = False  # waiting for its result
-        # Transient, never persisted: the call's (args text, call_info) while it is pending,
-        # so a result that echoes the same text skips hashing it again.
-        self.call_args: tuple[str, CallInfo] | None = None
-        # Derived, rebuilt on load:
-        self.prev_same_sig: CallRecord | None = None
-        self.no_progress_run = 0  # identical-outcome streak of this signature ending here
-        self.unknown_run = 0  # same-unknown-tool failures ending here
-        self.alt_run = 1  # length of the A/B alternation ending here
-        self.alt_break = -1  # latest index that makes that alternation not a no-progress loop
-        # Per signature, kept on its newest record in the window only (RunHistory.sig_last):
-        # one dict per run instead of four with an entry per signature each.
-        self.sig_count = 0  # records of the signature in the window
-        self.sig_results = 0  # of those, the ones with a result
-        self.latest_result: CallRecord | None = None  # the newest of those
-
-    def __repr__(self) -> str:
-        return f"CallRecord({', '.join(repr(value) for value in self.primary())})"
-
-    def primary(self) -> list[Any]:
-        return [
-            self.index,
-            self.tool_name,
-            self.sig,
-            self.tool_call_id,
-            self.known_poll,
-            self.action,
-            self.result_hash,
-            self.unknown_tool,
-            self.pending,
-        ]
-
-
-class PingPong:
-    """An A/B alternation at the tail of the window (a slotted value, like hashing.Outcome)."""
-
-    __slots__ = ("calls", "paired_tool_name", "paired_sig", "no_progress")
-
-    def __init__(
-        self,
-        calls: int = 0,
-        paired_tool_name: str = "",
-        paired_sig: str = "",
-        no_progress: bool = False,
-    ) -> None:
-        self.calls = calls  # length of the alternation, the expected next call included
-        self.paired_tool_name = paired_tool_name
-        self.paired_sig = paired_sig
-        self.no_progress = no_progress
-
-    def _values(self) -> tuple[int, str, str, bool]:
-        return (self.calls, self.paired_tool_name, self.paired_sig, self.no_progress)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, PingPong) and self._values() == other._values()
-
-    def __repr__(self) -> str:
-        return f"PingPong{self._values()!r}"
-
-
-NO_PING_PONG = PingPong()
+from streams.core.call_record import CallRecord
+from streams.core.hashing import Outcome
+from streams.core.ping_pong import NO_PING_PONG, PingPong
+from streams.core.streaks import derive_streaks
 
 
 class RunHistory:
@@ -244,8 +152,11 @@ class RunHistory:
         records = self.records
         if record is records[-1]:
             size = len(records)
-            self._derive_record(
-                record, records[-2] if size > 1 else None, records[-3] if size > 2 else None
+            derive_streaks(
+                record,
+                records[-2] if size > 1 else None,
+                records[-3] if size > 2 else None,
+                records[0].index,
             )
         else:  # an older call finished late: recompute what follows it
             self._rederive_from(record.index - self.records[0].index)
@@ -315,8 +226,11 @@ class RunHistory:
         records = self.records
         records.append(record)
         size = len(records)
-        self._derive_record(
-            record, records[-2] if size > 1 else None, records[-3] if size > 2 else None
+        derive_streaks(
+            record,
+            records[-2] if size > 1 else None,
+            records[-3] if size > 2 else None,
+            records[0].index,
         )
         if size > self.max_size:
             self._trim()
@@ -375,65 +289,15 @@ class RunHistory:
                 self._unpend(old)
             old.prev_same_sig = None  # cut the chain so trimmed records can be freed
 
-    def _prev_with_result(self, record: CallRecord) -> CallRecord | None:
-        first = self.records[0].index
-        prev = record.prev_same_sig
-        while prev is not None and prev.index >= first:
-            if prev.result_hash is not None:
-                return prev
-            prev = prev.prev_same_sig
-        return None
-
     def _derive(self, pos: int) -> None:
         """Compute the derived fields of ``records[pos]`` from the records before it."""
         records = self.records
-        self._derive_record(
+        derive_streaks(
             records[pos],
             records[pos - 1] if pos > 0 else None,
             records[pos - 2] if pos > 1 else None,
+            records[0].index,
         )
-
-    def _derive_record(
-        self, record: CallRecord, prev: CallRecord | None, before: CallRecord | None
-    ) -> None:
-        """Derived fields of ``record`` given the one (``prev``) and two before it."""
-        has_result = record.result_hash is not None
-
-        if has_result:
-            earlier = self._prev_with_result(record)
-            if earlier is not None and earlier.result_hash == record.result_hash:
-                record.no_progress_run = earlier.no_progress_run + 1
-            else:
-                record.no_progress_run = 1
-        else:
-            record.no_progress_run = 0
-
-        if record.unknown_tool is None:
-            record.unknown_run = 0
-        elif (
-            prev is not None
-            and prev.tool_name == record.tool_name
-            and prev.unknown_tool == record.unknown_tool
-        ):
-            record.unknown_run = prev.unknown_run + 1
-        else:
-            record.unknown_run = 1
-
-        if prev is None or prev.sig == record.sig:
-            record.alt_run = 1
-            record.alt_break = -1 if has_result else record.index
-        elif before is not None and before.sig == record.sig:
-            record.alt_run = prev.alt_run + 1
-            brk = prev.alt_break
-            if not has_result:
-                brk = record.index
-            elif before.result_hash != record.result_hash:
-                brk = max(brk, before.index)
-            record.alt_break = brk
-        else:
-            record.alt_run = 2
-            brk = -1 if prev.result_hash is not None else prev.index
-            record.alt_break = brk if has_result else record.index
 
     def _rederive_from(self, pos: int) -> None:
         for i in range(max(pos, 0), len(self.records)):

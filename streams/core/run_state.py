@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from streams.core.call_record import CallRecord
 from streams.core.config import LoopDetectionConfig
 from streams.core.detectors import CRITICAL, CurrentCall, Detection
 from streams.core.events import (
@@ -37,7 +38,7 @@ from streams.core.hashing import (
     result_outcome,
     stripped_result_outcome,
 )
-from streams.core.history import CallRecord, RunHistory
+from streams.core.history import RunHistory
 from streams.core.session import SessionCarry, starts_fresh
 
 # Out-of-order events wait for the gap before them to fill. The wait is bounded so one lost
