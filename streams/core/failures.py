@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from streams.core.config import LoopDetectionConfig
 from streams.core.detectors import CRITICAL, WARNING, CurrentCall, Detection, detect
+from streams.core.events import ToolResult
+from streams.core.hashing import result_outcome
 from streams.core.history import RunHistory
 
 # hashing.py hashes an error outcome as "error:" + digest(message).
@@ -39,6 +41,19 @@ def next_error_streak(streak: int, failed: bool, veto: bool) -> int:
     if veto:
         return streak
     return streak + 1 if failed else 0
+
+
+def unmatched_error_streak(streak: int, event: ToolResult, cfg: LoopDetectionConfig) -> int:
+    """The run's failure streak after a result with neither args nor call id while no call of
+    its tool is open: it matches no call, so it is no outcome for the history or the guard
+    (recorded as a call of its own it would alternate with the real calls: false ping-pong).
+    A failure still counts towards the failure streak, whatever call it ended."""
+    outcome = result_outcome(event.tool_name, None, event.result_json, event.error)
+    view = cfg.per_tool.get(event.tool_name)
+    exempt = view is not None and "consecutiveErrors" in view.exempt
+    if outcome.result_hash is not None and not (exempt and event.error is not None):
+        return next_error_streak(streak, event.error is not None, outcome.loop_veto)
+    return streak
 
 
 def consecutive_errors(

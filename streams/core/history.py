@@ -135,6 +135,14 @@ class RunHistory:
                 return record
         return None
 
+    def newest_pending(self, tool_name: str) -> CallRecord | None:
+        """The newest call of ``tool_name`` still waiting for its result (a scan of the window,
+        for the rare result that names neither its args nor its call id)."""
+        for record in reversed(self.records):
+            if record.pending and record.tool_name == tool_name:
+                return record
+        return None
+
     def attach_result(self, record: CallRecord, outcome: Outcome) -> None:
         """Give a pending call its outcome; a loop veto repeats the last outcome."""
         self._unpend(record)

@@ -16,8 +16,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from streams.core.call_record import CallRecord
 from streams.core.config import LoopDetectionConfig
+from streams.core.decisions import (
+    compaction_loop_decision,
+    compaction_storm_decision,
+    detection_decision,
+    run_aborted_decision,
+)
 from streams.core.detectors import CRITICAL, CurrentCall, Detection
 from streams.core.events import (
     Action,
@@ -30,7 +35,7 @@ from streams.core.events import (
     event_from_dict,
     event_to_dict,
 )
-from streams.core.failures import detect_with_failures, next_error_streak
+from streams.core.failures import detect_with_failures, unmatched_error_streak
 from streams.core.guard import PostCompactionGuard
 from streams.core.hashing import (
     MEMO_MAX_CHARS,
@@ -39,52 +44,11 @@ from streams.core.hashing import (
     stripped_result_outcome,
 )
 from streams.core.history import RunHistory
+from streams.core.recent_decisions import keep_recent, recent_decision_dict
+from streams.core.reorder import gap_expired
 from streams.core.session import SessionCarry, starts_fresh
 
-# Out-of-order events wait for the gap before them to fill. The wait is bounded so one lost
-# event cannot stall a run: once more than REORDER_LIMIT events wait, or the waiting events
-# span REORDER_MAX_WAIT_MS of event time (newest waiting event_time minus that of the first
-# event after the gap), the gap is given up on and the run moves on from the lowest waiting
-# seq. Measured on event time, the same events in the same order give the same decisions in
-# a worker and in replay, however fast either reads them.
-REORDER_LIMIT = 64
-REORDER_MAX_WAIT_MS = 5_000
-# ... and past this many payload characters waiting, so the state (written to the changelog as
-# one message) stays well under the broker's request size whatever the events carry.
-REORDER_MAX_CHARS = 262_144
-# Decisions of the last few deciding events, kept so a redelivered event can publish its
-# decisions again (same ids) when the first publication was lost in a crash.
-RECENT_DECISIONS = 16
-
 ACTIVE, ENDED, ABORTED = "active", "ended", "aborted"
-
-
-def _payload_chars(event: AgentEvent) -> int:
-    """Rough size of what an event would add to the serialised state."""
-    size = 0
-    for name in ("args_json", "result_json", "error"):
-        value = getattr(event, name, None)
-        if value:
-            size += len(value)
-    return size
-
-
-def newest_pending(history: RunHistory, tool_name: str) -> CallRecord | None:
-    """The newest call of ``tool_name`` still waiting for its result (a scan of the window,
-    for the rare result that names neither its args nor its call id)."""
-    for record in reversed(history.records):
-        if record.pending and record.tool_name == tool_name:
-            return record
-    return None
-
-
-def _recent_dict(decision: Decision) -> dict[str, Any]:
-    """A kept decision as state: ``enforced`` only when false (observe mode), so enforced
-    runs write the very bytes they wrote before the field existed; loading defaults it."""
-    data = decision.to_dict()
-    if decision.enforced:
-        del data["enforced"]
-    return data
 
 
 @dataclass(slots=True)
@@ -111,8 +75,8 @@ class RunState:
     history: RunHistory = field(init=False)
     guard: PostCompactionGuard = field(default_factory=PostCompactionGuard)
     stats: RunStats = field(default_factory=RunStats)
-    # Oldest first, at most RECENT_DECISIONS (a list: an empty deque holds a 64-slot block,
-    # 760 bytes, in every run that never decided anything).
+    # Oldest first, at most recent_decisions.RECENT_DECISIONS (a list: an empty deque holds a
+    # 64-slot block, 760 bytes, in every run that never decided anything).
     recent: list[tuple[int, list[Decision]]] = field(default_factory=list)
     session_id: str = ""  # the session the run belongs to, once an event named it
     # Session scope: the previous run of the session, to seed from on the first event
@@ -150,7 +114,7 @@ class RunState:
             decided = self._process(event, cfg)
             if not decided:
                 return decided
-            self._keep(seq, decided)
+            keep_recent(self.recent, seq, decided)
             return list(decided)
         if seq <= self.last_seq or seq in self.waiting:
             self.stats.duplicates += 1
@@ -162,7 +126,7 @@ class RunState:
         while self.waiting:
             following = self.last_seq + 1
             if following not in self.waiting:
-                if not self._gap_expired():
+                if not gap_expired(self.waiting):
                     break
                 following = min(self.waiting)
                 self.stats.gaps += following - self.last_seq - 1
@@ -171,31 +135,10 @@ class RunState:
             decisions.extend(self._remember(following, self._process(ready, cfg)))
         return decisions
 
-    def _gap_expired(self) -> bool:
-        """Whether the events waiting behind a gap have waited long enough (see above)."""
-        waiting = self.waiting
-        if len(waiting) > REORDER_LIMIT:
-            return True
-        first = waiting[min(waiting)].envelope.event_time
-        newest = max(event.envelope.event_time for event in waiting.values())
-        if newest - first >= REORDER_MAX_WAIT_MS:
-            return True
-        return self._waiting_chars() > REORDER_MAX_CHARS
-
     def _remember(self, seq: int, decisions: list[Decision]) -> list[Decision]:
         if decisions:
-            self._keep(seq, decisions)
+            keep_recent(self.recent, seq, decisions)
         return decisions
-
-    def _keep(self, seq: int, decisions: list[Decision]) -> None:
-        """Keep an event's decisions among the last RECENT_DECISIONS deciding events."""
-        recent = self.recent
-        recent.append((seq, decisions))
-        if len(recent) > RECENT_DECISIONS:
-            del recent[0]
-
-    def _waiting_chars(self) -> int:
-        return sum(_payload_chars(event) for event in self.waiting.values())
 
     def flush(self, cfg: LoopDetectionConfig) -> list[Decision]:
         """Give up on every gap (run ended or idle): process what waits, in seq order."""
@@ -226,7 +169,7 @@ class RunState:
         if self.status != ACTIVE:
             self.stats.late += 1
             if self.status == ABORTED and isinstance(event, ToolCall):
-                return [self._still_aborted(event, cfg)]
+                return [run_aborted_decision(self.run_id, event, cfg, self.blocks)]
             return []
         if isinstance(event, ToolCall):
             return self._on_call(event, cfg)
@@ -281,9 +224,10 @@ class RunState:
                 record = self.history.find_pending(tool_name, None, event.tool_call_id)
                 call = record or self.history.find_call(tool_name, event.tool_call_id)
             else:  # neither args nor id: only the tool's newest open call can be meant
-                record = call = newest_pending(self.history, tool_name)
-                if call is None:
-                    return self._unmatched(event, cfg)
+                record = call = self.history.newest_pending(tool_name)
+                if call is None:  # it matches no call (failures.unmatched_error_streak)
+                    self.error_streak = unmatched_error_streak(self.error_streak, event, cfg)
+                    return []
             if call is not None:
                 sig, known_poll, action = call.sig, call.known_poll, call.action or None
             else:  # the call is out of the window (or never seen): no args known
@@ -347,117 +291,23 @@ class RunState:
         if loop is None:
             return []
         self.status = ABORTED
-        return [
-            self._decision(
-                event,
-                cfg,
-                Action.ABORT,
-                detector="post_compaction_guard",
-                severity=CRITICAL,
-                count=loop.count,
-                tool_name=loop.tool_name,
-                reason=(
-                    f"compaction_loop_persisted: {loop.tool_name} produced the same call and "
-                    f"result {loop.count} times after compaction; aborting the run."
-                ),
-                args_hash=loop.sig,
-                result_hash=loop.result_hash,
-                error_code="compaction_loop_persisted",
-            )
-        ]
-
-    def _unmatched(self, event: ToolResult, cfg: LoopDetectionConfig) -> list[Decision]:
-        """A result with neither args nor call id while no call of its tool is open: it
-        matches no call, so it is no outcome for the history or the guard (recorded as a call
-        of its own it would alternate with the real calls: false ping-pong). A failure still
-        counts towards the failure streak, whatever call it ended."""
-        outcome = result_outcome(event.tool_name, None, event.result_json, event.error)
-        view = cfg.per_tool.get(event.tool_name)
-        exempt = view is not None and "consecutiveErrors" in view.exempt
-        if outcome.result_hash is not None and not (exempt and event.error is not None):
-            self.error_streak = next_error_streak(
-                self.error_streak, event.error is not None, outcome.loop_veto
-            )
-        return []
+        return [compaction_loop_decision(self.run_id, event, cfg, loop)]
 
     def _storm(self, event: CompactionRetry, cfg: LoopDetectionConfig, storm: int) -> Decision:
         self.status = ABORTED
         records = self.history.records
-        return self._decision(
-            event,
-            cfg,
-            Action.ABORT,
-            detector="compaction_storm",
-            severity=CRITICAL,
-            count=storm,
-            tool_name=records[-1].tool_name if records else "",
-            reason=(
-                f"compaction_storm: {storm + 1} compaction retries in a row with no progress "
-                "between them; aborting the run."
-            ),
-            error_code="compaction_storm",
-        )
+        tool_name = records[-1].tool_name if records else ""
+        return compaction_storm_decision(self.run_id, event, cfg, storm, tool_name)
 
     def _decide(
         self, event: ToolCall, call: CurrentCall, hit: Detection, cfg: LoopDetectionConfig
     ) -> Decision:
-        action, error_code, reason = Action.WARN, "", hit.message
         if hit.level == CRITICAL:
-            action = Action.BLOCK
             self.blocks += 1
-            if hit.detector == "global_circuit_breaker":
-                action, error_code = Action.ABORT, "global_circuit_breaker"
-            elif self.blocks >= cfg.abort_after_blocks:
-                # The gateway blocked and the agent kept looping: stop the run.
-                action, error_code = Action.ABORT, "loop_persisted_after_block"
-                reason = f"{hit.message} Blocked {self.blocks} times; aborting the run."
-        if action is Action.ABORT:
+        decision = detection_decision(self.run_id, event, call, hit, cfg, self.blocks)
+        if decision.action is Action.ABORT:
             self.status = ABORTED
-        return self._decision(
-            event,
-            cfg,
-            action,
-            detector=hit.detector,
-            severity=hit.level,
-            count=hit.count,
-            tool_name=call.tool_name,
-            reason=reason,
-            args_hash=call.sig,
-            result_hash=hit.result_hash,
-            paired_tool_name=hit.paired_tool_name,
-            error_code=error_code,
-            extra={"blocks": str(self.blocks)} if hit.level == CRITICAL else {},
-        )
-
-    def _still_aborted(self, event: ToolCall, cfg: LoopDetectionConfig) -> Decision:
-        """Repeat the abort for a gateway that kept calling tools after it."""
-        return self._decision(
-            event,
-            cfg,
-            Action.ABORT,
-            detector="run_aborted",
-            severity=CRITICAL,
-            count=self.blocks,
-            tool_name=event.tool_name,
-            reason="Run was aborted by loopguard; no further tool calls are allowed.",
-            error_code="run_aborted",
-        )
-
-    def _decision(
-        self, event: AgentEvent, cfg: LoopDetectionConfig, action: Action, **fields: Any
-    ) -> Decision:
-        env = event.envelope
-        return Decision(
-            run_id=self.run_id,
-            agent_id=env.agent_id,
-            gateway_id=env.gateway_id,
-            seq=env.seq,
-            event_time=env.event_time,
-            action=action,
-            config_version=cfg.version,
-            enforced=cfg.enforced,
-            **fields,
-        )
+        return decision
 
     # -- session scope (streams.core.session) ----------------------------------------
 
@@ -503,7 +353,7 @@ class RunState:
             "history": self.history.to_list(),
             "guard": self.guard.to_dict(),
             "stats": [self.stats.events, self.stats.duplicates, self.stats.gaps, self.stats.late],
-            "recent": [[seq, [_recent_dict(d) for d in ds]] for seq, ds in self.recent],
+            "recent": [[seq, [recent_decision_dict(d) for d in ds]] for seq, ds in self.recent],
         }
         if self.session_id:  # states of runs without a session read and compare as before
             data["session_id"] = self.session_id
@@ -534,5 +384,5 @@ class RunState:
         state.guard = PostCompactionGuard.from_dict(data["guard"])
         state.stats = RunStats(*data["stats"])
         for seq, decisions in data.get("recent", []):
-            state._keep(seq, [Decision.from_dict(d) for d in decisions])
+            keep_recent(state.recent, seq, [Decision.from_dict(d) for d in decisions])
         return state

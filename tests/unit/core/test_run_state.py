@@ -28,7 +28,8 @@ from streams.core.engine import LoopGuard
 from streams.core.events import AgentEvent, Decision
 from streams.core.hashing import Outcome, args_hash
 from streams.core.history import RunHistory
-from streams.core.run_state import REORDER_LIMIT, REORDER_MAX_WAIT_MS, RunState
+from streams.core.reorder import REORDER_LIMIT, REORDER_MAX_WAIT_MS
+from streams.core.run_state import RunState
 
 SETTINGS = settings(
     max_examples=60,

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from streams.core.config import ConfigError, resolve
 from streams.core.engine import LoopGuard
 from streams.core.events import Action, AgentEvent, Decision
-from streams.core.run_state import REORDER_LIMIT
+from streams.core.reorder import REORDER_LIMIT
 from tests.unit.core.test_run_state import run_events
 
 LOOP = {"enabled": True, "warningThreshold": 5, "criticalThreshold": 8}
