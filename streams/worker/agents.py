@@ -205,9 +205,10 @@ class WorkerAgents:
         metrics.observe_latency(time.perf_counter() - started)
 
     def delivery_failed(self, exc: BaseException) -> None:
-        """A decision, state or watermark the producer gave up on: stop the worker before
-        Faust commits the offsets of its events (its supervisor restarts it, and the events
-        are processed again from the last commit)."""
+        """A decision, state or watermark the producer gave up on: stop the worker rather
+        than guard on past it (its supervisor restarts it from the last commit). A commit
+        already under way may still take the events' offsets; Faust's own sends had no
+        check at all."""
         self.crashing = asyncio.ensure_future(self.parts.app.crash(exc))
 
     async def decode(self, value: bytes) -> AgentEvent:

@@ -91,7 +91,7 @@ class BatchSends:
 
     def check_delivery(self, delivery: asyncio.Future) -> None:
         """A record the producer gave up on (its retries and timeout spent) must not pass
-        unseen: at least once, Faust would commit the offsets of its events anyway."""
+        unseen: at least once, Faust's commit flushes the producer but ignores failures."""
         if delivery.cancelled():
             return
         exc = delivery.exception()
