@@ -242,47 +242,47 @@ class GatewayClient:
 
     def wait_for(self, run_id: str, predicate, timeout: float = 10.0) -> list[Decision]:
         """Block until ``predicate(decisions)`` holds for the run (tests, demo, tooling)."""
-        deadline = time.monotonic() + timeout
         with self._lock:
-            while True:
-                decisions = list(self._control[run_id].decisions)
-                if predicate(decisions):
-                    return decisions
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise TimeoutError(
-                        f"run {run_id}: condition not met in {timeout}s ({len(decisions)} seen)"
-                    )
-                self._lock.wait(remaining)
+            control = self._control[run_id]
+            if not self._wait_until(lambda: predicate(list(control.decisions)), timeout):
+                raise TimeoutError(
+                    f"run {run_id}: condition not met in {timeout}s ({len(control.decisions)} seen)"
+                )
+            return list(control.decisions)
 
     def wait_processed(self, run_id: str, seq: int, timeout: float = 10.0) -> None:
         """Block until the worker says it has processed the run up to ``seq`` (its watermark
         on the control topic): every record the worker writes for those events is out."""
-        deadline = time.monotonic() + timeout
         with self._lock:
             control = self._control[run_id]
-            while control.watermark < seq:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise TimeoutError(
-                        f"run {run_id}: worker processed up to seq {control.watermark}, "
-                        f"not {seq}, in {timeout}s"
-                    )
-                self._lock.wait(remaining)
+            if not self._wait_until(lambda: control.watermark >= seq, timeout):
+                raise TimeoutError(
+                    f"run {run_id}: worker processed up to seq {control.watermark}, "
+                    f"not {seq}, in {timeout}s"
+                )
+
+    def _wait_until(self, done: Callable[[], bool], timeout: float) -> bool:
+        """With the lock held: wait for the control thread until ``done()`` or ``timeout``
+        seconds; whether it is done."""
+        deadline = time.monotonic() + timeout
+        while not done():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            self._lock.wait(remaining)
+        return True
 
     def take_verdict(self, run_id: str, published_seq: int = 0) -> Verdict:
         """The run's verdict once the worker has processed up to ``published_seq``, or at the
         end of the wait budget, whichever comes first."""
         if self.wait_budget <= 0:
             published_seq = 0  # no waiting: enforce whatever has arrived (no timeout either)
-        deadline = time.monotonic() + self.wait_budget
         with self._lock:
             control = self._control[run_id]
-            while control.watermark < published_seq and control.abort is None:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                self._lock.wait(remaining)
+            self._wait_until(
+                lambda: control.watermark >= published_seq or control.abort is not None,
+                self.wait_budget,
+            )
             if control.abort is not None:
                 raise RunAborted(control.abort)
             timed_out = control.watermark < published_seq

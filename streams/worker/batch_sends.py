@@ -75,10 +75,6 @@ class BatchSends:
     async def flush(self) -> None:
         """Hand every queued record to the producer; the chains run concurrently."""
         chains, self.chains = self.chains, {}
-        if len(chains) == 1:  # nothing to overlap: no task to make
-            ((topic, partition), records), *_ = chains.items()
-            await self.send_chain(topic, partition, records)
-            return
         await asyncio.gather(
             *(self.send_chain(topic, p, records) for (topic, p), records in chains.items())
         )
