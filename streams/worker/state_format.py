@@ -15,8 +15,12 @@ array: about 180 bytes a call. Version 2 keeps the same values and nothing else:
 * a record's position implied (positions in the window are contiguous, ending at
   ``next_index - 1``), tool names once per state with a byte per record pointing at them,
   the two flags and which optional fields follow in one byte per record;
-* the recent decisions (redelivery needs them verbatim, reasons and all) zlib-compressed:
-  a looping run repeats the same sentences with other counts.
+* the recent decisions (redelivery needs them verbatim, reasons and all) as rows deflated
+  with a dictionary of the detectors' sentences (:mod:`streams.worker.recent_format`);
+* the compaction guard as nil while it is idle (no compaction seen), which most runs are.
+
+Version 3 (this one) differs from version 2 in those last two points and in ``error_streak``
+being a scalar; version 2 bytes, already on changelogs, still load.
 
 Decoding rebuilds the :meth:`RunState.to_dict` form and hands it to
 :meth:`RunState.from_dict`, so derived values are recomputed exactly as after a JSON load.
@@ -39,12 +43,14 @@ import msgpack
 import orjson
 
 from streams.core.run_state import RunState
+from streams.worker import recent_format
 
 log = logging.getLogger("loopguard.state")
 
 MAGIC = 0xC1  # never used by MessagePack, never the first byte of JSON text
-VERSION = 2
+VERSION = 3
 HEADER = bytes((MAGIC, VERSION))
+READABLE = (2, VERSION)  # 2: recent decisions as zlib'd maps, the guard always a map
 
 # to_dict keys written positionally, in this order. Append new ones at the end (a reader of
 # an older payload gets fewer and falls back on from_dict's defaults); never reorder.
@@ -62,6 +68,7 @@ SCALARS: tuple[str, ...] = (
     "stats",
     "guard",
     "waiting",
+    "error_streak",
 )
 # to_dict keys with a form of their own below.
 STRUCTURED = ("history", "recent")
@@ -267,36 +274,29 @@ def unpack_history(packed: list[Any], next_index: int) -> list[list[Any]]:
     return [list(row) for row in columns]
 
 
-# -- recent decisions ----------------------------------------------------------------------
-
-
-def pack_recent(recent: list[Any]) -> bytes | None:
-    if not recent:
-        return None
-    return zlib.compress(_pack(recent), 6)
-
-
-def unpack_recent(value: bytes | None) -> list[Any]:
-    if value is None:
-        return []
-    return msgpack.unpackb(zlib.decompress(value), **_unpacker_options)
-
-
 # -- the state -----------------------------------------------------------------------------
 
 
+# A compaction guard that has seen no compaction (PostCompactionGuard.to_dict), written as nil.
+IDLE_GUARD: dict[str, Any] = {"remaining": 0, "window": 0, "counts": {}}
+GUARD_AT = SCALARS.index("guard")
+
+
 def encode_dict(data: dict[str, Any]) -> bytes | None:
-    """Version 2 bytes of a :meth:`RunState.to_dict` form, or None if it cannot hold it."""
+    """Version 3 bytes of a :meth:`RunState.to_dict` form, or None if it cannot hold it."""
     history = pack_history(data["history"], data["next_index"])
     if history is None:
         return None
+    recent = recent_format.pack_recent(data.get("recent") or [], data, _pack)
+    if recent is False:
+        return None
+    scalars = [data[key] for key in SCALARS]
+    if scalars[GUARD_AT] is None:
+        return None  # nil means idle
+    if scalars[GUARD_AT] == IDLE_GUARD:
+        scalars[GUARD_AT] = None
     extra = {key: value for key, value in data.items() if key not in KNOWN}
-    body = [
-        [data[key] for key in SCALARS],
-        history,
-        pack_recent(data.get("recent") or []),
-        extra or None,
-    ]
+    body = [scalars, history, recent, extra or None]
     try:
         return HEADER + _pack(body)
     except (TypeError, ValueError, OverflowError):  # an int past 64 bits, an odd type
@@ -307,15 +307,23 @@ def decode_dict(payload: bytes) -> dict[str, Any]:
     """The :meth:`RunState.to_dict` form of either version's bytes."""
     if payload[:1] != HEADER[:1]:
         return _decode_json(payload)
-    if payload[1:2] != HEADER[1:2]:
-        raise StateFormatError(f"run state format version {payload[1]} is newer than this worker")
+    version = payload[1] if len(payload) > 1 else None
+    if version not in READABLE:
+        if version is not None and version > VERSION:
+            raise StateFormatError(f"run state format version {version} is newer than this worker")
+        raise StateFormatError(f"run state format version {version} is not one this worker reads")
     try:
         scalars, history, recent, extra = msgpack.unpackb(payload[2:], **_unpacker_options)
-    except (ValueError, msgpack.UnpackException) as exc:
+        data: dict[str, Any] = dict(zip(SCALARS, scalars, strict=False))
+        if "guard" in data and data["guard"] is None:
+            data["guard"] = {"remaining": 0, "window": 0, "counts": {}}  # a fresh IDLE_GUARD
+        data["history"] = unpack_history(history, data["next_index"])
+        if version == 2:
+            data["recent"] = recent_format.unpack_recent_v2(recent)
+        else:
+            data["recent"] = recent_format.unpack_recent(recent, data)
+    except (ValueError, zlib.error, msgpack.UnpackException) as exc:
         raise StateFormatError(f"undecodable run state: {exc}") from exc
-    data: dict[str, Any] = dict(zip(SCALARS, scalars, strict=False))
-    data["history"] = unpack_history(history, data["next_index"])
-    data["recent"] = unpack_recent(recent)
     if extra:
         data.update(extra)
     return data

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import zlib
 from pathlib import Path
 from typing import Any
 
+import msgpack
 import orjson
 import pytest
 from core_helpers import VETO, Run, loop_guard, text_result
@@ -17,10 +19,14 @@ from unit.core.test_reference_agreement import CONFIGS, streams
 
 from streams.core.events import RunStarted
 from streams.core.run_state import RunState
-from streams.worker import state_format
+from streams.worker import recent_format, state_format
 from streams.worker.state_codec import RunStateCodec
 
 V1_FIXTURE = Path(__file__).parent / "data" / "runstate_v1.json"
+# Version 2 bytes of rich_state() and that state's to_dict form, as the version 2 codec wrote
+# them (before version 3 packed recent decisions as rows and an idle guard as nil).
+V2_FIXTURE = Path(__file__).parent / "data" / "runstate_v2.bin"
+V2_DICT = Path(__file__).parent / "data" / "runstate_v2.json"
 
 
 def rich_state() -> tuple[RunState, Any]:
@@ -125,6 +131,60 @@ def test_the_json_form_earlier_versions_wrote_still_loads() -> None:
     ]
 
 
+def test_version_2_bytes_still_load_and_are_rewritten_as_version_3() -> None:
+    old_bytes = V2_FIXTURE.read_bytes()
+    assert old_bytes[:2] == b"\xc1\x02"
+    loaded = state_format.decode(old_bytes)
+    assert loaded.to_dict() == orjson.loads(V2_DICT.read_bytes())
+    state, late = rich_state()
+    assert loaded.to_dict() == state.to_dict()
+    payload = assert_round_trip(loaded)
+    assert len(payload) < len(old_bytes)
+    cfg = loop_guard(enabled=True, warningThreshold=2, criticalThreshold=4).config_for("agent-1")
+    assert loaded.apply(late, cfg) == state.apply(late, cfg)
+
+
+def test_recent_decisions_cost_their_numbers_not_their_words() -> None:
+    """The first decision of a run: the reason's sentence is in the preset dictionary, and
+    the run, agent and gateway ids are the state's own (a plain size check)."""
+    lg = loop_guard(enabled=True, warningThreshold=2, criticalThreshold=1_000)
+    run = Run(lg)
+    for _ in range(3):
+        run.cycle("grep", {"pattern": "TODO"}, {"matches": []})
+    state = lg.runs["run-1"]
+    assert len(state.recent) == 1
+    (decision,) = state.recent[0][1]
+    assert decision.reason.startswith("WARNING: You have called grep ")
+    data = state.to_dict()
+    packed = recent_format.pack_recent(data["recent"], data, msgpack.packb)
+    assert isinstance(packed, bytes)
+    # Version 2 (the same decision as a zlib'd map) took more than twice as much.
+    version_2 = zlib.compress(msgpack.packb(data["recent"]), 6)
+    assert len(packed) * 2 < len(version_2), (len(packed), len(version_2))
+    assert recent_format.unpack_recent(packed, data) == data["recent"]
+    assert_round_trip(state)
+
+
+def test_a_decision_of_another_run_keeps_its_ids() -> None:
+    """Only ids equal to the state's are left out; others are written as they are."""
+    state, _ = rich_state()
+    data = state.to_dict()
+    data["recent"][0][1][0]["gateway_id"] = "gw-elsewhere"
+    data["recent"][0][1][0]["seq"] = 999
+    payload = state_format.encode_dict(data)
+    assert payload is not None
+    assert state_format.decode_dict(payload) == data
+
+
+def test_an_idle_compaction_guard_is_written_as_nil_and_comes_back() -> None:
+    state = varied_state(3)
+    assert state.to_dict()["guard"] == state_format.IDLE_GUARD
+    restored = state_format.decode_dict(assert_round_trip(state))
+    assert restored["guard"] == state_format.IDLE_GUARD
+    restored["guard"]["counts"]["x"] = 1  # a fresh dict each time, never the shared one
+    assert state_format.IDLE_GUARD["counts"] == {}
+
+
 def test_json_written_now_loads_too() -> None:
     state, _ = rich_state()
     restored = state_format.decode(state_format.encode_json(state.to_dict()))
@@ -152,10 +212,13 @@ def test_a_key_the_format_does_not_know_is_carried_by_name() -> None:
         pytest.param(lambda d: d["history"][0].__setitem__(0, -7), id="index"),
         pytest.param(lambda d: d.__setitem__("blocks", 2**70), id="bigint"),
         pytest.param(lambda d: d["history"][0].__setitem__(4, 1), id="poll-int"),
+        pytest.param(lambda d: d["recent"][0][1][0].pop("reason"), id="decision-field"),
+        pytest.param(lambda d: d["recent"][0][1][0].__setitem__("seq", None), id="nil-seq"),
     ],
 )
 def test_what_the_binary_form_cannot_hold_goes_out_as_json(odd) -> None:
-    data = varied_state(4).to_dict()
+    data, _ = rich_state()
+    data = data.to_dict()
     odd(data)
     assert state_format.encode_dict(data) is None
     assert state_format.decode_dict(state_format.encode_json(data)) == data
@@ -176,6 +239,8 @@ def test_text_values_keep_their_exact_spelling() -> None:
 def test_unknown_version_is_refused() -> None:
     with pytest.raises(state_format.StateFormatError, match="newer"):
         state_format.decode_dict(b"\xc1\x09\x90")
+    with pytest.raises(state_format.StateFormatError, match="version 1 is not"):
+        state_format.decode_dict(b"\xc1\x01\x90")
 
 
 def shuffled(events: list[Any], rng: random.Random) -> list[Any]:
