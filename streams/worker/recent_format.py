@@ -17,9 +17,13 @@ a new dictionary needs a new format version.
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable
 from typing import Any
 
-import msgpack
+# The state's own MessagePack calls (streams.worker.state_format), so both parts of a state
+# are packed and read with the same options.
+Pack = Callable[[Any], bytes]
+Unpack = Callable[[bytes], Any]
 
 # Decision.to_dict keys written positionally, in this order. Append new ones at the end
 # (an older row has fewer); never reorder. Keys not listed follow in a trailing map.
@@ -81,18 +85,11 @@ REASON_DICTIONARY = (
     b"warningblockread_fileexecprocessweb_fetchgrep"
 )
 
-_unpack_options: dict[str, Any] = {
-    "raw": False,
-    "unicode_errors": "surrogatepass",
-    "strict_map_key": False,
-    "use_list": True,
-}
 
-
-def unpack_recent_v2(value: bytes | None) -> list[Any]:
+def unpack_recent_v2(value: bytes | None, unpack: Unpack) -> list[Any]:
     if value is None:
         return []
-    return msgpack.unpackb(zlib.decompress(value), **_unpack_options)
+    return unpack(zlib.decompress(value))
 
 
 def _row(decision: dict[str, Any], seq: Any, owner: dict[str, Any]) -> list[Any] | None:
@@ -115,7 +112,7 @@ def _row(decision: dict[str, Any], seq: Any, owner: dict[str, Any]) -> list[Any]
     return row
 
 
-def pack_recent(recent: list[Any], owner: dict[str, Any], pack: Any) -> bytes | None | bool:
+def pack_recent(recent: list[Any], owner: dict[str, Any], pack: Pack) -> bytes | None | bool:
     """Version 3 bytes of a state's ``recent`` list (``owner`` is the state's to_dict form),
     None when there is none, False when a decision does not fit the rows (the state then
     goes out as JSON)."""
@@ -131,12 +128,12 @@ def pack_recent(recent: list[Any], owner: dict[str, Any], pack: Any) -> bytes | 
     return deflate.compress(pack(groups)) + deflate.flush()
 
 
-def unpack_recent(value: bytes | None, owner: dict[str, Any]) -> list[Any]:
+def unpack_recent(value: bytes | None, owner: dict[str, Any], unpack: Unpack) -> list[Any]:
     """The ``recent`` list back from :func:`pack_recent`, given the state's other fields."""
     if value is None:
         return []
     inflate = zlib.decompressobj(-15, zdict=REASON_DICTIONARY)
-    groups = msgpack.unpackb(inflate.decompress(value) + inflate.flush(), **_unpack_options)
+    groups = unpack(inflate.decompress(value) + inflate.flush())
     recent = []
     for seq, rows in groups:
         decisions = []

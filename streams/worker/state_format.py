@@ -33,6 +33,7 @@ field survives the changelog before anyone lists it here. A state the binary for
 from __future__ import annotations
 
 import array
+import copy
 import json
 import logging
 import sys
@@ -92,6 +93,10 @@ def _pack(value: Any) -> bytes:
     except BaseException:
         _packer.reset()  # a failed pack leaves partial output in the buffer
         raise
+
+
+def _unpack(data: bytes) -> Any:
+    return msgpack.unpackb(data, **_unpacker_options)
 
 
 class StateFormatError(ValueError):
@@ -313,15 +318,15 @@ def decode_dict(payload: bytes) -> dict[str, Any]:
             raise StateFormatError(f"run state format version {version} is newer than this worker")
         raise StateFormatError(f"run state format version {version} is not one this worker reads")
     try:
-        scalars, history, recent, extra = msgpack.unpackb(payload[2:], **_unpacker_options)
+        scalars, history, recent, extra = _unpack(payload[2:])
         data: dict[str, Any] = dict(zip(SCALARS, scalars, strict=False))
         if "guard" in data and data["guard"] is None:
-            data["guard"] = {"remaining": 0, "window": 0, "counts": {}}  # a fresh IDLE_GUARD
+            data["guard"] = copy.deepcopy(IDLE_GUARD)  # the caller's to change
         data["history"] = unpack_history(history, data["next_index"])
         if version == 2:
-            data["recent"] = recent_format.unpack_recent_v2(recent)
+            data["recent"] = recent_format.unpack_recent_v2(recent, _unpack)
         else:
-            data["recent"] = recent_format.unpack_recent(recent, data)
+            data["recent"] = recent_format.unpack_recent(recent, data, _unpack)
     except (ValueError, zlib.error, msgpack.UnpackException) as exc:
         raise StateFormatError(f"undecodable run state: {exc}") from exc
     if extra:
