@@ -100,12 +100,17 @@ def test_digests_are_stored_as_bytes() -> None:
     assert len(payload) * 2.4 <= len(old), (len(payload), len(old))
 
 
-def test_recent_decisions_are_compressed() -> None:
+def grep_loop(cycles: int) -> RunState:
+    """A run repeating one grep: it warns from the second identical call and never blocks."""
     lg = loop_guard(enabled=True, warningThreshold=2, criticalThreshold=1_000)
     run = Run(lg)
-    for _ in range(30):
+    for _ in range(cycles):
         run.cycle("grep", {"pattern": "TODO"}, {"matches": []})
-    state = lg.runs["run-1"]
+    return lg.runs["run-1"]
+
+
+def test_recent_decisions_are_compressed() -> None:
+    state = grep_loop(30)
     assert len(state.recent) == 16
     payload = assert_round_trip(state)
     assert len(payload) < len(state_format.encode_json(state.to_dict())) / 10
@@ -147,11 +152,7 @@ def test_version_2_bytes_still_load_and_are_rewritten_as_version_3() -> None:
 def test_recent_decisions_cost_their_numbers_not_their_words() -> None:
     """The first decision of a run: the reason's sentence is in the preset dictionary, and
     the run, agent and gateway ids are the state's own (a plain size check)."""
-    lg = loop_guard(enabled=True, warningThreshold=2, criticalThreshold=1_000)
-    run = Run(lg)
-    for _ in range(3):
-        run.cycle("grep", {"pattern": "TODO"}, {"matches": []})
-    state = lg.runs["run-1"]
+    state = grep_loop(3)
     assert len(state.recent) == 1
     (decision,) = state.recent[0][1]
     assert decision.reason.startswith("WARNING: You have called grep ")
@@ -161,7 +162,7 @@ def test_recent_decisions_cost_their_numbers_not_their_words() -> None:
     # Version 2 (the same decision as a zlib'd map) took more than twice as much.
     version_2 = zlib.compress(msgpack.packb(data["recent"]), 6)
     assert len(packed) * 2 < len(version_2), (len(packed), len(version_2))
-    assert recent_format.unpack_recent(packed, data) == data["recent"]
+    assert recent_format.unpack_recent(packed, data, msgpack.unpackb) == data["recent"]
     assert_round_trip(state)
 
 
