@@ -15,6 +15,18 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from streams.core.config_error import ConfigError
+from streams.core.deviations import (
+    COMPAT,
+    DETECTOR_SWITCHES,
+    DEVIATIONS,
+    LOOPGUARD,
+    Deviations,
+    canonical_deviations,
+    check_compat,
+    check_deviations,
+    resolve_deviations,
+    switch_default,
+)
 from streams.core.tool_config import (
     PER_TOOL,
     ToolSettings,
@@ -42,6 +54,7 @@ DEFAULTS: dict[str, Any] = {
         # loopguard extensions (issue 17), on with the others:
         "consecutiveErrors": True,
         "errorRepeat": True,
+        "compactionStorm": True,  # issue 29: the storm rule's own switch
     },
     # loopguard extension: ``stormThreshold`` compaction retries in a row with no progress
     # between them abort the run (compaction_storm).
@@ -60,6 +73,10 @@ DEFAULTS: dict[str, Any] = {
     # the same session (a compaction can start one), except runs started by these triggers.
     "scope": "run",
     "sessionFreshTriggers": ["heartbeat", "cron"],
+    # issue 29 (deviations.py): "openclaw" switches every deviation from the reference off;
+    # ``deviations`` switches them one by one (an unset switch follows ``compat``).
+    "compat": LOOPGUARD,
+    "deviations": {},
 }
 ENFORCE, OBSERVE = "enforce", "observe"
 MODES = (ENFORCE, OBSERVE)
@@ -88,6 +105,7 @@ class DetectorSwitches:
     ping_pong: bool = True
     consecutive_errors: bool = True
     error_repeat: bool = True
+    compaction_storm: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +128,9 @@ class LoopDetectionConfig:
     mode: str = ENFORCE
     scope: str = "run"
     session_fresh_triggers: tuple[str, ...] = ("heartbeat", "cron")
+    compat: str = LOOPGUARD
+    deviations: Deviations = field(default_factory=Deviations)
+    hash_rules: int = 0  # deviations.hash_rules, kept at hand for every event's hashing
     version: str = ""
     # perTool (tool_config.py): each named tool's view of this config; in a view, the
     # detectors it is exempt from (camelCase names) and its volatile result fields.
@@ -174,6 +195,10 @@ def check_block(block: Any, path: str) -> dict[str, Any]:
                 raise ConfigError(f'{where}: expected "run" or "session", got {value!r}')
         elif key == "sessionFreshTriggers":
             _check_triggers(value, where)
+        elif key == COMPAT:
+            check_compat(value, where)
+        elif key == DEVIATIONS:
+            check_deviations(value, where)
         else:
             _check_nested(key, value, where)
     return block
@@ -218,25 +243,33 @@ def merge_blocks(base: dict[str, Any], override: dict[str, Any]) -> dict[str, An
 
 def resolve(block: dict[str, Any] | None, path: str = "tools.loopDetection") -> LoopDetectionConfig:
     """Apply defaults and the runtime's clamping rules to one raw block."""
-    raw = merge_blocks(DEFAULTS, check_block(block, path))
+    checked = check_block(block, path)
+    raw = merge_blocks(DEFAULTS, checked)
     per_tool = raw.pop(PER_TOOL, None) or {}
+    compat = raw.pop(COMPAT)
+    deviations = resolve_deviations(raw.pop(DEVIATIONS), compat)
+    detectors = own_detectors(raw["detectors"], checked.get("detectors") or {}, compat)
     warning = raw["warningThreshold"]
     # Misconfigured thresholds are raised, never lowered: critical > warning > 0,
     # breaker > critical, so the severities always come in order.
     critical = max(raw["criticalThreshold"], warning + 1)
     breaker = max(raw["globalCircuitBreakerThreshold"], critical + 1)
-    detectors = raw["detectors"]
     errors = raw["consecutiveErrors"]
     # The same raising rule for the error streak's own pair of thresholds.
     errors_critical = max(errors["criticalThreshold"], errors["warningThreshold"] + 1)
     fresh_triggers = tuple(sorted(set(raw["sessionFreshTriggers"])))
     canonical = {
         **raw,
+        "detectors": {  # compactionStorm (issue 29) only when off: versions as before
+            name: on for name, on in detectors.items() if not on or name != "compactionStorm"
+        },
         "criticalThreshold": critical,
         "globalCircuitBreakerThreshold": breaker,
         "consecutiveErrors": {**errors, "criticalThreshold": errors_critical},
         "sessionFreshTriggers": list(fresh_triggers),
     }
+    if off := canonical_deviations(deviations):  # only switches off loopguard's rule count
+        canonical[DEVIATIONS] = off
     if canonical_tools := canonical_per_tool(per_tool):  # absent when empty: versions as before
         canonical[PER_TOOL] = canonical_tools
     if canonical["mode"] == ENFORCE:
@@ -263,6 +296,7 @@ def resolve(block: dict[str, Any] | None, path: str = "tools.loopDetection") -> 
             ping_pong=detectors["pingPong"],
             consecutive_errors=detectors["consecutiveErrors"],
             error_repeat=detectors["errorRepeat"],
+            compaction_storm=detectors["compactionStorm"],
         ),
         compaction_window_size=raw["postCompactionGuard"]["windowSize"],
         compaction_storm_threshold=raw["postCompactionGuard"]["stormThreshold"],
@@ -273,12 +307,26 @@ def resolve(block: dict[str, Any] | None, path: str = "tools.loopDetection") -> 
         mode=raw["mode"],
         scope=raw["scope"],
         session_fresh_triggers=fresh_triggers,
+        compat=compat,
+        deviations=deviations,
+        hash_rules=deviations.hash_rules,
         version=version,
     )
     if not per_tool:
         return cfg
     views = {tool: tool_view(cfg, entry) for tool, entry in tool_settings(per_tool).items()}
     return replace(cfg, per_tool=views)
+
+
+def own_detectors(merged: dict[str, Any], explicit: dict[str, Any], compat: str) -> dict[str, Any]:
+    """``detectors`` with loopguard's own rules (deviations.DETECTOR_SWITCHES) left unset
+    following ``compat``: off under "openclaw" unless the block switches them on."""
+    out = dict(merged)
+    default = switch_default(compat)
+    for name in DETECTOR_SWITCHES:
+        if name not in explicit:
+            out[name] = default
+    return out
 
 
 def tool_view(cfg: LoopDetectionConfig, entry: ToolSettings) -> LoopDetectionConfig:
@@ -299,6 +347,7 @@ def tool_view(cfg: LoopDetectionConfig, entry: ToolSettings) -> LoopDetectionCon
             ping_pong=on.ping_pong and "pingPong" not in exempt,
             consecutive_errors=on.consecutive_errors and "consecutiveErrors" not in exempt,
             error_repeat=on.error_repeat and "errorRepeat" not in exempt,
+            compaction_storm=on.compaction_storm,
         ),
         per_tool={},
         exempt=exempt,

@@ -46,13 +46,15 @@ def detection_decision(
     blocks: int,
 ) -> Decision:
     """What a detector's finding on a call means for the gateway: a warning, a block, or an
-    abort once the run has been blocked ``blocks`` times (this block included)."""
+    abort once the run has been blocked ``blocks`` times (this block included). With
+    ``deviations.escalateBlocks`` off every critical is a block, as in the reference."""
     action, error_code, reason = Action.WARN, "", hit.message
     if hit.level == CRITICAL:
         action = Action.BLOCK
-        if hit.detector == "global_circuit_breaker":
+        escalate = cfg.deviations.escalate_blocks
+        if escalate and hit.detector == "global_circuit_breaker":
             action, error_code = Action.ABORT, "global_circuit_breaker"
-        elif blocks >= cfg.abort_after_blocks:
+        elif escalate and blocks >= cfg.abort_after_blocks:
             # The gateway blocked and the agent kept looping: stop the run.
             action, error_code = Action.ABORT, "loop_persisted_after_block"
             reason = f"{hit.message} Blocked {blocks} times; aborting the run."

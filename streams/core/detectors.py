@@ -9,7 +9,7 @@ One counting convention holds for every detector: a count is the number of *earl
 (or outcomes) that form the pattern the current call continues, the current call never
 included, and a detector fires when that count reaches its threshold. The reference counted
 the current call in ping-pong only (one call earlier than its other detectors); here
-:func:`pong_count` takes it back out.
+:func:`pong_count` takes it back out, unless ``deviations.pingPongEarlierCalls`` is off.
 """
 
 from __future__ import annotations
@@ -57,8 +57,11 @@ def unknown_tool_repeat(count: int, missing: str | None, call: CurrentCall) -> D
     )
 
 
-def pong_count(pong: PingPong) -> int:
-    """Earlier calls of the alternation (``PingPong.calls`` includes the current one)."""
+def pong_count(pong: PingPong, earlier_only: bool = True) -> int:
+    """Earlier calls of the alternation (``PingPong.calls`` includes the current one), or
+    with the current one as the reference counts (``earlier_only`` false)."""
+    if not earlier_only:
+        return pong.calls
     return pong.calls - 1 if pong.calls else 0
 
 
@@ -68,10 +71,13 @@ def global_circuit_breaker(
     """No-progress breaker across detectors: identical-call streaks and stable ping-pong.
 
     The reference counted only the current tool's streak, so a ping-pong loop never tripped
-    it; here the larger of the two no-progress counts is compared with the threshold.
+    it; here the larger of the two no-progress counts is compared with the threshold
+    (unless ``deviations.breakerCountsPingPong`` is off).
     """
-    # pong_count(pong), inlined: this runs on every repeated call
-    alternation = (pong.calls - 1 if pong.calls else 0) if pong.no_progress else 0
+    devs = cfg.deviations
+    alternation = 0
+    if pong.no_progress and devs.breaker_counts_ping_pong:
+        alternation = pong_count(pong, devs.ping_pong_earlier_calls)
     count = max(streak, alternation)
     if count < cfg.global_circuit_breaker_threshold:
         return None
@@ -120,7 +126,7 @@ def ping_pong(
     pong: PingPong, history: RunHistory, call: CurrentCall, cfg: LoopDetectionConfig
 ) -> Detection | None:
     """A,B,A,B… : warn even if outputs change, block only when both sides are stable."""
-    count = pong.calls - 1 if pong.calls else 0  # pong_count(pong), inlined
+    count = pong_count(pong, cfg.deviations.ping_pong_earlier_calls)
     if count >= cfg.critical_threshold and pong.no_progress:
         return Detection(
             CRITICAL,

@@ -48,7 +48,7 @@ def unmatched_error_streak(streak: int, event: ToolResult, cfg: LoopDetectionCon
     its tool is open: it matches no call, so it is no outcome for the history or the guard
     (recorded as a call of its own it would alternate with the real calls: false ping-pong).
     A failure still counts towards the failure streak, whatever call it ended."""
-    outcome = result_outcome(event.tool_name, None, event.result_json, event.error)
+    outcome = result_outcome(event.tool_name, None, event.result_json, event.error, cfg.hash_rules)
     view = cfg.per_tool.get(event.tool_name)
     exempt = view is not None and "consecutiveErrors" in view.exempt
     if outcome.result_hash is not None and not (exempt and event.error is not None):

@@ -52,9 +52,10 @@ class PostCompactionGuard:
     def armed(self) -> bool:
         return self.remaining > 0
 
-    def arm(self, window_size: int, run_id: str = "") -> None:
-        """Open a window of ``window_size`` attempts; an open window's counts are carried."""
-        self.carried = self.remaining > 0 and bool(self.counts)
+    def arm(self, window_size: int, run_id: str = "", carry: bool = True) -> None:
+        """Open a window of ``window_size`` attempts; an open window's counts are carried
+        (unless ``carry`` is false: ``deviations.carryGuardCounts``, the reference resets)."""
+        self.carried = carry and self.remaining > 0 and bool(self.counts)
         if not self.carried:
             self.counts = {}
         self.remaining = self.window = window_size

@@ -12,13 +12,15 @@ from typing import Any
 from mypy_extensions import mypyc_attr
 
 from streams.core.canonical import digest, parse_json
+from streams.core.deviations import RAW_UPDATE_PLAN
 from streams.core.outcomes import Outcome, normalize_update_plan, tool_outcome
 from streams.core.volatile import VolatileFields, strip_result
 
 
-def args_hash(tool_name: str, params: Any) -> str:
-    """``tool:sha256(canonical params)`` — the call signature every detector compares."""
-    if tool_name == "update_plan":
+def args_hash(tool_name: str, params: Any, rules: int = 0) -> str:
+    """``tool:sha256(canonical params)`` — the call signature every detector compares
+    (``rules``: deviations.py bits; only ``updatePlanShape`` matters here)."""
+    if tool_name == "update_plan" and not rules & RAW_UPDATE_PLAN:
         params = normalize_update_plan(params)
     return f"{tool_name}:{digest(params)}"
 
@@ -95,43 +97,49 @@ def clear_memos() -> None:
     _OUTCOME_CACHE.clear()
 
 
-def _call_info(tool_name: str, args_json: str | None) -> CallInfo:
+def _call_info(tool_name: str, args_json: str | None, rules: int) -> CallInfo:
     # No args at all hashes as JSON null: a stable value, the same in every process.
     params = None if args_json is None else parse_json(args_json)
     try:
-        sig = args_hash(tool_name, params)
+        sig = args_hash(tool_name, params, rules)
     except RecursionError:  # nested too deep to canonicalise: hash the text as sent
         params = args_json
-        sig = args_hash(tool_name, params)
+        sig = args_hash(tool_name, params, rules)
     action = params.get("action") if isinstance(params, dict) else None
     return CallInfo(sig, is_known_poll_call(tool_name, params), action)
 
 
-def call_info(tool_name: str, args_json: str | None) -> CallInfo:
-    """Signature, poll flag and action of a call given its raw args JSON (memoised)."""
-    key = (tool_name, args_json)
+def call_info(tool_name: str, args_json: str | None, rules: int = 0) -> CallInfo:
+    """Signature, poll flag and action of a call given its raw args JSON (memoised;
+    ``rules``: the deviations switched to the reference's hashing, deviations.py)."""
+    key: tuple[Any, ...] = (tool_name, args_json) if not rules else (tool_name, args_json, rules)
     info = _CALL_CACHE.get(key)
     if info is None:
-        info = _call_info(tool_name, args_json)
+        info = _call_info(tool_name, args_json, rules)
         if isinstance(args_json, str) and len(args_json) <= MEMO_MAX_CHARS:
             _CALL_CACHE.put(key, info, len(tool_name) + len(args_json))
     return info
 
 
 def result_outcome(
-    tool_name: str, action: Any, result_json: str | None, error: str | None
+    tool_name: str, action: Any, result_json: str | None, error: str | None, rules: int = 0
 ) -> Outcome:
     """:func:`outcome_hash` from the raw result text, given the call's ``action`` only.
 
     Memoised like :func:`call_info` when ``action`` is a string or absent (other JSON
-    values may be unhashable, or equal across types: ``1 == True``).
+    values may be unhashable, or equal across types: ``1 == True``). ``rules``: as
+    :func:`call_info`; a key holds them only when they are not loopguard's own (0).
     """
     if action is not None and type(action) is not str:
-        return _result_outcome(tool_name, action, result_json, error)
-    key = (tool_name, action, result_json, error)
+        return _result_outcome(tool_name, action, result_json, error, rules)
+    key: tuple[Any, ...] = (
+        (tool_name, action, result_json, error)
+        if not rules
+        else (tool_name, action, result_json, error, rules)
+    )
     outcome = _OUTCOME_CACHE.get(key)
     if outcome is None:
-        outcome = _result_outcome(tool_name, action, result_json, error)
+        outcome = _result_outcome(tool_name, action, result_json, error, rules)
         chars = len(result_json or "") + len(error or "")
         if chars <= MEMO_MAX_CHARS:
             _OUTCOME_CACHE.put(key, outcome, len(tool_name) + chars)
@@ -139,38 +147,49 @@ def result_outcome(
 
 
 def _result_outcome(
-    tool_name: str, action: Any, result_json: str | None, error: str | None
+    tool_name: str, action: Any, result_json: str | None, error: str | None, rules: int
 ) -> Outcome:
     try:
-        return tool_outcome(tool_name, action, parse_json(result_json), error)
+        return tool_outcome(tool_name, action, parse_json(result_json), error, rules)
     except RecursionError:  # nested too deep to canonicalise: the raw text stands for itself
-        return tool_outcome(tool_name, action, result_json, error)
+        return tool_outcome(tool_name, action, result_json, error, rules)
 
 
 def stripped_result_outcome(
-    tool_name: str, action: Any, result_json: str | None, error: str | None, fields: VolatileFields
+    tool_name: str,
+    action: Any,
+    result_json: str | None,
+    error: str | None,
+    fields: VolatileFields,
+    rules: int = 0,
 ) -> Outcome:
     """:func:`result_outcome` for a tool with ``perTool`` volatile fields: they are stripped
     (volatile.py) from the parsed result before the usual rules hash it (exec, sends and the
     rest apply to what remains). Memoised on the fields too; an error or no result has
     nothing to strip, and text that is not JSON is hashed as it is."""
     if error is not None or result_json is None:
-        return result_outcome(tool_name, action, result_json, error)
+        return result_outcome(tool_name, action, result_json, error, rules)
     if action is not None and type(action) is not str:
-        return _stripped_outcome(tool_name, action, result_json, fields)
-    key = (tool_name, action, result_json, None, fields.key)  # 5 items: never a plain key
+        return _stripped_outcome(tool_name, action, result_json, fields, rules)
+    # 5 items (6 with rules), the 5th a string: never a plain key nor one with rules
+    key: tuple[Any, ...] = (
+        (tool_name, action, result_json, None, fields.key)
+        if not rules
+        else (tool_name, action, result_json, None, fields.key, rules)
+    )
     outcome = _OUTCOME_CACHE.get(key)
     if outcome is None:
-        outcome = _stripped_outcome(tool_name, action, result_json, fields)
+        outcome = _stripped_outcome(tool_name, action, result_json, fields, rules)
         if len(result_json) <= MEMO_MAX_CHARS:
             _OUTCOME_CACHE.put(key, outcome, len(tool_name) + len(result_json))
     return outcome
 
 
 def _stripped_outcome(
-    tool_name: str, action: Any, result_json: str, fields: VolatileFields
+    tool_name: str, action: Any, result_json: str, fields: VolatileFields, rules: int
 ) -> Outcome:
     try:
-        return tool_outcome(tool_name, action, strip_result(parse_json(result_json), fields), None)
+        stripped = strip_result(parse_json(result_json), fields)
+        return tool_outcome(tool_name, action, stripped, None, rules)
     except RecursionError:  # nested too deep to canonicalise: the raw text stands for itself
-        return tool_outcome(tool_name, action, result_json, None)
+        return tool_outcome(tool_name, action, result_json, None, rules)

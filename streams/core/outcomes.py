@@ -15,6 +15,12 @@ import re
 from typing import Any
 
 from streams.core.canonical import MISSING, UNDEFINED, digest, is_number, js_trim
+from streams.core.deviations import (
+    BUILTIN_SENDS,
+    RAW_EXEC_OUTPUT,
+    RAW_UPDATE_PLAN,
+    WRAPPED_RESULTS,
+)
 
 
 def normalize_update_plan(value: Any) -> Any:
@@ -108,7 +114,9 @@ def _str_or_none(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _exec_outcome(details: dict[str, Any], result: dict[str, Any]) -> tuple[str | None, str | None]:
+def _exec_outcome(
+    details: dict[str, Any], result: dict[str, Any], mask: bool = True
+) -> tuple[str | None, str | None]:
     """Stable command outcome only: duration, PID, session id and cwd are ignored.
 
     As the reference: the output is ``aggregated`` trimmed, or the text content when that is
@@ -116,12 +124,13 @@ def _exec_outcome(details: dict[str, Any], result: dict[str, Any]) -> tuple[str 
     loopguard masks clock times, durations and PIDs in it (:func:`normalize_output`).
     Returns (masked hash, exact hash): the second only when masking changed the output, for
     the post-compaction guard, which aborts on identical results only (see :class:`Outcome`).
+    ``mask`` false (``deviations.maskExecOutput: false``) hashes the output as it is.
     """
     status = _str_or_none(details.get("status"))
     if status == "running":
         tail = details.get("tail")
         text = tail if isinstance(tail, str) else ""
-        masked = normalize_output(text)
+        masked = normalize_output(text) if mask else text
         return (
             digest({"status": status, "tail": masked}),
             None if masked == text else digest({"status": status, "tail": text}),
@@ -136,7 +145,7 @@ def _exec_outcome(details: dict[str, Any], result: dict[str, Any]) -> tuple[str 
             "timedOut": details.get("timedOut") is True,
         }
         text = output or _text_content(result)
-        masked = normalize_output(text)
+        masked = normalize_output(text) if mask else text
         exact = None if masked == text else digest({**fields, "output": text})
         return digest({**fields, "output": masked}), exact
     if status in ("approval-pending", "approval-unavailable"):
@@ -189,26 +198,29 @@ VOLATILE_SEND_KEYS = frozenset(
 )
 
 
-def is_outbound_send(tool_name: str, params: Any) -> bool:
+def is_outbound_send(tool_name: str, params: Any, by_name: bool = True) -> bool:
     """Tools whose results carry fresh ids per call: sessions_send, conversations_send and
     conversations_turn, message sends, and (standing in for the reference's channel plugins,
-    which a worker cannot see) ``*_send`` tools and sends of ``*_message`` tools."""
-    return _is_send_action(tool_name, params.get("action") if isinstance(params, dict) else None)
+    which a worker cannot see) ``*_send`` tools and sends of ``*_message`` tools, unless
+    ``by_name`` is false (``deviations.sendsByToolName: false``)."""
+    action = params.get("action") if isinstance(params, dict) else None
+    return _is_send_action(tool_name, action, by_name)
 
 
 # Tools whose every call is an outbound send, whatever its action (the reference's list).
 ALWAYS_SEND_TOOLS = frozenset({"sessions_send", "conversations_send", "conversations_turn"})
 
 
-def _is_send_action(tool_name: str, action: Any) -> bool:
+def _is_send_action(tool_name: str, action: Any, by_name: bool = True) -> bool:
     if tool_name in ALWAYS_SEND_TOOLS:
         return True
     if not isinstance(action, str):  # agents send anything; a list is not hashable
         action = None
     if tool_name == "message":
         return action in SEND_LIKE_MESSAGE_ACTIONS
-    return tool_name.endswith("_send") or (
-        tool_name.endswith("_message") and action in SEND_LIKE_MESSAGE_ACTIONS
+    return by_name and (
+        tool_name.endswith("_send")
+        or (tool_name.endswith("_message") and action in SEND_LIKE_MESSAGE_ACTIONS)
     )
 
 
@@ -276,45 +288,53 @@ class Outcome:
         )
 
 
-def _bare_exec_output(text: str) -> Outcome:
+def _bare_exec_output(text: str, mask: bool) -> Outcome:
     """An exec result sent as a bare string is the command's output: trimmed and masked like
     ``aggregated`` (``"ok\n"`` and ``"ok"`` are one outcome)."""
     output = js_trim(text)
-    masked = normalize_output(output)
+    masked = normalize_output(output) if mask else output
     exact = None if masked == output else digest({"output": output})
     return Outcome(digest({"output": masked}), exact_hash=exact)
 
 
-def outcome_hash(tool_name: str, params: Any, result: Any, error: str | None) -> Outcome:
+def outcome_hash(
+    tool_name: str, params: Any, result: Any, error: str | None, rules: int = 0
+) -> Outcome:
     """Hash what a tool returned, per the rules of its tool kind."""
     return tool_outcome(
-        tool_name, params.get("action") if isinstance(params, dict) else None, result, error
+        tool_name, params.get("action") if isinstance(params, dict) else None, result, error, rules
     )
 
 
-def tool_outcome(tool_name: str, action: Any, result: Any, error: str | None) -> Outcome:
-    """The outcome rules; of the call's params only ``action`` ever matters."""
+def tool_outcome(
+    tool_name: str, action: Any, result: Any, error: str | None, rules: int = 0
+) -> Outcome:
+    """The outcome rules; of the call's params only ``action`` ever matters. ``rules``: the
+    deviations switched to the reference's rule (deviations.py bits; 0: none)."""
     if error is not None:
         return Outcome(
             f"error:{digest(error)}", unknown_tool_name(error) if isinstance(error, str) else None
         )
     if result is MISSING:  # no result at all; JSON null is an outcome like any other
         return Outcome(None)
+    bare = not rules & WRAPPED_RESULTS
+    mask = not rules & RAW_EXEC_OUTPUT
     if not isinstance(result, dict):
-        if tool_name == "exec" and isinstance(result, str):
-            return _bare_exec_output(result)
+        if tool_name == "exec" and isinstance(result, str) and bare:
+            return _bare_exec_output(result, mask)
         return Outcome(digest(result))
     details = result.get("details")
     if not isinstance(details, dict):
         # A bare result object (neither ``details`` nor ``content``, as a gateway may send
         # what its tool returned) is its own details: hashed as an empty object, every such
         # result would be "the same" whatever it said.
-        details = result if "details" not in result and "content" not in result else {}
+        own = bare and "details" not in result and "content" not in result
+        details = result if own else {}
     elif details.get("status") == "blocked" and details.get("deniedReason") == "tool-loop":
         return Outcome(None, loop_veto=True)
     # The text content is extracted only by the rules that hash it.
     if tool_name == "exec":
-        exec_hash, exact = _exec_outcome(details, result)
+        exec_hash, exact = _exec_outcome(details, result, mask)
         if exec_hash:
             return Outcome(exec_hash, exact_hash=exact)
     if tool_name == "process" and action in ("poll", "log"):
@@ -327,8 +347,8 @@ def tool_outcome(tool_name: str, action: Any, result: Any, error: str | None) ->
         if "status" not in details:  # the reference hashes a missing status as undefined
             fields["status"] = UNDEFINED
         return Outcome(digest({"action": action, **fields, "text": _text_content(result)}))
-    if _is_send_action(tool_name, action):
+    if _is_send_action(tool_name, action, not rules & BUILTIN_SENDS):
         return Outcome(digest(strip_volatile_send_ids(details)))
-    if tool_name == "update_plan":
+    if tool_name == "update_plan" and not rules & RAW_UPDATE_PLAN:
         return Outcome(digest({"details": normalize_update_plan(details), "text": ""}))
     return Outcome(digest({"details": details, "text": _text_content(result)}))

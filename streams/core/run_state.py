@@ -179,9 +179,11 @@ class RunState:
             # Every compaction retry arms the guard, whatever its trigger (overflow, timeout,
             # continuation), as in the reference runtime.
             if cfg.compaction_guard_on:
-                self.guard.arm(cfg.compaction_window_size, self.run_id)
+                self.guard.arm(
+                    cfg.compaction_window_size, self.run_id, cfg.deviations.carry_guard_counts
+                )
                 storm = self.guard.compaction()
-                if storm >= cfg.compaction_storm_threshold:
+                if storm >= cfg.compaction_storm_threshold and cfg.detectors.compaction_storm:
                     return [self._storm(event, cfg, storm)]
             return []
         if isinstance(event, RunEnded):
@@ -189,7 +191,7 @@ class RunState:
         return []
 
     def _on_call(self, event: ToolCall, cfg: LoopDetectionConfig) -> list[Decision]:
-        info = call_info(event.tool_name, event.args_json)
+        info = call_info(event.tool_name, event.args_json, cfg.hash_rules)
         sig, known_poll, action = info.sig, info.known_poll, info.action
         # perTool: the tool's own view of the config (thresholds, exempt detectors), if any
         per_tool = cfg.per_tool
@@ -202,6 +204,15 @@ class RunState:
             known_poll,
             cfg if view is None else view,
         )
+        call = CurrentCall(event.tool_name, sig, known_poll) if hit is not None else None
+        if (
+            call is not None
+            and hit is not None
+            and hit.level == CRITICAL
+            and not cfg.deviations.veto_is_outcome
+        ):
+            # As the reference: a blocked call is never recorded (nor its veto an outcome).
+            return [self._decide(event, call, hit, cfg)]
         record = self.history.append_call(
             event.tool_name,
             sig,
@@ -212,13 +223,16 @@ class RunState:
         args = event.args_json
         if event.tool_call_id and args is not None and len(args) <= MEMO_MAX_CHARS:
             record.call_args = (args, info)
-        if hit is None:
+        if call is None or hit is None:
             return []
-        return [self._decide(event, CurrentCall(event.tool_name, sig, known_poll), hit, cfg)]
+        return [self._decide(event, call, hit, cfg)]
 
     def _on_result(self, event: ToolResult, cfg: LoopDetectionConfig) -> list[Decision]:
         tool_name = event.tool_name
-        if event.args_json is None:
+        rules, devs = cfg.hash_rules, cfg.deviations
+        if event.args_json is None and (
+            devs.result_args_by_call_id if event.tool_call_id else devs.result_to_open_call
+        ):
             # Results may omit args when they carry the call id: hash with what the call had.
             if event.tool_call_id:
                 record = self.history.find_pending(tool_name, None, event.tool_call_id)
@@ -231,9 +245,9 @@ class RunState:
             if call is not None:
                 sig, known_poll, action = call.sig, call.known_poll, call.action or None
             else:  # the call is out of the window (or never seen): no args known
-                info = call_info(tool_name, "{}")
+                info = call_info(tool_name, "{}", rules)
                 sig, known_poll, action = info.sig, info.known_poll, info.action
-        else:
+        else:  # its own args (with those switches off: what it carries, maybe none)
             record = self.history.pending_by_id.get(event.tool_call_id or "")
             if (
                 record is not None
@@ -245,20 +259,21 @@ class RunState:
                 # find_pending would return this very record.
                 info = seen[1]
             else:
-                info = call_info(tool_name, event.args_json)
+                info = call_info(tool_name, event.args_json, rules)
                 record = self.history.find_pending(tool_name, info.sig, event.tool_call_id)
             sig, known_poll, action = info.sig, info.known_poll, info.action
         per_tool = cfg.per_tool  # perTool: one lookup, none at all when it is empty
         view = per_tool.get(tool_name) if per_tool else None
         if view is None or view.volatile is None:
-            outcome = result_outcome(tool_name, action, event.result_json, event.error)
+            outcome = result_outcome(tool_name, action, event.result_json, event.error, rules)
         else:
             outcome = stripped_result_outcome(
-                tool_name, action, event.result_json, event.error, view.volatile
+                tool_name, action, event.result_json, event.error, view.volatile, rules
             )
-        if outcome.result_hash is None and not outcome.loop_veto:
+        if outcome.result_hash is None and not (outcome.loop_veto and devs.veto_is_outcome):
             # No result and no error: nothing to compare, so, as in the reference, it is not
-            # an outcome at all; the call stays open for a result that says something.
+            # an outcome at all; the call stays open for a result that says something. The
+            # same for a veto when it is no outcome (``deviations.vetoIsOutcome`` off).
             return []
         if not outcome.loop_veto:  # failures.next_error_streak, inlined (every result)
             if event.error is None:

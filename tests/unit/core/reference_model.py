@@ -8,15 +8,20 @@ none (or appended) and fed to the post-compaction guard; every compaction retry 
 Written for obviousness, not speed: every question walks the whole history, as the reference
 does, and nothing here is shared with ``streams.core``.
 
-Where loopguard deliberately differs (README, "Deliberate deviations"), :class:`ReferenceRun`
-either has no opinion (the generator avoids the case) or reports :data:`DEVIATION` for the
-event, so a comparison stops there. loopguard's own rules of issue 17 are restated here too,
-each marked "loopguard:" where it applies, so the comparison goes on through them: one
-counting convention (ping-pong counts the earlier calls of the alternation, like every other
-detector); the failure rules (``consecutiveErrors``, ``errorRepeat``); the post-compaction
-guard's count carried over a re-arm and the compaction storm; a result with neither args nor
-call id answering its tool's newest open call (or nothing); bare results (an exec output
-string, an object with neither ``details`` nor ``content``) and ``*_send`` tools as sends.
+The model runs in two modes (``Config.loopguard``). With it false the model is the reference
+alone: every rule marked "loopguard:" below is skipped, and what it does is what loopguard
+must do under ``compat: "openclaw"`` (issue 29), event by event, blocks included (a blocked
+call is never recorded). With it true (the default) the model restates loopguard's
+deliberate deviations (README, "Deliberate deviations") that the generated streams reach,
+each marked "loopguard:" where it applies: one counting convention (ping-pong counts the
+earlier calls of the alternation, like every other detector); a breaker that counts a stable
+ping-pong too; the failure rules (``consecutiveErrors``, ``errorRepeat``); the
+post-compaction guard's count carried over a re-arm and the compaction storm; a result that
+omits its args taking its call's (by call id while the call is in the window, or the tool's
+newest open call when it has no id either); bare results (an exec output string, an object
+with neither ``details`` nor ``content``) and ``*_send`` tools as sends. The deviations it
+does not restate (exec output masking, ``update_plan`` shapes, a block recorded as an
+outcome, escalation to abort) the default-mode comparison keeps out of its streams.
 """
 
 from __future__ import annotations
@@ -27,8 +32,6 @@ import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
-
-DEVIATION = "deviation"  # a documented loopguard deviation decides this event
 
 
 class _Undefined:
@@ -248,10 +251,12 @@ def strip_volatile_send_ids(value: Any) -> Any:
     }
 
 
-def is_messaging_tool_send_action(tool_name: str, args: dict[str, Any]) -> bool:
+def is_messaging_tool_send_action(tool_name: str, args: dict[str, Any], loopguard: bool) -> bool:
     # embedded-agent-messaging.ts; channel plugins (telegram, slack, ...) are asked there
     if tool_name in ("sessions_send", "conversations_send", "conversations_turn"):
         return True
+    if not loopguard:  # the reference with no channel plugin installed
+        return False
     # loopguard: a worker cannot ask the plugins; it goes by the tool's name (README)
     action = args.get("action")
     return tool_name.endswith("_send") or (
@@ -261,29 +266,29 @@ def is_messaging_tool_send_action(tool_name: str, args: dict[str, Any]) -> bool:
     )
 
 
-def is_volatile_send_result(tool_name: str, params: Any) -> bool:
+def is_volatile_send_result(tool_name: str, params: Any, loopguard: bool) -> bool:
     if tool_name == "sessions_send":
         return True
     args = params if is_plain_object(params) else {}
     if tool_name == "message":
         action = args.get("action")
         return isinstance(action, str) and action in SEND_LIKE_MESSAGE_ACTIONS
-    return is_messaging_tool_send_action(tool_name, args)
+    return is_messaging_tool_send_action(tool_name, args, loopguard)
 
 
 def hash_tool_outcome(
-    tool_name: str, params: Any, result: Any, error: str | None
+    tool_name: str, params: Any, result: Any, error: str | None, loopguard: bool = True
 ) -> tuple[str | None, str | None]:
     """(resultHash, unknownToolName)"""
     if error is not None:
         return f"error:{digest(error)}", extract_unknown_tool_name(error)
     if not is_plain_object(result):
-        if tool_name == "exec" and isinstance(result, str):  # loopguard: the bare output
+        if tool_name == "exec" and isinstance(result, str) and loopguard:  # the bare output
             return digest({"output": js_trim(result)}), None
         return (None if result is UNDEFINED else digest(result)), None
     if is_plain_object(get(result, "details")):
         details = result["details"]
-    elif "details" in result or "content" in result:
+    elif "details" in result or "content" in result or not loopguard:
         details = {}
     else:  # loopguard: a bare result object is its own details
         details = result
@@ -318,7 +323,7 @@ def hash_tool_outcome(
                     "text": text,
                 }
             ), None
-    if is_volatile_send_result(tool_name, params):
+    if is_volatile_send_result(tool_name, params, loopguard):
         return digest(strip_volatile_send_ids(details)), None
     return digest({"details": details, "text": text}), None
 
@@ -355,10 +360,13 @@ class Config:
     errors_warning: int = 5
     errors_critical: int = 10
     error_repeat_threshold: int = 3
+    # False: the reference alone, none of loopguard's rules (compat: "openclaw")
+    loopguard: bool = True
 
     @classmethod
-    def from_block(cls, block: dict[str, Any]) -> Config:
-        """resolveLoopDetectionConfig + the guard's window (positive ints; clamped upwards)."""
+    def from_block(cls, block: dict[str, Any], loopguard: bool = True) -> Config:
+        """resolveLoopDetectionConfig + the guard's window (positive ints; clamped upwards);
+        ``loopguard`` false: the reference's config, loopguard's own rules off."""
         warning = block.get("warningThreshold", 10)
         critical = max(block.get("criticalThreshold", 20), warning + 1)
         breaker = max(block.get("globalCircuitBreakerThreshold", 30), critical + 1)
@@ -377,11 +385,12 @@ class Config:
             ping_pong=detectors.get("pingPong", True),
             window=block.get("postCompactionGuard", {}).get("windowSize", 3),
             storm_threshold=block.get("postCompactionGuard", {}).get("stormThreshold", 3),
-            consecutive_errors=detectors.get("consecutiveErrors", True),
-            error_repeat=detectors.get("errorRepeat", True),
+            consecutive_errors=detectors.get("consecutiveErrors", True) and loopguard,
+            error_repeat=detectors.get("errorRepeat", True) and loopguard,
             errors_warning=errors_warning,
             errors_critical=max(errors.get("criticalThreshold", 10), errors_warning + 1),
             error_repeat_threshold=block.get("errorRepeatThreshold", 3),
+            loopguard=loopguard,
         )
 
 
@@ -463,7 +472,7 @@ Verdict = tuple[str, str, int]  # (level, detector, count)
 
 def detect_tool_call_loop(
     history: list[Record], tool_name: str, params: Any, cfg: Config
-) -> Verdict | str | None:
+) -> Verdict | None:
     if cfg.enabled is not True:
         return None
     current = hash_tool_call(tool_name, params)
@@ -471,15 +480,14 @@ def detect_tool_call_loop(
     streak = no_progress_streak(history, tool_name, current)
     known_poll = is_known_poll_tool_call(tool_name, params)
     pong, pong_evidence = ping_pong_streak(history, current)
-    # loopguard: the current call is not counted (the reference's count includes it)
-    pong = max(pong - 1, 0)
+    if cfg.loopguard:  # loopguard: the current call is not counted (the reference counts it)
+        pong = max(pong - 1, 0)
     if unknown >= cfg.unknown_tool:
         return ("critical", "unknown_tool_repeat", unknown)
-    # Deviation: loopguard's breaker also counts a stable ping-pong (README).
-    if pong_evidence and pong > streak and pong >= cfg.breaker:
-        return DEVIATION
-    if streak >= cfg.breaker:
-        return ("critical", "global_circuit_breaker", streak)
+    # loopguard: the breaker counts a stable ping-pong too (the larger of the two counts)
+    breaker = max(streak, pong if pong_evidence else 0) if cfg.loopguard else streak
+    if breaker >= cfg.breaker:
+        return ("critical", "global_circuit_breaker", breaker)
     if known_poll and cfg.known_poll and streak >= cfg.critical:
         return ("critical", "known_poll_no_progress", streak)
     if known_poll and cfg.known_poll and streak >= cfg.warning:
@@ -528,10 +536,10 @@ def detect_failures(
 
 def detect_all(
     history: list[Record], tool_name: str, params: Any, cfg: Config, error_streak: int
-) -> Verdict | str | None:
+) -> Verdict | None:
     """The most severe verdict; at equal severity the reference's own comes first."""
     verdict = detect_tool_call_loop(history, tool_name, params, cfg)
-    if verdict == DEVIATION or (verdict is not None and verdict[0] == "critical"):
+    if verdict is not None and verdict[0] == "critical":
         return verdict
     extra = detect_failures(history, tool_name, params, cfg, error_streak)
     if extra is not None and (verdict is None or extra[0] == "critical"):
@@ -557,9 +565,11 @@ class ReferenceRun:
     def _trim(self) -> None:
         del self.history[: max(0, len(self.history) - self.cfg.history_size)]
 
-    def call(self, tool_name: str, args_json: str, call_id: str | None) -> Verdict | str | None:
+    def call(self, tool_name: str, args_json: str, call_id: str | None) -> Verdict | None:
         params = js_parse(args_json)
         verdict = detect_all(self.history, tool_name, params, self.cfg, self.error_streak)
+        if verdict is not None and verdict[0] == "critical" and not self.cfg.loopguard:
+            return verdict  # runBeforeToolCallHook blocks before recordToolCall
         if self.cfg.enabled is not False:  # recordToolCall
             record = Record(tool_name, hash_tool_call(tool_name, params), call_id, params=params)
             self.history.append(record)
@@ -574,7 +584,9 @@ class ReferenceRun:
         error: str | None,
         call_id: str | None,
     ) -> Verdict | None:
-        if args_json is None and not call_id:
+        if args_json is None and not self.cfg.loopguard:
+            params = None  # the reference hashes the params it is given: none (null) here
+        elif args_json is None and not call_id:
             # loopguard: neither args nor id: the tool's newest call without a result, if any
             known = next(
                 (
@@ -602,7 +614,9 @@ class ReferenceRun:
         else:
             params = js_parse(args_json)
         result = UNDEFINED if result_json is None else js_parse(result_json)
-        result_hash, unknown = hash_tool_outcome(tool_name, params, result, error)
+        result_hash, unknown = hash_tool_outcome(
+            tool_name, params, result, error, self.cfg.loopguard
+        )
         if not result_hash:  # recordToolCallOutcome records nothing, observes nothing
             return None
         # loopguard: the failure streak (the generated gateway never answers with a veto)
@@ -622,7 +636,8 @@ class ReferenceRun:
             target = Record(tool_name, args_hash, call_id, result_hash, unknown, params)
             self.history.append(target)
         self._trim()
-        if self.storm_compacted:  # loopguard: progress = unlike the call's previous outcome
+        # loopguard: compaction storm progress, an outcome unlike its call's previous one
+        if self.storm_compacted and self.cfg.loopguard:
             at = next((i for i, r in enumerate(self.history) if r is target), None)
             earlier = [
                 r for r in self.history[: at or 0] if r.args_hash == args_hash and r.result_hash
@@ -634,11 +649,13 @@ class ReferenceRun:
     def compaction(self) -> Verdict | None:
         """armPostCompaction, after every compaction retry kind."""
         # loopguard: an open window's counts carry over the re-arm (the next outcome decides)
-        self.guard_carried = self.guard_remaining > 0 and bool(self.guard_history)
+        self.guard_carried = (
+            self.cfg.loopguard and self.guard_remaining > 0 and bool(self.guard_history)
+        )
         if not self.guard_carried:
             self.guard_history = []
         self.guard_remaining = self.cfg.window
-        if self.cfg.enabled is False:
+        if self.cfg.enabled is False or not self.cfg.loopguard:
             return None
         # loopguard: compaction storm, retries in a row with no progress between them
         no_progress = self.storm_compacted and not self.storm_progressed

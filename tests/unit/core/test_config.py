@@ -69,6 +69,7 @@ def test_defaults_table_literal():
             "pingPong": True,
             "consecutiveErrors": True,
             "errorRepeat": True,
+            "compactionStorm": True,
         },
         "postCompactionGuard": {"windowSize": 3, "stormThreshold": 3},
         "abortAfterBlocks": 3,
@@ -77,6 +78,8 @@ def test_defaults_table_literal():
         "mode": "enforce",
         "scope": "run",
         "sessionFreshTriggers": ["heartbeat", "cron"],
+        "compat": "loopguard",
+        "deviations": {},
     }
 
 
@@ -650,8 +653,10 @@ def test_default_mode_keeps_the_version_from_before_mode_existed():
     """Decisions recorded before issue 17's ``mode`` must keep matching their config's
     version, so the default is left out of the hash; observe is in it."""
     # scope and sessionFreshTriggers (session scope) are left out at their defaults alike
-    later = ("mode", *VERSIONED_WHEN_SET)
+    # and so are issue 29's compat, deviations and detectors.compactionStorm
+    later = ("mode", *VERSIONED_WHEN_SET, "compat", "deviations")
     before = {key: value for key, value in DEFAULTS.items() if key not in later}
+    before["detectors"] = {k: v for k, v in DEFAULTS["detectors"].items() if k != "compactionStorm"}
     canonical = json.dumps(before, sort_keys=True, separators=(",", ":")).encode()
     assert resolve({}).version == hashlib.sha256(canonical).hexdigest()[:16]
     assert resolve({"mode": "enforce"}).version == resolve({}).version

@@ -1,0 +1,144 @@
+"""Switches for loopguard's deliberate deviations from the reference detector (issue 29).
+
+Each row of the README's "Deliberate deviations from the reference" table can be switched off
+one by one in ``deviations`` (``true``: loopguard's rule, the default; ``false``: what
+OpenClaw's own detector does), and ``compat: "openclaw"`` switches every one of them off at
+once, loopguard's own detectors (``detectors.consecutiveErrors``, ``errorRepeat``,
+``compactionStorm``) included. A switch set explicitly wins over ``compat``, so a fleet can
+move from the reference's verdicts to loopguard's one rule at a time. The switches that
+change how results are hashed travel to hashing.py as one bitmask (:data:`HashRules` bits),
+0 being loopguard's rules, so the hot path and its memo keys stay as they were by default.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from streams.core.config_error import ConfigError
+
+COMPAT = "compat"
+DEVIATIONS = "deviations"
+LOOPGUARD, OPENCLAW = "loopguard", "openclaw"
+COMPAT_VALUES = (LOOPGUARD, OPENCLAW)
+
+# ``deviations`` switch -> the row it belongs to (docs/openclaw-compat.md has the table).
+SWITCHES: dict[str, str] = {
+    "escalateBlocks": "repeated blocks abort the run (abortAfterBlocks); the breaker aborts",
+    "breakerCountsPingPong": "the global breaker counts a stable ping-pong too",
+    "vetoIsOutcome": "a loop veto is recorded as its call's outcome (repeating the last one)",
+    "maskExecOutput": "exec output has datetimes, clock times, PIDs and durations masked",
+    "updatePlanShape": "update_plan args and results are hashed by the plan's shape",
+    "sendsByToolName": "*_send tools and *_message sends count as message sends",
+    "resultArgsByCallId": "a result omitting its args is hashed with its call's args",
+    "pingPongEarlierCalls": "ping-pong counts the alternating calls before the current one",
+    "carryGuardCounts": "a compaction re-arming an open guard window keeps its counts",
+    "resultToOpenCall": "a result with neither args nor call id answers its tool's open call",
+    "bareResults": "a bare result object is its own details; a bare exec string its output",
+}
+# loopguard's own detectors (``detectors.<name>``): deviations too, off under compat.
+DETECTOR_SWITCHES = ("consecutiveErrors", "errorRepeat", "compactionStorm")
+
+# Hashing bits: set = the reference's rule (0 = loopguard's rules, the default).
+RAW_EXEC_OUTPUT = 1  # maskExecOutput: false
+RAW_UPDATE_PLAN = 2  # updatePlanShape: false
+BUILTIN_SENDS = 4  # sendsByToolName: false
+WRAPPED_RESULTS = 8  # bareResults: false
+
+
+@dataclass(frozen=True, slots=True)
+class Deviations:
+    """Resolved switches: ``True`` is loopguard's rule, ``False`` the reference's."""
+
+    escalate_blocks: bool = True
+    breaker_counts_ping_pong: bool = True
+    veto_is_outcome: bool = True
+    mask_exec_output: bool = True
+    update_plan_shape: bool = True
+    sends_by_tool_name: bool = True
+    result_args_by_call_id: bool = True
+    ping_pong_earlier_calls: bool = True
+    carry_guard_counts: bool = True
+    result_to_open_call: bool = True
+    bare_results: bool = True
+
+    @property
+    def hash_rules(self) -> int:
+        """The hashing switches as hashing.py takes them (0: loopguard's rules)."""
+        rules = 0
+        if not self.mask_exec_output:
+            rules |= RAW_EXEC_OUTPUT
+        if not self.update_plan_shape:
+            rules |= RAW_UPDATE_PLAN
+        if not self.sends_by_tool_name:
+            rules |= BUILTIN_SENDS
+        if not self.bare_results:
+            rules |= WRAPPED_RESULTS
+        return rules
+
+
+def check_compat(value: Any, where: str) -> None:
+    if value not in COMPAT_VALUES:
+        raise ConfigError(f'{where}: expected "loopguard" or "openclaw", got {value!r}')
+
+
+def check_deviations(value: Any, where: str) -> None:
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: expected an object, got {type(value).__name__}")
+    for name, switch in value.items():
+        if name not in SWITCHES:
+            raise ConfigError(f"{where}.{name}: unknown field (known: {', '.join(SWITCHES)})")
+        if not isinstance(switch, bool):
+            raise ConfigError(f"{where}.{name}: expected true or false, got {switch!r}")
+
+
+def switch_default(compat: str) -> bool:
+    """An unset switch: loopguard's rule, or the reference's under ``compat: "openclaw"``."""
+    return compat != OPENCLAW
+
+
+def resolve_deviations(explicit: dict[str, Any], compat: str) -> Deviations:
+    """The switches of a merged block: set ones as set, the rest from ``compat``."""
+    default = switch_default(compat)
+
+    def on(name: str) -> bool:
+        value = explicit.get(name)
+        return default if value is None else bool(value)
+
+    return Deviations(
+        escalate_blocks=on("escalateBlocks"),
+        breaker_counts_ping_pong=on("breakerCountsPingPong"),
+        veto_is_outcome=on("vetoIsOutcome"),
+        mask_exec_output=on("maskExecOutput"),
+        update_plan_shape=on("updatePlanShape"),
+        sends_by_tool_name=on("sendsByToolName"),
+        result_args_by_call_id=on("resultArgsByCallId"),
+        ping_pong_earlier_calls=on("pingPongEarlierCalls"),
+        carry_guard_counts=on("carryGuardCounts"),
+        result_to_open_call=on("resultToOpenCall"),
+        bare_results=on("bareResults"),
+    )
+
+
+def switch_values(devs: Deviations) -> dict[str, bool]:
+    """camelCase switch -> resolved value, in the table's order."""
+    values = (
+        devs.escalate_blocks,
+        devs.breaker_counts_ping_pong,
+        devs.veto_is_outcome,
+        devs.mask_exec_output,
+        devs.update_plan_shape,
+        devs.sends_by_tool_name,
+        devs.result_args_by_call_id,
+        devs.ping_pong_earlier_calls,
+        devs.carry_guard_counts,
+        devs.result_to_open_call,
+        devs.bare_results,
+    )
+    return dict(zip(SWITCHES, values, strict=True))
+
+
+def canonical_deviations(devs: Deviations) -> dict[str, bool]:
+    """The switches as they count for ``config_version``: only those off loopguard's default
+    (so every config written before the switches existed keeps its version)."""
+    return {name: value for name, value in switch_values(devs).items() if not value}

@@ -1,0 +1,150 @@
+"""Issue 29: ``compat`` and the ``deviations`` switches, as config (validation, merge,
+``config_version``) and as behaviour; the call-by-call agreement with the reference is
+test_reference_agreement.py's."""
+
+from __future__ import annotations
+
+import pytest
+from core_helpers import VETO, Run, loop_guard, text_result
+
+from streams.core.config import ConfigError, resolve
+from streams.core.deviations import DETECTOR_SWITCHES, SWITCHES, Deviations, switch_values
+from streams.core.events import Action
+from streams.core.fleet import fleet_from_document
+
+ALL_OFF = dict.fromkeys(SWITCHES, False)
+
+
+def test_every_switch_defaults_to_loopguards_rule():
+    cfg = resolve({})
+    assert cfg.compat == "loopguard"
+    assert cfg.deviations == Deviations()
+    assert all(switch_values(cfg.deviations).values())
+    assert cfg.hash_rules == 0
+    assert cfg.detectors.compaction_storm
+
+
+def test_compat_openclaw_switches_every_deviation_off():
+    cfg = resolve({"compat": "openclaw"})
+    assert not any(switch_values(cfg.deviations).values())
+    assert cfg.hash_rules == 1 | 2 | 4 | 8
+    d = cfg.detectors
+    assert not (d.consecutive_errors or d.error_repeat or d.compaction_storm)
+    assert d.generic_repeat and d.known_poll_no_progress and d.ping_pong  # the reference's own
+
+
+def test_an_explicit_switch_wins_over_compat():
+    cfg = resolve(
+        {
+            "compat": "openclaw",
+            "deviations": {"maskExecOutput": True},
+            "detectors": {"errorRepeat": True},
+        }
+    )
+    on = {name for name, value in switch_values(cfg.deviations).items() if value}
+    assert on == {"maskExecOutput"}
+    assert cfg.detectors.error_repeat and not cfg.detectors.consecutive_errors
+    assert resolve({"deviations": {"bareResults": False}}).deviations.bare_results is False
+
+
+def test_switches_merge_per_agent_field_by_field():
+    fleet = fleet_from_document(
+        {
+            "tools": {"loopDetection": {"compat": "openclaw", "deviations": {"bareResults": True}}},
+            "agents": {
+                "list": [
+                    {
+                        "id": "a",
+                        "tools": {"loopDetection": {"deviations": {"escalateBlocks": True}}},
+                    },
+                    {"id": "b", "tools": {"loopDetection": {"compat": "loopguard"}}},
+                ]
+            },
+        }
+    )
+    a = switch_values(fleet.for_agent("a").deviations)
+    assert {name for name, on in a.items() if on} == {"bareResults", "escalateBlocks"}
+    b = switch_values(fleet.for_agent("b").deviations)
+    assert {name for name, on in b.items() if not on} == set()  # bareResults stays on too
+
+
+@pytest.mark.parametrize(
+    ("block", "where"),
+    [
+        ({"compat": "OpenClaw"}, "tools.loopDetection.compat"),
+        ({"compat": True}, "tools.loopDetection.compat"),
+        ({"deviations": {"maskExec": False}}, "tools.loopDetection.deviations.maskExec"),
+        ({"deviations": {"bareResults": "no"}}, "tools.loopDetection.deviations.bareResults"),
+        ({"deviations": []}, "tools.loopDetection.deviations"),
+        ({"detectors": {"compactionStorm": 0}}, "tools.loopDetection.detectors.compactionStorm"),
+    ],
+)
+def test_bad_values_are_refused_with_the_fields_path(block, where):
+    with pytest.raises(ConfigError, match=f"^{where.replace('.', '[.]')}: "):
+        resolve(block)
+
+
+def test_agent_paths_name_the_agent():
+    doc = {"agents": {"list": [{"id": "x", "tools": {"loopDetection": {"compat": "oc"}}}]}}
+    with pytest.raises(ConfigError, match=r"agents\.list\[0\]\.tools\.loopDetection\.compat"):
+        fleet_from_document(doc)
+
+
+def test_version_counts_switches_only_off_the_default():
+    base = resolve({}).version
+    assert resolve({"compat": "loopguard"}).version == base
+    assert resolve({"deviations": dict.fromkeys(SWITCHES, True)}).version == base
+    assert resolve({"detectors": {"compactionStorm": True}}).version == base
+    assert resolve({"compat": "openclaw"}).version != base
+    # the version names the behaviour: compat and every switch written out are one config
+    explicit = {"deviations": ALL_OFF, "detectors": dict.fromkeys(DETECTOR_SWITCHES, False)}
+    assert resolve(explicit).version == resolve({"compat": "openclaw"}).version
+    versions = {resolve({"deviations": {name: False}}).version for name in SWITCHES}
+    assert len(versions) == len(SWITCHES) and base not in versions
+
+
+# -- behaviour -------------------------------------------------------------------------------
+
+LOOP = {
+    "enabled": True,
+    "historySize": 20,
+    "warningThreshold": 2,
+    "criticalThreshold": 3,
+    "globalCircuitBreakerThreshold": 4,
+}
+
+
+def looping(run: Run, times: int) -> list:
+    decided = []
+    for _ in range(times):
+        decided += run.call("read", {"path": "a"})
+        decided += run.result("read", {"path": "a"}, text_result("same"))
+    return decided
+
+
+def test_without_escalation_every_critical_is_a_one_call_block():
+    run = Run(loop_guard(**LOOP, deviations={"escalateBlocks": False}, abortAfterBlocks=1))
+    decided = looping(run, 8)
+    assert {d.action for d in decided if d.severity == "critical"} == {Action.BLOCK}
+    shipped = Run(loop_guard(**LOOP, abortAfterBlocks=1))
+    assert Action.ABORT in {d.action for d in looping(shipped, 8)}
+
+
+def test_without_the_veto_as_outcome_a_blocked_call_goes_unrecorded():
+    """The reference's freeze: the blocked call is not recorded and its veto is no outcome,
+    so the same block repeats at the same count and the breaker never fires."""
+    run = Run(loop_guard(**LOOP, compat="openclaw"))
+    decided = looping(run, 3)
+    counts = []
+    for _ in range(4):
+        decided = run.call("read", {"path": "a"})
+        counts += [(d.detector, d.count, d.action) for d in decided]
+        run.result("read", {"path": "a"}, VETO)
+    assert counts == [("generic_repeat", 3, Action.BLOCK)] * 4
+    shipped = Run(loop_guard(**LOOP, abortAfterBlocks=100))
+    looping(shipped, 3)
+    seen = []
+    for _ in range(4):
+        seen += [d.detector for d in shipped.call("read", {"path": "a"})]
+        shipped.result("read", {"path": "a"}, VETO)
+    assert "global_circuit_breaker" in seen
