@@ -67,3 +67,20 @@ def alembic_config(url: str | URL = DEFAULT_URL) -> Config:
 def migrate(url: str | URL = DEFAULT_URL) -> None:
     """Bring the schema to the latest revision (``alembic upgrade head``)."""
     command.upgrade(alembic_config(url), "head")
+
+
+def schema_revisions(url: str | URL, **engine_kwargs: Any) -> tuple[str | None, str | None]:
+    """(the database's current revision, the packaged head): equal when migrated. Raises
+    SQLAlchemy's errors when the database does not answer; never creates a file or folder
+    beyond what :func:`create_audit_engine` does."""
+    from alembic.runtime.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+
+    head = ScriptDirectory.from_config(alembic_config(url)).get_current_head()
+    engine = create_audit_engine(url, **engine_kwargs)
+    try:
+        with engine.connect() as connection:
+            current = MigrationContext.configure(connection).get_current_revision()
+    finally:
+        engine.dispose()
+    return current, head

@@ -243,11 +243,13 @@ class AuditStore:
         since_ms: int | None = None,
         until_ms: int | None = None,
         limit: int | None = 100,
+        exclude_agents: Sequence[str] = (),
     ) -> list[RunSummary]:
         """Runs that have matching decisions, most recent decision first.
 
         Every filter applies to decisions (``since_ms`` inclusive, ``until_ms`` exclusive), so
-        counts and detectors describe only the matching decisions.
+        counts and detectors describe only the matching decisions. ``exclude_agents`` leaves
+        out those agents' decisions (``loopguard runs`` hides readiness test loops so).
         """
         if limit is not None and limit < 0:
             raise ValueError("limit must be >= 0")
@@ -255,6 +257,8 @@ class AuditStore:
         conds: list[ColumnElement[bool]] = []
         if agent is not None:
             conds.append(d.agent_id == agent)
+        if exclude_agents:
+            conds.append(d.agent_id.not_in(list(exclude_agents)))
         if gateway is not None:
             conds.append(d.gateway_id == gateway)
         if detector is not None:

@@ -85,7 +85,9 @@ def add_config_parser(sub: Any) -> argparse.ArgumentParser:
         metavar="FILE",
         help="the workers' --config file, to compute the effective config versions",
     )
-    show.add_argument("--json", action="store_true", help="print one JSON object")
+    show.add_argument(
+        "--json", action="store_true", help="print JSON lines: one JSON object, on one line"
+    )
     add_topic_args(show)
     add_check_parser(actions)
     return parser
@@ -251,7 +253,7 @@ def _show(args: argparse.Namespace) -> int:
             "config_versions": versions,
             "invalid": invalid,
         }
-        print(json.dumps(doc, ensure_ascii=False, indent=2, sort_keys=True))
+        print(json.dumps(doc, ensure_ascii=False, sort_keys=True))
         return EXIT_OK
     if not overrides and not invalid:
         print(f"no overrides on {settings.topics.config}")

@@ -25,6 +25,7 @@ from streams.cli.common import (
     run_reporting_errors,
     settings_from_args,
 )
+from streams.cli.times import TIME_HELP, time_arg
 from streams.replay.compare import (
     DIVERGED,
     INCOMPLETE,
@@ -68,9 +69,6 @@ def _non_negative(what: str) -> Callable[[str], int]:
     return parse
 
 
-_epoch_ms = _non_negative("epoch milliseconds")
-
-
 def _offset_spec(text: str) -> tuple[int | None, int]:
     """``OFFSET`` (every partition) or ``PARTITION:OFFSET``."""
     part, sep, offset = text.rpartition(":")
@@ -96,16 +94,16 @@ def add_selection_args(parser: argparse.ArgumentParser, verb: str) -> None:
     )
     parser.add_argument(
         "--since",
-        type=_epoch_ms,
-        metavar="EPOCH_MS",
-        help="only events with event_time >= this (epoch ms); on the topic, reading starts "
-        "at the matching offsets (offsets_for_times, with a one-minute margin)",
+        type=time_arg(),
+        metavar="TIME",
+        help=f"only events with event_time at or after TIME: {TIME_HELP}; on the topic, "
+        "reading starts at the matching offsets (offsets_for_times, with a one-minute margin)",
     )
     parser.add_argument(
         "--until",
-        type=_epoch_ms,
-        metavar="EPOCH_MS",
-        help="only events with event_time < this (epoch ms)",
+        type=time_arg(),
+        metavar="TIME",
+        help="only events with event_time before TIME (same forms as --since)",
     )
     parser.add_argument(
         "--from-offset",
@@ -143,7 +141,9 @@ def add_event_source_args(parser: argparse.ArgumentParser, verb: str) -> None:
 def add_json_report_arg(parser: argparse.ArgumentParser) -> None:
     """``--json``, as replay and backtest both print their report."""
     parser.add_argument(
-        "--json", action="store_true", help="print the report as one JSON document on stdout"
+        "--json",
+        action="store_true",
+        help="print the report as JSON lines: one JSON object, on one line (docs/cli.md)",
     )
 
 
@@ -304,7 +304,7 @@ def _replay(args: argparse.Namespace) -> int:
         time.monotonic() - started,
     )
     if args.json:
-        print(json.dumps(report_dict(replayed, code), ensure_ascii=False, indent=2))
+        print(json.dumps(report_dict(replayed, code), ensure_ascii=False))
     else:
         print_report(replayed)
     return code

@@ -24,10 +24,9 @@ import shlex
 import sys
 import textwrap
 import time
+import urllib.request
 import uuid
 from collections import Counter
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from streams.audit.database import migrate
@@ -35,13 +34,20 @@ from streams.audit.store import AuditStore
 from streams.core.engine import LoopGuard
 from streams.core.events import Action, Decision
 from streams.core.fleet import fleet_from_document
-from streams.devtools.embedded_broker import EmbeddedBroker
+from streams.devtools.demo_runs import SCENARIOS, Played, Scenario
+from streams.devtools.demo_services import (
+    DATA,
+    PIDFILE,
+    LeftRunning,
+    interrupts_raise,
+    stop_all,
+)
+from streams.devtools.embedded_broker import EmbeddedBroker, free_port, port_in_use
 from streams.devtools.worker_process import CANARY_AGENT, WorkerProcess, wait_until_processing
 from streams.gateway.client import GatewayClient, GatewayRun, RunAborted
 from streams.kafka.topics import ensure_topics
 from streams.settings import DEFAULT_DB_URL, Settings, redact_url
 
-DATA = Path("loopguard-data")
 CONFIG_FILE = DATA / "demo-config.json"
 DEMO_CONFIG = {"tools": {"loopDetection": {"enabled": True}}}
 # The gateway waits this long for the worker's verdict before each tool call. Generous: the
@@ -54,137 +60,6 @@ INDENT = " " * 11  # continuation lines, under the value column
 
 def _say(text: str = "") -> None:
     print(text, flush=True)
-
-
-# -- one agent run through the gateway -------------------------------------------------------
-
-
-@dataclass
-class Played:
-    """One run as the demo gateway plays it, and what the gateway did besides publishing."""
-
-    run: GatewayRun
-    calls: int = 0  # tool calls the gateway published (ran or refused)
-    refused: int = 0  # ... that the gateway refused (blocked by loopguard)
-    stopped_by: Decision | None = None  # the abort the gateway stopped the run on
-    notes: list[tuple[int, str]] = field(default_factory=list)  # (seq, gateway line)
-
-    def cycle(self, tool: str, args: dict, result: dict | None, error: str | None = None) -> bool:
-        """One tool cycle as a gateway runs it (the tool returns ``result`` or fails with
-        ``error``); False when loopguard blocked the call."""
-        verdict = self.run.before_tool(tool, args)  # raises RunAborted
-        self.calls += 1
-        if verdict.allowed:
-            self.run.after_tool(tool, args, result=result, error=error)
-            return True
-        self.refused += 1
-        # before_tool published the call and, as its outcome, the veto: the call is seq - 1.
-        why = "blocked by loopguard" if verdict.blocked_by is not None else verdict.reason
-        self.notes.append((self.run.seq - 1, f"gateway refused {tool}: {why}"))
-        return False
-
-    def note(self, text: str) -> None:
-        self.notes.append((self.run.seq, text))
-
-
-def normal_work(play: Played) -> None:
-    for step in range(8):
-        play.cycle("read_file", {"path": f"src/module_{step}.py"}, {"text": f"code {step}"})
-    play.cycle("exec", {"command": "pytest"}, {"details": {"status": "completed", "exitCode": 0}})
-
-
-def ping_pong(play: Played) -> None:
-    build_failed = {
-        "details": {
-            "status": "failed",
-            "exitCode": 2,
-            "aggregated": "error: missing config key 'db'",
-            "durationMs": 1234,
-        }
-    }
-    for step in range(60):
-        if step % 2 == 0:
-            play.cycle("read_file", {"path": "config.yaml"}, {"text": "db: null"})
-        else:
-            play.cycle("exec", {"command": "make build"}, build_failed)
-
-
-def compaction_loop(play: Played) -> None:
-    for step in range(3):
-        play.cycle("web_search", {"q": f"topic {step}"}, {"text": f"results {step}"})
-    play.run.compaction("context_overflow")
-    play.note("context overflow: the runner compacts the context and retries")
-    for _ in range(5):
-        play.cycle("web_fetch", {"url": "https://example.invalid/a"}, {"error": "timeout"})
-
-
-def failing_tools(play: Played) -> None:
-    """Every call different, every one failing: no repeat detector sees a loop here."""
-    for step in range(20):
-        region = f"eu-{step % 4 + 1}"
-        if step % 2 == 0:
-            play.cycle(
-                "exec",
-                {"command": f"deploy --region {region} --try {step}"},
-                None,
-                error=f"exec failed: region {region} rejected the credentials",
-            )
-        else:
-            play.cycle(
-                "http_request",
-                {"url": f"https://{region}.example.invalid/health"},
-                None,
-                error="connect ECONNREFUSED",
-            )
-
-
-def same_failure(play: Played) -> None:
-    """The same call failing with the same error, retried unchanged."""
-    play.cycle("read_file", {"path": "deploy.yaml"}, {"text": "target: prod"})
-    for _ in range(8):
-        play.cycle(
-            "git_push",
-            {"remote": "origin", "branch": "main"},
-            None,
-            error="rejected: non-fast-forward",
-        )
-
-
-def compaction_storm(play: Played) -> None:
-    """Compaction after compaction, each retry redoing calls it had already made."""
-    search = ("web_search", {"q": "quarterly report"}, {"text": "3 results"})
-    fetch = ("web_fetch", {"url": "https://example.invalid/report"}, {"text": "page 1"})
-    play.cycle(*search)
-    play.cycle(*fetch)
-    for step in range(6):
-        play.run.compaction("context_overflow")
-        play.note("context overflow: the runner compacts the context and retries")
-        play.cycle(*(search if step % 2 else fetch))
-
-
-@dataclass(frozen=True)
-class Scenario:
-    name: str  # run id prefix
-    agent: str
-    title: str
-    play: Callable[[Played], None]
-
-
-SCENARIOS = (
-    Scenario("normal", "coder", "ordinary work, no loop", normal_work),
-    Scenario(
-        "pingpong", "coder", "the agent alternates two calls that make no progress", ping_pong
-    ),
-    Scenario(
-        "compact",
-        "researcher",
-        "context overflow, compaction, then the same call again",
-        compaction_loop,
-    ),
-    Scenario("failing", "ops", "every call different, every one failing", failing_tools),
-    Scenario("retry", "ops", "the same call failing with the same error", same_failure),
-    Scenario("storm", "researcher", "compaction after compaction, no progress", compaction_storm),
-)
 
 
 def _settle(client: GatewayClient, run: GatewayRun) -> bool:
@@ -219,7 +94,9 @@ def _decision_lines(decision: Decision, stopped: bool) -> list[str]:
         room = max(WIDTH - len(head) - 2, 20)
         return [f"{head}: {textwrap.shorten(_reason(decision), room, placeholder=' ...')}"]
     # An abort ends the run: its reason, in full, is what the gateway reports.
-    code = f": {decision.error_code}" if decision.error_code else ""
+    # The error code, unless it only repeats the detector's name (compaction_storm).
+    code = decision.error_code
+    code = f": {code}" if code and code != decision.detector else ""
     wrapped = textwrap.wrap(
         _reason(decision), WIDTH, initial_indent=INDENT, subsequent_indent=INDENT
     )
@@ -278,10 +155,48 @@ def _shell(args: list[str]) -> str:
 # -- the demo ------------------------------------------------------------------------------
 
 
-def run_demo(db_url: str, keep_running: bool = False) -> int:
-    tag = uuid.uuid4().hex[:6]  # fresh run ids on every invocation
+DEFAULT_WEB_PORT = 6066
+
+
+def check_db_url(db_url: str) -> str | None:
+    """Why ``db_url`` cannot hold the demo's audit trail, or None; checked before anything
+    starts, so a typo costs no broker."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        backend = make_url(db_url).get_backend_name()
+    except ArgumentError:
+        return f"--db {redact_url(db_url)} is not a database URL (e.g. sqlite:///audit.db)"
+    if backend not in ("sqlite", "postgresql"):
+        return f"--db {redact_url(db_url)}: {backend} is not supported (sqlite or postgresql)"
+    return None
+
+
+def run_demo(db_url: str, keep_running: bool = False, web_port: int | None = None) -> int:
+    """Start everything, play the six runs, print what loopguard decided; exit code 0 when
+    the worker decided what the detector core decides and the trail has every decision."""
+    problem = check_db_url(db_url)
+    if problem is not None:
+        print(f"loopguard demo: {problem}", file=sys.stderr)
+        return 1
     DATA.mkdir(exist_ok=True)
+    left = LeftRunning.load()
+    if left is not None and left.alive():
+        print(
+            f"loopguard demo: a demo left running here ({left.status_url}); stop it first "
+            f"with: {_shell([*_loopguard_command(), 'demo', '--stop'])}",
+            file=sys.stderr,
+        )
+        return 1
+    PIDFILE.unlink(missing_ok=True)
+    if keep_running and web_port is None:
+        taken = port_in_use("127.0.0.1", DEFAULT_WEB_PORT)
+        web_port = free_port() if taken else DEFAULT_WEB_PORT
+    tag = uuid.uuid4().hex[:6]  # fresh run ids on every invocation
     CONFIG_FILE.write_text(json.dumps(DEMO_CONFIG, indent=2) + "\n")
+    for log in ("tansu.log", "worker.log"):  # one demo's logs, not every demo's since
+        (DATA / log).write_bytes(b"")
     # Neither the topics created below nor the demo's own run of the detector core (its check
     # of the worker's decisions) is news to a demo user.
     for name in ("loopguard.topics", "loopguard.compaction"):
@@ -293,51 +208,90 @@ def run_demo(db_url: str, keep_running: bool = False) -> int:
     _say("loopguard demo: an embedded broker, an audit trail, one worker and a demo gateway")
     for line in _config_lines(CONFIG_FILE):
         _say(line)
-    broker = EmbeddedBroker(log_path=DATA / "tansu.log").start()
-    _say("  broker   tansu, embedded, memory storage (its topics go when the demo ends)")
-    migrate(db_url)
-    _say(f"  audit    {redact_url(db_url)}")
-    settings = Settings.for_profile("tansu", broker=broker.url, partitions=4)
-    ensure_topics(settings)
+    broker = EmbeddedBroker(log_path=DATA / "tansu.log", die_with_parent=not keep_running)
     worker = WorkerProcess(
-        broker.url,
+        "",
         db_url,
         profile="tansu",
         log_path=DATA / "worker.log",
         config_file=str(CONFIG_FILE),
         partitions=4,
+        web_port=web_port if keep_running else None,
         env={"LOOPGUARD_SESSION_TIMEOUT": "2", "LOOPGUARD_HEARTBEAT_INTERVAL": "0.5"},
-    ).start()
-    _say(f"  worker   1 process, log {DATA / 'worker.log'}")
-    client = GatewayClient(
-        broker.bootstrap, gateway_id="demo-gw", wait_budget_ms=WAIT_BUDGET_MS, fail_mode="closed"
+        die_with_parent=not keep_running,
     )
+    client: GatewayClient | None = None
+    kept = False
     try:
-        wait_until_processing(client, workers=[worker])
-        _say(
-            f"  ready    a readiness run (agent {CANARY_AGENT}) came back aborted; "
-            "the audit trail lists it too"
-        )
-        _say(
-            f"  gateway  before each tool call, waits (up to {WAIT_BUDGET_MS // 1000} s) "
-            "until the worker has seen the run so far"
-        )
-        played = [_play(client, worker, scenario, tag) for scenario in SCENARIOS]
-        ok = _summary(client, played, db_url)
-        _hint(played, db_url, broker if keep_running else None)
-        if keep_running:
-            assert broker.process is not None and worker.process is not None
-            _say(
-                f"\nleft running (stop both with: kill {worker.process.pid} {broker.process.pid}):"
+        with interrupts_raise():
+            migrate(db_url)
+            broker.start()
+            _say("  broker   tansu, embedded, memory storage (its topics go when the demo ends)")
+            _say(f"  audit    {redact_url(db_url)}")
+            ensure_topics(Settings.for_profile("tansu", broker=broker.url, partitions=4))
+            worker.broker = broker.url
+            worker.start()
+            _say(f"  worker   1 process, log {DATA / 'worker.log'}")
+            client = GatewayClient(
+                broker.bootstrap,
+                gateway_id="demo-gw",
+                wait_budget_ms=WAIT_BUDGET_MS,
+                fail_mode="closed",
             )
-            _say(f"  broker   {broker.url} (tansu, pid {broker.process.pid})")
-            _say(f"  worker   pid {worker.process.pid}, log {DATA / 'worker.log'}")
-        return 0 if ok else 1
+            wait_until_processing(client, workers=[worker])
+            _say(
+                f"  ready    the worker caught a test loop (agent {CANARY_AGENT}; "
+                "`loopguard runs --all` lists it)"
+            )
+            _say(
+                f"  gateway  before each tool call, waits (up to {WAIT_BUDGET_MS // 1000} s) "
+                "until the worker has seen the run so far"
+            )
+            played = [_play(client, worker, scenario, tag) for scenario in SCENARIOS]
+            ok = _summary(client, played, db_url)
+            _hint(played, db_url, broker if keep_running else None)
+            if keep_running:
+                kept = _leave_running(broker, worker)
+            return 0 if ok and (kept or not keep_running) else 1
     finally:
-        client.close()
-        if not keep_running:
-            worker.stop()
-            broker.stop()
+        if client is not None:
+            client.close()
+        if not kept:
+            stop_all([worker, broker])
+
+
+def _leave_running(broker: EmbeddedBroker, worker: WorkerProcess) -> bool:
+    """Write the pidfile and say how to reach and stop what stays; False (and everything is
+    stopped) when the status page does not answer."""
+    assert broker.process is not None and worker.process is not None
+    status = f"http://127.0.0.1:{worker.web_port}/status"
+    if not _page_answers(status, worker):
+        _say(f"\nthe status page at {status} did not answer; see {worker.log_path}")
+        return False
+    LeftRunning(
+        pids={"worker": worker.process.pid, "broker": broker.process.pid},
+        marks={"worker": "streams.cli.main", "broker": "tansu"},
+        broker_url=broker.url,
+        status_url=status,
+    ).save()
+    _say("\nleft running:")
+    _say(f"  status   {status}")
+    _say(f"  broker   {broker.url} (tansu, pid {broker.process.pid})")
+    _say(f"  worker   pid {worker.process.pid}, log {DATA / 'worker.log'}")
+    _say(f"stop both: {_shell([*_loopguard_command(), 'demo', '--stop'])} (from this folder)")
+    return True
+
+
+def _page_answers(url: str, worker: WorkerProcess, timeout: float = 60.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while worker.alive and time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                if response.status == 200:
+                    return True
+        except OSError:
+            time.sleep(0.2)
+    return False
 
 
 def _play(client: GatewayClient, worker: WorkerProcess, scenario: Scenario, tag: str) -> Played:
@@ -383,7 +337,7 @@ def _summary(client: GatewayClient, played: list[Played], db_url: str) -> bool:
         received += decisions
         expected += core.process_all(play.run.events)
         refused = f" ({play.refused} refused)" if play.refused else ""
-        stopped = f", stopped before call {play.calls + 1}" if play.stopped_by else ""
+        stopped = f", stopped at seq {play.stopped_by.seq}" if play.stopped_by else ""
         _say(f"  {run_id:<16} {play.calls:>2} tool calls{refused}{stopped}: {_counts(decisions)}")
     same = [(d.decision_id, d.reason) for d in received] == [
         (d.decision_id, d.reason) for d in expected

@@ -15,6 +15,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from streams.devtools.demo_services import parent_death_signal
+
 
 class BrokerError(RuntimeError):
     pass
@@ -45,6 +47,17 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def port_in_use(bind: str, port: int) -> bool:
+    """Whether something already listens on ``bind:port`` (the worker's web server could not)."""
+    with socket.socket(socket.AF_INET6 if ":" in bind else socket.AF_INET) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as aiohttp binds
+        try:
+            sock.bind((bind, port))
+        except OSError:
+            return True
+    return False
+
+
 def wait_for_port(host: str, port: int, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -71,6 +84,9 @@ class EmbeddedBroker:
     storage: str = "memory://tansu/"
     log_path: Path | None = None
     env: dict[str, str] = field(default_factory=dict)
+    # The kernel sends it SIGTERM when the process that started it dies (Linux): the demo's
+    # guarantee that nothing outlives it, even killed outright.
+    die_with_parent: bool = False
     process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -100,10 +116,11 @@ class EmbeddedBroker:
             stderr=subprocess.STDOUT,
             env={**os.environ, **self.env},
             start_new_session=True,
+            preexec_fn=parent_death_signal() if self.die_with_parent else None,  # noqa: PLW1509
         )
         try:
             wait_for_port("127.0.0.1", self.port, timeout)
-        except BrokerError:
+        except BaseException:  # Ctrl-C too: never leave a broker nobody knows about
             self.stop()
             raise
         return self

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from streams.core.events import Action, ToolCall
+from streams.devtools.demo_services import parent_death_signal
 from streams.gateway.client import GatewayClient
 
 CANARY_AGENT = "loopguard-canary"
@@ -37,6 +38,9 @@ class WorkerProcess:
     web_port: int | None = None
     data_dir: str | None = None
     env: dict[str, str] = field(default_factory=dict)
+    # The kernel sends it SIGTERM when the process that started it dies (Linux): the demo's
+    # guarantee that nothing outlives it, even killed outright.
+    die_with_parent: bool = False
     process: subprocess.Popen[bytes] | None = None
 
     def command(self) -> list[str]:
@@ -62,6 +66,7 @@ class WorkerProcess:
             stderr=subprocess.STDOUT,
             env={**os.environ, **self.env},
             start_new_session=True,
+            preexec_fn=parent_death_signal() if self.die_with_parent else None,  # noqa: PLW1509
         )
         return self
 

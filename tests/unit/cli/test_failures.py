@@ -61,7 +61,7 @@ def test_a_closed_pipe_is_quiet(audit_store) -> None:
         executable="/bin/bash",
     )
     first, status = done.stdout.splitlines()
-    assert first.startswith("seq")
+    assert first.startswith("run run-pipe (agent agent-1, gateway gw-1): ")
     assert done.stderr == ""
     assert status == f"exit {EXIT_BROKEN_PIPE}"
 

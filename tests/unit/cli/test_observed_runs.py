@@ -59,7 +59,7 @@ def url_of(store: AuditStore) -> str:
 
 def test_history_marks_observe_only_decisions(trail, audit_store, capsys) -> None:
     out = cli(capsys, "history", "run-observed", "--db", url_of(audit_store))
-    lines = out.splitlines()
+    lines = out.splitlines()[2:]  # under the run's line and the column header
     assert len(lines) == len(trail["run-observed"])
     assert all("[observe only]" in line for line in lines)
     out = cli(capsys, "history", "run-enforced", "--db", url_of(audit_store))
@@ -72,7 +72,7 @@ def test_history_marks_observe_only_decisions(trail, audit_store, capsys) -> Non
 
 def test_runs_never_report_an_observed_abort_as_plainly_aborted(trail, audit_store, capsys) -> None:
     out = cli(capsys, "runs", "--db", url_of(audit_store), "--json")
-    by_run = {row["run_id"]: row for row in json.loads(out)}
+    by_run = {row["run_id"]: row for row in map(json.loads, out.splitlines())}
     observed, enforced = by_run["run-observed"], by_run["run-enforced"]
     assert observed["status"] == "aborted (observe only)"
     assert observed["worst_action"] == "abort" and observed["worst_observed"] is True
@@ -80,13 +80,24 @@ def test_runs_never_report_an_observed_abort_as_plainly_aborted(trail, audit_sto
     assert enforced["status"] == "aborted"
     assert enforced["worst_observed"] is False and enforced["observed"] == 0
 
-    text = cli(capsys, "runs", "--db", url_of(audit_store)).splitlines()
-    (line,) = [row for row in text if row.startswith("run-observed")]
-    assert "worst=abort (observe only)" in line
-    assert f"observed={len(trail['run-observed'])}" in line
-    assert "status=aborted (observe only)" in line
-    (line,) = [row for row in text if row.startswith("run-enforced")]
-    assert "worst=abort " in line and "observed=0" in line and "status=aborted " in line
+    header, *text = cli(capsys, "runs", "--db", url_of(audit_store)).splitlines()
+    columns = [header.index(name) for name in ("worst", "observed", "status", "events")]
+
+    def cells(line: str) -> list[str]:  # worst, observed, status: the table's columns
+        (worst, observed, status) = (
+            line[start:end].split("  ")[0].strip()
+            for start, end in zip(columns, columns[1:], strict=False)
+        )
+        return [worst, observed, status]
+
+    (line,) = [row for row in text if " run-observed " in row]
+    assert cells(line) == [
+        "abort (observe only)",
+        str(len(trail["run-observed"])),
+        "aborted (observe only)",
+    ]
+    (line,) = [row for row in text if " run-enforced " in row]
+    assert cells(line) == ["abort", "0", "aborted"]
 
 
 def test_a_filter_that_hides_the_abort_still_reports_the_run_status_right(

@@ -14,7 +14,9 @@ from core_helpers import Run, final_watermark, loop_guard
 from streams.audit.store import AuditStore
 from streams.cli.common import EXIT_ERROR, EXIT_OK
 from streams.cli.main import build_parser, main
+from streams.cli.times import format_ms
 from streams.core.events import Action, Decision
+from streams.devtools.worker_process import CANARY_AGENT
 
 START = 1_700_000_000_000
 
@@ -77,19 +79,46 @@ def test_history_text_lists_each_decision(filled, audit_store, capsys) -> None:
     assert code == EXIT_OK
     lines = out.splitlines()
     history = audit_store.history("run-repeat")
-    assert len(lines) == len(history)
-    for line, decision in zip(lines, history, strict=True):
-        assert line.split()[:4] == [
-            "seq",
+    progress = audit_store.run_progress("run-repeat")
+    assert progress is not None
+    assert lines[0] == (
+        f"run run-repeat (agent coder, gateway gw-1): {len(history)} decisions, "
+        f"status aborted, {progress.events} events"
+    )
+    assert lines[1].split()[:5] == ["seq", "time", "(UTC)", "action", "detector"]
+    assert len(lines) == len(history) + 2
+    for line, decision in zip(lines[2:], history, strict=True):
+        assert line.split()[:5] == [
             str(decision.seq),
+            format_ms(decision.event_time).split()[0],
+            format_ms(decision.event_time).split()[1],
             decision.action.value,
             decision.detector,
         ]
         assert f"count={decision.count}" in line and decision.reason in line
-    assert lines[-1].split()[2] == "abort"
+    assert lines[-1].split()[3] == "abort"
 
-    code, out = cli(capsys, "history", "no-such-run", "--db", url)
-    assert code == EXIT_OK and out.strip() == "no loop decisions recorded for run no-such-run"
+
+@pytest.mark.parametrize("json_flag", [[], ["--json"]])
+def test_history_of_an_unknown_run_is_an_error(filled, audit_store, capsys, json_flag) -> None:
+    url = audit_store.url.render_as_string(hide_password=False)
+    code = main(["history", "no-such-run", "--db", url, *json_flag])
+    out, err = capsys.readouterr()
+    assert code == EXIT_ERROR and out == ""
+    assert err.splitlines() == [
+        f"loopguard history: no run 'no-such-run' in the audit trail at {url} "
+        "(`loopguard runs` lists the runs with decisions)"
+    ]
+
+
+def test_history_of_a_run_without_decisions_says_so(filled, audit_store, capsys) -> None:
+    url = audit_store.url.render_as_string(hide_password=False)
+    quiet = Run(loop_guard(enabled=True), "run-quiet", "coder", "gw-1", start_time=START)
+    quiet.cycle("read", {"path": "a"}, {"text": "a"})
+    audit_store.record_progress([final_watermark(quiet, "ended")])
+    code, out = cli(capsys, "history", "run-quiet", "--db", url)
+    assert code == EXIT_OK
+    assert out.splitlines()[0].startswith("run run-quiet (agent coder, gateway gw-1): 0 decisions")
 
 
 @pytest.mark.parametrize(
@@ -112,7 +141,7 @@ def test_runs_json_is_the_store_answer(filled, audit_store, capsys, flags, kwarg
     code, out = cli(capsys, "runs", "--db", url, "--json", *flags)
     assert code == EXIT_OK
     expected = [summary_json(s) for s in audit_store.runs(**{"limit": 50, **kwargs})]
-    assert json.loads(out) == expected
+    assert [json.loads(line) for line in out.splitlines()] == expected  # JSON lines
     for run in expected:  # every run has its progress
         assert run["status"] in ("active", "aborted") and run["last_seq"] and run["events"]
 
@@ -121,21 +150,84 @@ def test_runs_text(filled, audit_store, capsys) -> None:
     url = audit_store.url.render_as_string(hide_password=False)
     code, out = cli(capsys, "runs", "--db", url)
     assert code == EXIT_OK
-    lines = out.splitlines()
-    # newest decision first
-    assert [line.split()[0] for line in lines] == ["run-warned", "run-compaction", "run-repeat"]
-    repeat = next(line for line in lines if line.startswith("run-repeat"))
+    header, *lines = out.splitlines()
+    assert header.split()[:6] == ["last", "decision", "(UTC)", "run", "agent", "gateway"]
+    # newest decision first, each with the time of its latest decision
+    assert [line.split()[2] for line in lines] == ["run-warned", "run-compaction", "run-repeat"]
+    repeat = next(line for line in lines if "run-repeat" in line)
+    summary = next(s for s in audit_store.runs() if s.run_id == "run-repeat")
+    assert repeat.startswith(format_ms(summary.last_decision_time))
     counts = {a: sum(d.action is a for d in filled["run-repeat"]) for a in Action}
-    assert "agent=coder" in repeat and "gateway=gw-1" in repeat and "worst=abort" in repeat
-    assert f"warn={counts[Action.WARN]} block={counts[Action.BLOCK]}" in repeat
     progress = audit_store.run_progress("run-repeat")
     assert progress is not None and progress.last_seq == progress.events > 0
-    assert f"status=aborted last_seq={progress.last_seq} events={progress.events}" in repeat
-    compaction = next(line for line in lines if line.startswith("run-compaction"))
-    assert "detectors=post_compaction_guard" in compaction
+    assert repeat.split()[3:13] == [
+        "coder",
+        "gw-1",
+        "abort",
+        str(counts[Action.WARN]),
+        str(counts[Action.BLOCK]),
+        str(counts[Action.ABORT]),
+        "0",
+        "aborted",
+        str(progress.events),
+        ",".join(summary.detectors),
+    ]
+    compaction = next(line for line in lines if "run-compaction" in line)
+    assert compaction.endswith("post_compaction_guard")
 
     code, out = cli(capsys, "runs", "--db", url, "--agent", "nobody")
     assert code == EXIT_OK and out.strip() == "no runs match"
+
+
+def test_runs_says_when_the_limit_cut_the_list(filled, audit_store, capsys) -> None:
+    url = audit_store.url.render_as_string(hide_password=False)
+    code, out = cli(capsys, "runs", "--db", url, "--limit", "2")
+    assert code == EXIT_OK
+    lines = out.splitlines()
+    assert len(lines) == 4  # header, two runs, the notice
+    assert lines[-1] == "showing the newest 2 runs; more match (--limit N shows more)"
+    code, out = cli(capsys, "runs", "--db", url, "--limit", "3")
+    assert len(out.splitlines()) == 4 and "more match" not in out  # header and all three
+
+    assert main(["runs", "--db", url, "--limit", "2", "--json"]) == EXIT_OK
+    out, err = capsys.readouterr()
+    assert len(out.splitlines()) == 2 and "more match" in err
+
+
+def test_runs_refuses_a_limit_of_zero(filled, audit_store, capsys) -> None:
+    url = audit_store.url.render_as_string(hide_password=False)
+    with pytest.raises(SystemExit) as exited:
+        main(["runs", "--db", url, "--limit", "0"])
+    assert exited.value.code == 2
+    assert "--limit: expected a number >= 1, got 0" in capsys.readouterr().err
+
+
+def test_runs_hides_test_loops_unless_asked(filled, audit_store, capsys) -> None:
+    url = audit_store.url.render_as_string(hide_password=False)
+    canary = Run(loop_guard(enabled=True), "canary-1", CANARY_AGENT, "gw-1", start_time=START)
+    canary.compaction()
+    for _ in range(3):
+        canary.cycle("canary_probe", {"probe": True}, {"status": "same"})
+    assert canary.decisions
+    audit_store.record_decisions(canary.decisions)
+    _, out = cli(capsys, "runs", "--db", url)
+    assert "canary-1" not in out and "run-repeat" in out
+    for flags in (["--all"], ["--agent", CANARY_AGENT]):
+        _, out = cli(capsys, "runs", "--db", url, *flags)
+        assert "canary-1" in out, flags
+
+
+def test_runs_take_human_times(filled, audit_store, capsys) -> None:
+    url = audit_store.url.render_as_string(hide_password=False)
+    middle = format_ms(START + 10**6).replace(" ", "T").removesuffix("Z")  # an ISO date-time
+    _, by_iso = cli(capsys, "runs", "--db", url, "--json", "--since", middle)
+    _, by_ms = cli(capsys, "runs", "--db", url, "--json", "--since", str(START + 10**6))
+    assert by_iso == by_ms and len(by_ms.splitlines()) == 2
+    _, recent = cli(capsys, "runs", "--db", url, "--since", "1h")  # the fixtures are from 2023
+    assert recent.strip() == "no runs match"
+    with pytest.raises(SystemExit):
+        main(["runs", "--db", url, "--since", "yesterday-ish"])
+    assert "is not a time" in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------------------- --help
@@ -156,6 +248,7 @@ COMMANDS = [path for path, _ in _subparsers(build_parser())]
 def test_every_expected_subcommand_exists() -> None:
     names = {" ".join(path) for path in COMMANDS}
     expected = {"worker", "demo", "history", "runs", "migrate", "replay", "backtest", "export"}
+    expected |= {"tail", "doctor"}
     expected |= {"config"}
     assert expected | {"config set", "config rm", "config show"} <= names
 

@@ -1,0 +1,121 @@
+"""Checks the CLI runs against a broker and the host before a worker starts (and ``doctor``
+runs on demand): each answers in a second and is phrased as the flag that fixes it.
+
+A worker that starts on a broker its profile does not fit, a web port someone else holds or
+topics with another partition count fails deep inside Faust with a long traceback; these
+checks say the same thing in one line before Faust is involved.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+import uuid
+from typing import Any
+
+from streams.settings import Settings
+from streams.worker.startup import quiet
+
+PROBE_TIMEOUT = 5.0  # seconds; a reachable broker answers InitProducerId in milliseconds
+
+
+def transactions_refusal(settings: Settings, timeout: float = PROBE_TIMEOUT) -> str | None:
+    """Why the broker refuses a transactional producer (what exactly once needs), or None
+    when it accepts one or cannot be reached (the topic check reports that in its words).
+
+    aiokafka's own InitProducerId is what Faust's exactly-once producers send; the embedded
+    tansu broker answers it with UnknownError."""
+    try:
+        return asyncio.run(asyncio.wait_for(_init_producer_id(settings), timeout))
+    except TimeoutError:
+        return None
+
+
+async def _init_producer_id(settings: Settings) -> str | None:
+    from aiokafka import AIOKafkaProducer
+    from aiokafka.errors import KafkaConnectionError, KafkaError
+
+    producer = AIOKafkaProducer(
+        bootstrap_servers=settings.bootstrap_servers,
+        transactional_id=f"loopguard-probe-{uuid.uuid4().hex[:12]}",
+        request_timeout_ms=int(PROBE_TIMEOUT * 1000),
+        **_aiokafka_security(settings),
+    )
+    try:
+        with quiet("aiokafka"), quiet("aiokafka.producer.sender"):
+            await producer.start()
+        return None
+    except KafkaConnectionError:
+        return None
+    except KafkaError as exc:
+        return f"{type(exc).__name__} to InitProducerIdRequest"
+    finally:
+        with contextlib.suppress(Exception), quiet("aiokafka"):
+            await producer.stop()
+
+
+def _aiokafka_security(settings: Settings) -> dict[str, Any]:
+    """SASL/TLS from settings in aiokafka's spelling (the workers' own)."""
+    options: dict[str, Any] = {"security_protocol": settings.security_protocol}
+    if settings.security_protocol in ("SSL", "SASL_SSL"):
+        options["ssl_context"] = ssl.create_default_context(cafile=settings.ssl_cafile or None)
+    if settings.sasl_mechanism:
+        options.update(
+            sasl_mechanism=settings.sasl_mechanism,
+            sasl_plain_username=settings.sasl_username,
+            sasl_plain_password=settings.sasl_password,
+        )
+    return options
+
+
+def profile_mismatch(settings: Settings) -> str | None:
+    """The one-line reason this broker cannot run ``settings``' profile, or None."""
+    if settings.processing_guarantee != "exactly_once":
+        return None
+    refusal = transactions_refusal(settings)
+    if refusal is None:
+        return None
+    return (
+        f"broker {settings.broker} refuses transactions ({refusal}), so it cannot run the "
+        f"{settings.profile} profile's exactly once; for the embedded tansu broker "
+        "(`loopguard demo`'s) use --broker-profile tansu"
+    )
+
+
+def existing_partitions(settings: Settings, timeout: float = 3.0) -> int | None:
+    """Partitions of the events topic if it exists, else None (also when unreachable)."""
+    from kafka.errors import KafkaError
+
+    from streams.kafka.topics import admin_client
+
+    try:
+        with quiet("kafka"):
+            admin = admin_client(settings, timeout)
+            try:
+                (described,) = admin.describe_topics([settings.topics.events])
+            finally:
+                admin.close()
+    except (KafkaError, OSError, ValueError):
+        return None
+    if described.get("error_code"):
+        return None
+    return len(described["partitions"]) or None
+
+
+def partitions_mismatch(settings: Settings, explicit: bool) -> tuple[int | None, str | None]:
+    """(the partition count to use, or an error naming ``--partitions``).
+
+    A worker must use the events topic's partition count (its tables' changelogs are created
+    with the worker's count and must match): without an explicit ``--partitions`` that count
+    is taken; an explicit one that differs is refused."""
+    existing = existing_partitions(settings)
+    if existing is None or existing == settings.partitions:
+        return None, None
+    if not explicit:
+        return existing, None
+    return None, (
+        f"topic {settings.topics.events} exists with {existing} partitions, not "
+        f"{settings.partitions}: start the worker with --partitions {existing} (or use "
+        "another --topic-prefix for a new layout)"
+    )

@@ -1,0 +1,153 @@
+"""``loopguard worker``: its flags, the checks that fail in one line before Faust starts, and the
+start itself.
+
+Before Faust is involved the command refuses, each in one line naming the flag that fixes it:
+an unusable database URL, a web port that is taken, a broker that refuses the transactions
+the profile needs (tansu under the kafka profile), an events topic with another partition
+count than ``--partitions`` says. The audit schema is migrated here too, so a fresh worker's
+status page shows a working database before its first decision.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from typing import Any
+
+from streams.cli.common import EXIT_ERROR, EXIT_OK, EXIT_USAGE, add_db_arg, add_topic_args
+
+log = logging.getLogger("loopguard.worker")
+
+
+def add_worker_parser(sub: Any) -> argparse.ArgumentParser:
+    worker = sub.add_parser(
+        "worker",
+        help="run a stream worker (scale out by starting more with the same --app-id)",
+        description="Run a Faust worker: consumes the events topic, keeps per-run state, "
+        "publishes decisions to the control topic and writes the audit trail. Agents whose "
+        'config says mode: "observe" get decisions marked enforced=false (gateways only log '
+        "them); those are recorded but never posted to webhooks (LOOPGUARD_WEBHOOK_URL, "
+        "LOOPGUARD_WEBHOOK_URLS). Before starting it checks the database URL, the web port, "
+        "that the broker fits --broker-profile and the topics' partition counts, and "
+        "migrates the audit schema; each failure is one line on stderr, exit code 1.",
+    )
+    add_topic_args(worker)
+    add_db_arg(worker)
+    worker.add_argument(
+        "--config", metavar="FILE", help="tools.loopDetection config file (JSON5, JSON, YAML)"
+    )
+    worker.add_argument(
+        "--app-id",
+        default=os.environ.get("LOOPGUARD_APP_ID", "loopguard"),
+        help="Faust app id = consumer group; workers with the same id share the work "
+        "(env LOOPGUARD_APP_ID; default loopguard)",
+    )
+    worker.add_argument(
+        "--broker-profile",
+        choices=["kafka", "tansu"],
+        default=os.environ.get("LOOPGUARD_BROKER_PROFILE", "kafka"),
+        help="what the broker can do: kafka (replication 3, min.insync.replicas 2, "
+        "exactly once, batching) or tansu (the embedded broker of `loopguard demo`: one "
+        "node, at least once, one record per batch) (env LOOPGUARD_BROKER_PROFILE; "
+        "default kafka)",
+    )
+    worker.add_argument(
+        "--partitions",
+        type=int,
+        metavar="N",
+        help="partitions of the topics it creates (env LOOPGUARD_PARTITIONS; default: the "
+        "events topic's count when it exists, else 8); must match an existing events topic",
+    )
+    worker.add_argument(
+        "--web-port",
+        type=int,
+        metavar="PORT",
+        help="serve the status page (/status), the HTTP API and /metrics on this port",
+    )
+    worker.add_argument(
+        "--data-dir", metavar="DIR", help="worker data directory (default ./loopguard-data)"
+    )
+    worker.add_argument("-l", "--loglevel", default="info", help="log level (default info)")
+    return worker
+
+
+def _environment(args: argparse.Namespace) -> dict[str, str]:
+    env = {
+        "LOOPGUARD_BROKER": args.broker,
+        "LOOPGUARD_DB_URL": args.db,
+        "LOOPGUARD_APP_ID": args.app_id,
+        "LOOPGUARD_TOPIC_PREFIX": args.topic_prefix,
+        "LOOPGUARD_BROKER_PROFILE": args.broker_profile,
+    }
+    if args.config:
+        env["LOOPGUARD_CONFIG"] = args.config
+    if args.partitions:
+        env["LOOPGUARD_PARTITIONS"] = str(args.partitions)
+    if args.web_port:
+        env["LOOPGUARD_WEB"] = "1"
+        env["LOOPGUARD_WEB_PORT"] = str(args.web_port)
+    if args.data_dir:
+        env["LOOPGUARD_DATA_DIR"] = args.data_dir
+    return env
+
+
+def _migrate_at_start(db_url: str, reachable: bool) -> None:
+    """Create or upgrade the audit schema now rather than at the first decision; a database
+    that is down is the audit writer's to wait for (it migrates before its first write)."""
+    from streams.audit.database import migrate
+    from streams.settings import redact_url
+
+    if not reachable:
+        return
+    try:
+        migrate(db_url)
+    except Exception as exc:  # noqa: BLE001 - the writer retries; the worker still guards
+        log.warning("audit schema not migrated at start (%s): %s", redact_url(db_url), exc)
+
+
+def run_worker(args: argparse.Namespace) -> int:
+    explicit_partitions = bool(args.partitions) or "LOOPGUARD_PARTITIONS" in os.environ
+    os.environ.update(_environment(args))
+    from streams.cli.broker_checks import partitions_mismatch, profile_mismatch
+    from streams.core.config import ConfigError
+    from streams.devtools.embedded_broker import port_in_use
+    from streams.settings import Settings
+    from streams.worker.bootstrap import build_worker
+    from streams.worker.startup import StartupError, check_database_url, prepare_topics
+
+    settings = Settings.from_env()
+    try:
+        database = check_database_url(settings)
+        if settings.web_enabled and port_in_use(settings.web_bind, settings.web_port):
+            raise StartupError(
+                f"--web-port {settings.web_port}: {settings.web_bind}:{settings.web_port} is "
+                "already in use (another worker or demo?); choose another port"
+            )
+        mismatch = profile_mismatch(settings)
+        if mismatch is not None:
+            raise StartupError(mismatch)
+        adopted, error = partitions_mismatch(settings, explicit_partitions)
+        if error is not None:
+            raise StartupError(error)
+        if adopted is not None:
+            log.info("using the events topic's %d partitions (--partitions not given)", adopted)
+            os.environ["LOOPGUARD_PARTITIONS"] = str(adopted)
+            settings = Settings.from_env()
+        prepare_topics(settings)
+        _migrate_at_start(settings.db_url, reachable=database == "ok")
+        app = build_worker(settings)
+    except ConfigError as exc:
+        print(f"loopguard worker: invalid config: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except StartupError as exc:
+        print(f"loopguard worker: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    sys.argv = ["loopguard", "worker", "-l", args.loglevel]
+    if args.web_port:
+        sys.argv += ["--web-port", str(args.web_port), "--web-bind", settings.web_bind]
+    else:
+        sys.argv.append("--without-web")
+    app.main()
+    return EXIT_OK

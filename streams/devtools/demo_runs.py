@@ -1,0 +1,144 @@
+"""The demo's six agent runs, as a gateway plays them: what each run's agent does, call by call.
+
+Kept apart from :mod:`streams.devtools.demo` (which starts the services and prints) so a run can
+be read as the story it tells: normal work, a ping-pong loop, a loop that survives a
+compaction, and one run for each failure rule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from streams.core.events import Decision
+from streams.gateway.client import GatewayRun
+
+# -- one agent run through the gateway -------------------------------------------------------
+
+
+@dataclass
+class Played:
+    """One run as the demo gateway plays it, and what the gateway did besides publishing."""
+
+    run: GatewayRun
+    calls: int = 0  # tool calls the gateway published (ran or refused)
+    refused: int = 0  # ... that the gateway refused (blocked by loopguard)
+    stopped_by: Decision | None = None  # the abort the gateway stopped the run on
+    notes: list[tuple[int, str]] = field(default_factory=list)  # (seq, gateway line)
+
+    def cycle(self, tool: str, args: dict, result: dict | None, error: str | None = None) -> bool:
+        """One tool cycle as a gateway runs it (the tool returns ``result`` or fails with
+        ``error``); False when loopguard blocked the call."""
+        verdict = self.run.before_tool(tool, args)  # raises RunAborted
+        self.calls += 1
+        if verdict.allowed:
+            self.run.after_tool(tool, args, result=result, error=error)
+            return True
+        self.refused += 1
+        # before_tool published the call and, as its outcome, the veto: the call is seq - 1.
+        why = "blocked by loopguard" if verdict.blocked_by is not None else verdict.reason
+        self.notes.append((self.run.seq - 1, f"gateway refused {tool}: {why}"))
+        return False
+
+    def note(self, text: str) -> None:
+        self.notes.append((self.run.seq, text))
+
+
+def normal_work(play: Played) -> None:
+    for step in range(8):
+        play.cycle("read_file", {"path": f"src/module_{step}.py"}, {"text": f"code {step}"})
+    play.cycle("exec", {"command": "pytest"}, {"details": {"status": "completed", "exitCode": 0}})
+
+
+def ping_pong(play: Played) -> None:
+    build_failed = {
+        "details": {
+            "status": "failed",
+            "exitCode": 2,
+            "aggregated": "error: missing config key 'db'",
+            "durationMs": 1234,
+        }
+    }
+    for step in range(60):
+        if step % 2 == 0:
+            play.cycle("read_file", {"path": "config.yaml"}, {"text": "db: null"})
+        else:
+            play.cycle("exec", {"command": "make build"}, build_failed)
+
+
+def compaction_loop(play: Played) -> None:
+    for step in range(3):
+        play.cycle("web_search", {"q": f"topic {step}"}, {"text": f"results {step}"})
+    play.run.compaction("context_overflow")
+    play.note("context overflow: the runner compacts the context and retries")
+    for _ in range(5):
+        play.cycle("web_fetch", {"url": "https://example.invalid/a"}, {"error": "timeout"})
+
+
+def failing_tools(play: Played) -> None:
+    """Every call different, every one failing: no repeat detector sees a loop here."""
+    for step in range(20):
+        region = f"eu-{step % 4 + 1}"
+        if step % 2 == 0:
+            play.cycle(
+                "exec",
+                {"command": f"deploy --region {region} --try {step}"},
+                None,
+                error=f"exec failed: region {region} rejected the credentials",
+            )
+        else:
+            play.cycle(
+                "http_request",
+                {"url": f"https://{region}.example.invalid/health"},
+                None,
+                error="connect ECONNREFUSED",
+            )
+
+
+def same_failure(play: Played) -> None:
+    """The same call failing with the same error, retried unchanged."""
+    play.cycle("read_file", {"path": "deploy.yaml"}, {"text": "target: prod"})
+    for _ in range(8):
+        play.cycle(
+            "git_push",
+            {"remote": "origin", "branch": "main"},
+            None,
+            error="rejected: non-fast-forward",
+        )
+
+
+def compaction_storm(play: Played) -> None:
+    """Compaction after compaction, each retry redoing calls it had already made."""
+    search = ("web_search", {"q": "quarterly report"}, {"text": "3 results"})
+    fetch = ("web_fetch", {"url": "https://example.invalid/report"}, {"text": "page 1"})
+    play.cycle(*search)
+    play.cycle(*fetch)
+    for step in range(6):
+        play.run.compaction("context_overflow")
+        play.note("context overflow: the runner compacts the context and retries")
+        play.cycle(*(search if step % 2 else fetch))
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str  # run id prefix
+    agent: str
+    title: str
+    play: Callable[[Played], None]
+
+
+SCENARIOS = (
+    Scenario("normal", "coder", "ordinary work, no loop", normal_work),
+    Scenario(
+        "pingpong", "coder", "the agent alternates two calls that make no progress", ping_pong
+    ),
+    Scenario(
+        "compact",
+        "researcher",
+        "context overflow, compaction, then the same call again",
+        compaction_loop,
+    ),
+    Scenario("failing", "ops", "every call different, every one failing", failing_tools),
+    Scenario("retry", "ops", "the same call failing with the same error", same_failure),
+    Scenario("storm", "researcher", "compaction after compaction, no progress", compaction_storm),
+)

@@ -1,0 +1,160 @@
+"""The processes ``loopguard demo`` starts, and the guarantee that none outlives it unasked.
+
+The broker and the worker run in sessions of their own (a terminal's Ctrl-C reaches only the
+demo), so the demo must stop them itself on every way out: an error, Ctrl-C at any point, a
+SIGTERM, Ctrl-C again while it is stopping them (then they are killed at once), and, on Linux,
+the demo being killed outright (the kernel sends them SIGTERM: ``PR_SET_PDEATHSIG``).
+
+``--keep-running`` is the one way they stay: their pids go to ``loopguard-data/demo.pid``,
+and ``loopguard demo --stop`` (from the same folder) stops exactly those processes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+DATA = Path("loopguard-data")
+PIDFILE = DATA / "demo.pid"
+STOP_TIMEOUT = 20.0  # seconds a process gets to stop after SIGTERM before SIGKILL
+
+
+def parent_death_signal() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that has the kernel send the child SIGTERM when the demo dies (Linux;
+    None elsewhere, where the demo's own clean-up is all there is)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    pr_set_pdeathsig = 1
+
+    def arm() -> None:
+        libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+    return arm
+
+
+@contextlib.contextmanager
+def interrupts_raise() -> Iterator[None]:
+    """SIGTERM and SIGHUP end the demo as Ctrl-C does (KeyboardInterrupt), so its clean-up
+    runs; the previous handlers come back afterwards."""
+
+    def interrupt(_signum: int, _frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    """``sig`` to the process group a demo child leads (its own session), else to the pid."""
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+
+
+def stop_all(processes: list[Any]) -> None:
+    """Stop the demo's children (objects with ``process`` and ``stop()``), in order; Ctrl-C or
+    SIGTERM meanwhile kills all of them at once instead of interrupting the clean-up."""
+    pids = [p.process.pid for p in processes if getattr(p, "process", None) is not None]
+
+    def kill_now(_signum: int, _frame: FrameType | None) -> None:
+        for pid in pids:
+            _signal_group(pid, signal.SIGKILL)
+
+    previous = {sig: signal.signal(sig, kill_now) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        for process in processes:
+            with contextlib.suppress(Exception):
+                process.stop()
+    finally:
+        for pid in pids:  # whatever a failed stop() left behind
+            _signal_group(pid, signal.SIGKILL)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+# -- what --keep-running leaves ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LeftRunning:
+    """The pidfile's content: what a kept-running demo left, and what names each process."""
+
+    pids: dict[str, int]  # "worker"/"broker" -> pid
+    marks: dict[str, str]  # the same names -> a string its command line contains
+    broker_url: str
+    status_url: str
+
+    def save(self, path: Path = PIDFILE) -> None:
+        path.write_text(json.dumps(self.__dict__, indent=2) + "\n")
+
+    @classmethod
+    def load(cls, path: Path = PIDFILE) -> LeftRunning | None:
+        try:
+            return cls(**json.loads(path.read_text()))
+        except (OSError, ValueError, TypeError):
+            return None
+
+    def alive(self) -> dict[str, int]:
+        """The processes that still run and are still ours (a reused pid is someone else's)."""
+        return {name: pid for name, pid in self.pids.items() if _is_running(pid, self.marks[name])}
+
+
+def _is_running(pid: int, mark: str) -> bool:
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        try:
+            os.kill(pid, 0)  # no /proc (macOS): trust the pid
+        except (ProcessLookupError, PermissionError):
+            return False
+        return True
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    if stat.rsplit(")", 1)[-1].split()[0] == "Z":  # exited, not yet reaped
+        return False
+    return mark.encode() in cmdline
+
+
+def stop_left_running(path: Path = PIDFILE) -> tuple[int, str]:
+    """``loopguard demo --stop``: (exit code, the line to print)."""
+    left = LeftRunning.load(path)
+    if left is None:
+        return 1, f"nothing to stop: no {path} here (run it from the demo's folder)"
+    alive = left.alive()
+    for name in ("worker", "broker"):  # the worker first: it leaves its group cleanly
+        if name in alive:
+            _signal_group(alive[name], signal.SIGTERM)
+            if not _wait_gone(alive[name], left.marks[name], STOP_TIMEOUT):
+                _signal_group(alive[name], signal.SIGKILL)
+                _wait_gone(alive[name], left.marks[name], 5.0)
+    path.unlink(missing_ok=True)
+    if not alive:
+        return 0, "nothing was running any more; removed the demo's pidfile"
+    stopped = ", ".join(f"{name} (pid {pid})" for name, pid in alive.items())
+    return 0, f"stopped the demo's {stopped}"
+
+
+def _wait_gone(pid: int, mark: str, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while _is_running(pid, mark):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
