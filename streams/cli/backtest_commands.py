@@ -6,6 +6,9 @@ added is the choice of baseline: the audit trail at ``--db``, or, with ``--basel
 for an event file with no trail next to it, the decisions another config makes on the same
 events. Exit codes: 0 once reported (changes are the answer, not a failure), 1 when a ``--run``
 could not be compared or the broker/database is unreachable, 2 for bad input.
+
+``--per-rule`` (issue 29) compares the candidate with ``--baseline-config`` one rule switch at
+a time (streams.replay.per_rule): the migration path from ``compat: "openclaw"``.
 """
 
 from __future__ import annotations
@@ -76,6 +79,14 @@ def add_backtest_parser(sub: Any) -> argparse.ArgumentParser:
         help="compare with the decisions this config makes on the same events instead of "
         "the audit trail",
     )
+    parser.add_argument(
+        "--per-rule",
+        action="store_true",
+        help="with --baseline-config: switch each rule (deviations.*, detectors."
+        "consecutiveErrors/errorRepeat/compactionStorm) the candidate sets otherwise alone "
+        "over the baseline, and report per rule the runs and calls whose verdict it changes "
+        "and by how many calls it stops loops earlier or later",
+    )
     add_event_source_args(parser, "backtest")
     add_db_arg(parser)
     add_json_report_arg(parser)
@@ -83,7 +94,8 @@ def add_backtest_parser(sub: Any) -> argparse.ArgumentParser:
 
 
 def run_backtest(args: argparse.Namespace) -> int:
-    return run_reporting_errors("backtest", _backtest, args, usage_errors=(SourceError,))
+    work = _per_rule if args.per_rule else _backtest
+    return run_reporting_errors("backtest", work, args, usage_errors=(SourceError,))
 
 
 def _baseline(args: argparse.Namespace) -> tuple[Baseline, Any, Any]:
@@ -172,4 +184,53 @@ def _backtest(args: argparse.Namespace) -> int:
         print(json.dumps(backtest_dict(done, code), ensure_ascii=False, indent=2))
     else:
         print_backtest(done)
+    return code
+
+
+def _per_rule(args: argparse.Namespace) -> int:
+    """``--per-rule``: the candidate's rule switches, one at a time, against the baseline."""
+    from streams.replay.per_rule import per_rule_backtest
+    from streams.replay.per_rule_report import PerRuleBacktested, per_rule_dict, print_per_rule
+
+    check_range(args)
+    if not args.baseline_config:
+        raise InputError(
+            "--per-rule switches the candidate's rules one at a time over a baseline config: "
+            'give --baseline-config FILE (the config in force, e.g. compat: "openclaw")'
+        )
+    if args.from_file and args.from_offset:
+        raise InputError("--from-offset applies to the events topic, not to --from-file")
+    candidate = load_fleet_arg(args.config, "--config config")
+    baseline = load_fleet_arg(args.baseline_config, "--baseline-config config")
+    selection = selection_from_args(args)
+    reader = None
+    try:
+        if args.from_file:
+            source: Any = FileSource(args.from_file)
+        else:
+            settings = settings_from_args(args)
+            reader = open_events_topic(args, settings)
+            source = TopicSource(reader, settings.max_message_bytes)
+        stats = ReadStats(progress_every=args.progress)
+        stats.progress_line = lambda: progress_line("backtest", stats, reader, "")
+        started = time.monotonic()
+        result = per_rule_backtest(baseline, candidate, source.events(stats, selection))
+    finally:
+        if reader is not None:
+            reader.close()
+    code = EXIT_OK
+    if args.run and any(run_id in result.skipped for run_id in args.run):
+        code = EXIT_ERROR
+    done = PerRuleBacktested(
+        source.describe(),
+        args.config,
+        args.baseline_config,
+        stats,
+        result,
+        time.monotonic() - started,
+    )
+    if args.json:
+        print(json.dumps(per_rule_dict(done, code), ensure_ascii=False, indent=2))
+    else:
+        print_per_rule(done)
     return code

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from core_helpers import Run, loop_guard
+from core_helpers import Run, exec_result, loop_guard
 
 from streams.audit.store import AuditStore
 from streams.cli.common import EXIT_ERROR, EXIT_OK, EXIT_USAGE
@@ -182,3 +182,40 @@ def test_an_unreachable_broker_is_one_line(traffic: dict, capsys) -> None:
     lines = err.strip().splitlines()
     assert len(lines) == 1 and "127.0.0.1:1" in lines[0] and "--broker" in lines[0], lines
     assert lines[0].startswith("loopguard backtest: ")
+
+
+def test_per_rule_against_a_compat_baseline(capsys, tmp_path: Path) -> None:
+    """Issue 29's migration step: traffic recorded under compat mode, the shipped rules as
+    the candidate, one rule at a time; --per-rule needs a baseline config."""
+    compat = {"enabled": True, "compat": "openclaw"}
+    lg = loop_guard(**compat)
+    run = Run(lg, "build", "coder")
+    run.start()
+    for i in range(25):
+        run.cycle("exec", {"command": "make"}, exec_result(f"failed at 10:00:{i:02d}", exit_code=2))
+    run.end()
+    events = tmp_path / "events.jsonl"
+    write_events_atomically(events, run.events)
+    now = config_file(tmp_path / "now.json", compat)
+    shipped = config_file(tmp_path / "next.json", {"enabled": True})
+    base = ["--config", shipped, "--from-file", str(events)]
+
+    code, out, err = backtest(capsys, *base, "--per-rule")
+    assert code == EXIT_USAGE and "--baseline-config" in err and err.count("\n") == 1
+
+    code, out, err = backtest(capsys, *base, "--baseline-config", now, "--per-rule")
+    assert code == EXIT_OK, out + err
+    assert f"per-rule backtest of {shipped} against {now}" in out
+    assert "deviations.maskExecOutput -> on: 1 run(s)" in out
+    assert "    build  agent=coder  " in out and "warn only -> block at seq" in out
+    assert "summary: 14 rule(s) differ, 1 run(s) compared, 0 not compared" in out
+
+    code, out, _ = backtest(capsys, *base, "--baseline-config", now, "--per-rule", "--json")
+    assert code == EXIT_OK
+    rows = {row["rule"]: row for row in json.loads(out)["rules"]}
+    assert rows["deviations.maskExecOutput"]["stopped_earlier"]["runs"] == 1
+    assert rows["deviations.sendsByToolName"]["runs_changed"] == 0
+
+    code, out, _ = backtest(capsys, *base, "--baseline-config", shipped, "--per-rule")
+    assert code == EXIT_OK
+    assert "the two configs set every rule alike" in out
