@@ -96,6 +96,12 @@ class Settings:
     batch_size: int = 500
     batch_window: float = 0.02
     commit_interval: float = 0.5
+    # Exactly once the agent commits after each batch (streams.worker.exactly_once); Faust's
+    # commit timer then runs this often, for offsets no batch commits (Kafka Streams' 100 ms).
+    max_commit_interval: float = 0.1
+    # Exactly once: how soon a transactional producer retries (aiokafka's default is 100 ms;
+    # every commit's successor meets CONCURRENT_TRANSACTIONS while the markers are written).
+    transaction_retry_backoff_ms: int = 10
     producer_max_batch: int = PROFILES["kafka"].producer_max_batch
     processing_guarantee: str = PROFILES["kafka"].processing_guarantee
     fast_handoff: bool = True
@@ -161,6 +167,10 @@ class Settings:
             batch_size=_int("BATCH_SIZE", cls.batch_size),
             batch_window=_float("BATCH_WINDOW_MS", cls.batch_window * 1000) / 1000,
             commit_interval=_float("COMMIT_INTERVAL", cls.commit_interval),
+            max_commit_interval=_float("MAX_COMMIT_INTERVAL", cls.max_commit_interval),
+            transaction_retry_backoff_ms=_int(
+                "TRANSACTION_RETRY_BACKOFF_MS", cls.transaction_retry_backoff_ms
+            ),
             producer_max_batch=_int("PRODUCER_MAX_BATCH", profile.producer_max_batch),
             processing_guarantee=_env("PROCESSING_GUARANTEE", profile.processing_guarantee),
             fast_handoff=_int("FAST_HANDOFF", int(cls.fast_handoff)) != 0,

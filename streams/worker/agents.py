@@ -48,6 +48,7 @@ from streams.worker.audit_writer import AuditWriter
 from streams.worker.batch_sends import BatchSends
 from streams.worker.crash_exit import CrashExit
 from streams.worker.exactly_once import (
+    commit_batch,
     commit_outside_batches,
     drain_producer_buffer,
     in_transaction_of,
@@ -56,6 +57,7 @@ from streams.worker.exactly_once import (
 from streams.worker.expiry import RunExpiry
 from streams.worker.metrics import WorkerMetrics
 from streams.worker.processor import EventProcessor
+from streams.worker.ready_batches import take_ready
 from streams.worker.rekey import Rekeyer
 from streams.worker.state_format import encode as encode_state
 from streams.worker.webhooks import WebhookNotifier
@@ -123,14 +125,22 @@ class WorkerAgents:
     async def guard_runs(self, stream: faust.StreamT) -> None:
         """Apply events to their runs' state; publish decisions to the control topic.
 
-        Events are taken in small batches (bounded by ``LOOPGUARD_BATCH_WINDOW_MS``) so a run's
+        Events are taken in batches of what has queued up (:mod:`ready_batches`) so a run's
         state is written to the changelog once per batch instead of once per event: the table
-        write, not the detector, is what bounds a Faust worker's throughput.
+        write, not the detector, is what bounds a Faust worker's throughput. Exactly once, a
+        batch is committed as soon as its records are with the producer
+        (:func:`streams.worker.exactly_once.commit_batch`): a read-committed gateway sees its
+        decisions and watermarks one commit after the batch, not on Faust's timer.
         """
         parts, settings = self.parts, self.settings
-        async for batch in stream.take_events(settings.batch_size, within=settings.batch_window):
+        app = parts.app
+        async for batch in take_ready(stream, settings.batch_size, settings.batch_window):
             async with parts.commit_barrier:
                 await self.guard_batch(batch)
+                for event in batch:  # now, so the commit below carries the batch's offsets
+                    await stream.ack(event)
+            if app.in_transaction:
+                await commit_batch(app.consumer)
 
     async def guard_batch(self, batch: list[Any]) -> None:
         """Apply a batch, then send its records: decisions, each touched run's state (to

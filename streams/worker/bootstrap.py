@@ -63,7 +63,7 @@ def apply_faust_patches(settings: Settings, commit_barrier: asyncio.Lock) -> Non
     if settings.fast_handoff:
         fast_message_handoff()
     # Exactly-once commits only between the guarding agent's batches, buffer flushed first.
-    exactly_once_commits(commit_barrier)
+    exactly_once_commits(commit_barrier, settings.transaction_retry_backoff_ms)
 
 
 def build_app(settings: Settings) -> faust.App:
@@ -79,7 +79,12 @@ def build_app(settings: Settings) -> faust.App:
         broker_session_timeout=settings.session_timeout,
         broker_heartbeat_interval=settings.heartbeat_interval,
         broker_rebalance_timeout=settings.rebalance_timeout,
-        broker_commit_interval=settings.commit_interval,
+        # Exactly once the agent commits each batch itself; the timer is the longest interval.
+        broker_commit_interval=(
+            settings.max_commit_interval
+            if settings.processing_guarantee == "exactly_once"
+            else settings.commit_interval
+        ),
         # Batching, fetch wait and exactly-once follow the broker profile (streams.settings).
         producer_max_batch_size=settings.producer_max_batch,
         processing_guarantee=settings.processing_guarantee,

@@ -30,11 +30,36 @@ test_reliability.py on the 3-node cluster):
 :func:`exactly_once_commits` commits before Faust forgets the acks on a rebalance, and makes
 every exactly-once commit wait until the guarding agent is between batches (a lock the agent
 holds while it works on a batch), hand every buffered message to its transactional producer,
-and only then commit. A batch's events are acked when the agent asks for the next one, so a
-commit may still include a batch's state and decisions but not its offsets; the replayed
-events are then duplicates of the stored state, and the processor publishes nothing for them
-on this guarantee (:class:`streams.worker.processor.EventProcessor`'s
-``republish_duplicates``).
+and only then commit. A commit that finds the agent in a batch (Faust's timer, a rebalance's)
+may still include that batch's state and decisions but not its offsets; the replayed events
+are then duplicates of the stored state, and the processor publishes nothing for them on this
+guarantee (:class:`streams.worker.processor.EventProcessor`'s ``republish_duplicates``).
+
+When a commit happens is latency: a read-committed gateway sees a decision and its run's
+watermark only once their transaction commits. Faust commits on a timer
+(``broker_commit_interval``, 0.5 s before), so a verdict waited for it on average a quarter
+second. :func:`commit_batch` is the agent's own commit, made as soon as a batch's work is
+done: the agent acks the batch's events while it still holds the batch lock (Faust's own
+``take_events`` acks them only when the agent asks for the next batch, too late for this
+commit), releases the lock and commits. Faust computes a commit's offsets from the acks when
+the commit starts, so this commit carries the batch's offsets together with its changelog
+writes, decisions and watermarks; a commit already under way (the timer's, a rebalance's)
+started before those acks, so the agent waits it out and then commits once more. The next
+batch waits for the lock, so batches that arrive during a commit are taken, and committed,
+together. Faust's timer stays as the longest interval between commits
+(``Settings.max_commit_interval``, 0.1 s, Kafka Streams' exactly-once default) for offsets
+no batch commits (the audit agents'). Faust commits a partition's transactions one after
+the other; :func:`_commit_transactions_concurrently` commits them together, so a commit costs
+one transaction's round trips, not one per partition. Right after a commit the coordinator
+is still writing the previous transaction's markers and answers the next transaction's first
+requests with CONCURRENT_TRANSACTIONS; aiokafka retries most of them after
+``retry_backoff_ms`` (100 ms by default: a commit took 110-130 ms whenever it was hit), so
+the transactional producers retry after ``Settings.transaction_retry_backoff_ms`` (10 ms)
+instead (:func:`_quick_transaction_retries`).
+
+An aborted transaction (a commit that failed, a crash, a fenced producer) takes its
+decisions and watermarks with it: gateways read the control topic read committed, as does
+the audit agent, so a gateway never enforces a decision the audit trail will not hold.
 
 A fourth gap is where a record goes: Faust's ``TransactionManager.send`` picks the
 transactional producer by the record's *destination* partition, and a partition's
@@ -63,6 +88,7 @@ from typing import Any
 from aiokafka.errors import KafkaError, ProducerFenced
 from faust.transport import consumer as faust_consumer
 from faust.transport import producer as faust_producer
+from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 
 log = logging.getLogger("loopguard.worker")
@@ -71,6 +97,8 @@ _original_commit_offsets = faust_consumer.Consumer._commit_offsets
 _original_send_pending = faust_producer.ProducerBuffer._send_pending
 _original_on_partitions_revoked = faust_consumer.Consumer.on_partitions_revoked
 _original_transactional_send = faust_consumer.TransactionManager.send
+_original_commit_transactions = faust_aiokafka.Producer.commit_transactions
+_original_settings_extra = faust_aiokafka.Producer._settings_extra
 
 # The guarding agent's batch lock (WorkerParts.commit_barrier), set by exactly_once_commits.
 _barrier: asyncio.Lock | None = None
@@ -84,6 +112,8 @@ REPLACED = {
     "ProducerBuffer._send_pending": (_original_send_pending, "4a9d5f932b56bc68"),
     "Consumer.on_partitions_revoked": (_original_on_partitions_revoked, "d04b7ae72c6fc206"),
     "TransactionManager.send": (_original_transactional_send, "b8d126be9f10fc69"),
+    "Producer.commit_transactions": (_original_commit_transactions, "70091e6f431974e9"),
+    "Producer._settings_extra": (_original_settings_extra, "a4c7bc41b6382223"),
 }
 
 
@@ -148,6 +178,64 @@ async def _commit_then_revoke(self: Any, revoked: Any) -> None:
         await self.maybe_wait_for_commit_to_finish()  # a timer commit may be under way
         await self.commit()
     await _original_on_partitions_revoked(self, revoked)
+
+
+async def commit_batch(consumer: Any) -> bool:
+    """Commit what the agent has acked, now: its batch's offsets with the transactions holding
+    the batch's records. Call it without the batch lock (the commit takes it).
+
+    A commit under way started before the batch's acks and may not carry them (Faust's
+    ``commit`` would wait for it and return without committing), so this one waits it out
+    first; Faust's ``maybe_wait_for_commit_to_finish`` returns at once when none is under
+    way, so nothing starts another commit between the last check and this one.
+    """
+    while await consumer.maybe_wait_for_commit_to_finish():
+        pass
+    return bool(await consumer.commit())
+
+
+async def _commit_transactions_concurrently(
+    self: Any,
+    tid_to_offset_map: Any,
+    group_id: str,
+    start_new_transaction: bool = True,
+) -> None:
+    """Faust's Producer.commit_transactions, the partitions' transactions committed together
+    instead of one after the other: each has its own producer, lock and coordinator round
+    trips. The first failure is raised once all have finished (a fenced producer crashes the
+    worker in Faust's caller, as before); the others are committed or fail alike."""
+
+    async def commit_one(transactional_id: str, offsets: Any) -> None:
+        async with self._trn_locks[transactional_id]:
+            transaction_producer = self._transaction_producers.get(transactional_id)
+            if transaction_producer is None:
+                log.warning("Commit invoked for unknown transaction %s", transactional_id)
+                return
+            await transaction_producer.send_offsets_to_transaction(offsets, group_id)
+            await transaction_producer.commit_transaction()
+            if start_new_transaction:
+                await transaction_producer.begin_transaction()
+
+    results = await asyncio.gather(
+        *(commit_one(tid, offsets) for tid, offsets in tid_to_offset_map.items()),
+        return_exceptions=True,
+    )
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+
+
+def _quick_transaction_retries(retry_backoff_ms: int) -> Any:
+    """Faust's Producer._settings_extra, with aiokafka's retry backoff set for the producers
+    of an exactly-once app (the others keep aiokafka's default)."""
+
+    def settings_extra(self: Any) -> Any:
+        settings = dict(_original_settings_extra(self))
+        if self.app.in_transaction:
+            settings["retry_backoff_ms"] = retry_backoff_ms
+        return settings
+
+    return settings_extra
 
 
 @contextmanager
@@ -232,11 +320,14 @@ async def commit_outside_batches(app: Any, tps: Iterable[TP]) -> None:
             log.warning("could not commit transaction %s outside a batch: %r", tid, exc)
 
 
-def exactly_once_commits(barrier: asyncio.Lock) -> None:
-    """Install the patches; ``barrier`` is the lock the guarding agent holds per batch."""
+def exactly_once_commits(barrier: asyncio.Lock, retry_backoff_ms: int = 10) -> None:
+    """Install the patches; ``barrier`` is the lock the guarding agent holds per batch,
+    ``retry_backoff_ms`` the transactional producers' retry backoff."""
     global _barrier
     _barrier = barrier
+    faust_aiokafka.Producer._settings_extra = _quick_transaction_retries(retry_backoff_ms)
     faust_consumer.TransactionManager.send = _send_in_source_transaction
     faust_producer.ProducerBuffer._send_pending = _counted_send_pending
     faust_consumer.Consumer._commit_offsets = _commit_offsets_between_batches
     faust_consumer.Consumer.on_partitions_revoked = _commit_then_revoke
+    faust_aiokafka.Producer.commit_transactions = _commit_transactions_concurrently

@@ -21,6 +21,7 @@ from streams.core.events import AgentEvent
 from streams.settings import Settings
 from streams.wire.avro import decode_control, encode_event
 from streams.wire.schema_registry import default_registry
+from streams.worker import agents as agents_module
 from streams.worker import exactly_once
 from streams.worker.agents import WorkerAgents
 from streams.worker.config_book import ConfigBook
@@ -186,3 +187,62 @@ def test_expired_state_is_committed_in_its_partitions_transaction_at_once() -> N
     assert agents.parts.runs == {} and agents.parts.sessions == {}
     # No event will carry partition 2's offsets: the deletion's transaction is committed now.
     assert producer.log == [("commit", "lg-0-2"), ("begin", "lg-0-2")]
+
+
+class AckingStream:
+    """The agent's stream as guard_runs uses it: acks recorded with what was committed."""
+
+    def __init__(self, log: list[Any]) -> None:
+        self.log = log
+
+    async def ack(self, event: Any) -> bool:
+        self.log.append(("ack", event.message.offset))
+        return True
+
+
+class BatchCommitter:
+    """Faust's consumer as commit_batch sees it: records the acks each commit finds."""
+
+    def __init__(self, log: list[Any], barrier: asyncio.Lock) -> None:
+        self.log, self.barrier = log, barrier
+
+    async def maybe_wait_for_commit_to_finish(self) -> bool:
+        return False
+
+    async def commit(self) -> bool:
+        acked = [entry[1] for entry in self.log if entry[0] == "ack"]
+        self.log.append(("commit", acked, "between batches" if not self.barrier.locked() else "in"))
+        return True
+
+
+def guarded(monkeypatch, in_transaction: bool) -> list[Any]:
+    """Run guard_runs over two batches of the session run; what was acked and committed."""
+    agents, _ = worker(BLOCK)
+    parts, log = agents.parts, []
+    parts.app.in_transaction = in_transaction
+    parts.app.consumer = BatchCommitter(log, parts.commit_barrier)
+    events = batch(session_run())
+
+    async def take_ready(stream: Any, max_: int, within: float):
+        yield events[:3]
+        yield events[3:5]
+
+    monkeypatch.setattr(agents_module, "take_ready", take_ready)
+    asyncio.run(agents.guard_runs(AckingStream(log)))  # type: ignore[arg-type]
+    return log
+
+
+def test_exactly_once_each_batch_is_acked_then_committed_between_batches(monkeypatch) -> None:
+    assert guarded(monkeypatch, in_transaction=True) == [
+        ("ack", 0),
+        ("ack", 1),
+        ("ack", 2),
+        ("commit", [0, 1, 2], "between batches"),  # the batch's offsets ride with its records
+        ("ack", 3),
+        ("ack", 4),
+        ("commit", [0, 1, 2, 3, 4], "between batches"),
+    ]
+
+
+def test_at_least_once_batches_are_acked_and_left_to_fausts_commit_timer(monkeypatch) -> None:
+    assert guarded(monkeypatch, in_transaction=False) == [("ack", n) for n in range(5)]

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from aiokafka.errors import KafkaTimeoutError, ProducerFenced
+from faust.transport import consumer as faust_consumer
 from faust.types import TP
 
 from streams.worker import exactly_once
@@ -318,3 +319,135 @@ def test_a_fenced_producer_crashes_the_worker_and_a_failed_commit_is_left_for_th
     asyncio.run(exactly_once.commit_outside_batches(app, tps))
     assert [type(exc) for exc in app.crashed] == [ProducerFenced]
     assert log == [("commit", "lg-0-3"), ("begin", "lg-0-3")]  # the others did not stop it
+
+
+# -- the agent's commit after each batch ------------------------------------------------------
+
+
+class CommittingConsumer:
+    """Faust's Consumer.commit and maybe_wait_for_commit_to_finish (its own: one commit at a
+    time, a caller arriving during one waits for it and commits nothing), over a commit that
+    takes the acks present when it starts and finishes when the test lets it."""
+
+    commit = faust_consumer.Consumer.commit
+    maybe_wait_for_commit_to_finish = faust_consumer.Consumer.maybe_wait_for_commit_to_finish
+
+    def __init__(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.app = SimpleNamespace(client_only=False)
+        self._commit_fut: asyncio.Future | None = None
+        self.acked: list[int] = []
+        self.committed: list[list[int]] = []
+        self.started = asyncio.Event()
+        self.finish = asyncio.Event()
+        self.finish.set()
+
+    async def force_commit(self, topics: Any = None, start_new_transaction: bool = True) -> bool:
+        offsets, self.acked = self.acked, []  # Faust reads the acks when the commit starts
+        self.started.set()
+        await self.finish.wait()
+        self.committed.append(offsets)
+        return bool(offsets)
+
+
+def test_a_batch_is_committed_at_once_when_no_commit_is_under_way() -> None:
+    async def scenario() -> CommittingConsumer:
+        consumer = CommittingConsumer()
+        consumer.acked = [7, 8]  # the agent acked its batch
+        assert await exactly_once.commit_batch(consumer)
+        return consumer
+
+    assert asyncio.run(scenario()).committed == [[7, 8]]
+
+
+def test_a_commit_under_way_is_waited_out_and_one_more_carries_the_batch() -> None:
+    async def scenario() -> CommittingConsumer:
+        consumer = CommittingConsumer()
+        consumer.finish.clear()
+        timer = asyncio.create_task(consumer.commit())  # Faust's timer: no acks yet
+        await consumer.started.wait()
+        consumer.acked = [7]  # the batch's acks, after the timer's commit read them
+        batch = asyncio.create_task(exactly_once.commit_batch(consumer))
+        await asyncio.sleep(0)
+        assert not batch.done()  # it does not return on the timer's commit (Faust's would)
+        consumer.finish.set()
+        assert await batch
+        await timer
+        return consumer
+
+    assert asyncio.run(scenario()).committed == [[], [7]]
+
+
+# -- the partitions' transactions, committed together -----------------------------------------
+
+
+class CommittingTransaction:
+    """An aiokafka transactional producer: each step a broker round trip (a loop turn)."""
+
+    def __init__(self, tid: str, log: list[Any], fails: BaseException | None = None) -> None:
+        self.tid, self.log, self.fails = tid, log, fails
+
+    async def send_offsets_to_transaction(self, offsets: Any, group_id: str) -> None:
+        self.log.append(("offsets", self.tid, dict(offsets), group_id))
+        await asyncio.sleep(0)
+
+    async def commit_transaction(self) -> None:
+        await asyncio.sleep(0)
+        if self.fails is not None:
+            raise self.fails
+        self.log.append(("commit", self.tid))
+
+    async def begin_transaction(self) -> None:
+        self.log.append(("begin", self.tid))
+
+
+def transaction_producer(*transactions: CommittingTransaction) -> SimpleNamespace:
+    return SimpleNamespace(
+        _transaction_producers={t.tid: t for t in transactions},
+        _trn_locks={t.tid: asyncio.Lock() for t in transactions},
+    )
+
+
+def test_the_partitions_transactions_are_committed_together() -> None:
+    log: list[Any] = []
+    producer = transaction_producer(*(CommittingTransaction(f"lg-0-{n}", log) for n in (1, 2)))
+    offsets = {"lg-0-1": {"events-1": 10}, "lg-0-2": {"events-2": 20}}
+    asyncio.run(exactly_once._commit_transactions_concurrently(producer, offsets, "lg"))
+    # Both had their offsets in before either committed: one round of round trips, not two.
+    assert log[:2] == [
+        ("offsets", "lg-0-1", {"events-1": 10}, "lg"),
+        ("offsets", "lg-0-2", {"events-2": 20}, "lg"),
+    ]
+    assert sorted(log[2:]) == [
+        ("begin", "lg-0-1"),
+        ("begin", "lg-0-2"),
+        ("commit", "lg-0-1"),
+        ("commit", "lg-0-2"),
+    ]
+
+
+def test_a_failed_transaction_is_raised_after_the_others_are_committed() -> None:
+    log: list[Any] = []
+    producer = transaction_producer(
+        CommittingTransaction("lg-0-1", log, ProducerFenced()),
+        CommittingTransaction("lg-0-2", log),
+    )
+    offsets = {"lg-0-1": {"events-1": 10}, "lg-0-2": {"events-2": 20}, "lg-0-3": {"e-3": 1}}
+    with pytest.raises(ProducerFenced):  # Faust's caller crashes the worker on it
+        asyncio.run(exactly_once._commit_transactions_concurrently(producer, offsets, "lg"))
+    # lg-0-3 is not this worker's (no producer): skipped, as Faust does.
+    assert [entry for entry in log if entry[0] != "offsets"] == [
+        ("commit", "lg-0-2"),
+        ("begin", "lg-0-2"),
+    ]
+
+
+def test_committing_without_starting_a_new_transaction_begins_none() -> None:
+    log: list[Any] = []
+    producer = transaction_producer(CommittingTransaction("lg-0-1", log))
+    asyncio.run(
+        exactly_once._commit_transactions_concurrently(
+            producer, {"lg-0-1": {"events-1": 3}}, "lg", start_new_transaction=False
+        )
+    )
+    assert log == [("offsets", "lg-0-1", {"events-1": 3}, "lg"), ("commit", "lg-0-1")]
