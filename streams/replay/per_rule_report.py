@@ -92,10 +92,12 @@ def run_line(delta: RunDelta) -> str:
     seqs = ",".join(str(s) for s in delta.changed_seqs[:8])
     if len(delta.changed_seqs) > 8:
         seqs += ",…"
+    changed = f"{delta.changed_calls} call(s)"
+    if delta.changed_calls != len(delta.changed_seqs):  # results and compactions decide too
+        changed = f"{len(delta.changed_seqs)} event(s), {delta.changed_calls} of them calls,"
     return (
-        f"    {delta.run_id}  agent={delta.agent_id or '-'}  {delta.changed_calls} call(s) "
-        f"changed (seq {seqs}): {_stop(delta, 'baseline')} -> {_stop(delta, 'candidate')}"
-        f"{moved}"
+        f"    {delta.run_id}  agent={delta.agent_id or '-'}  {changed} decided otherwise "
+        f"(seq {seqs}): {_stop(delta, 'baseline')} -> {_stop(delta, 'candidate')}{moved}"
     )
 
 
