@@ -35,13 +35,7 @@ from streams.core.engine import LoopGuard
 from streams.core.events import Action, Decision
 from streams.core.fleet import fleet_from_document
 from streams.devtools.demo_runs import SCENARIOS, Played, Scenario
-from streams.devtools.demo_services import (
-    DATA,
-    PIDFILE,
-    LeftRunning,
-    interrupts_raise,
-    stop_all,
-)
+from streams.devtools.demo_services import DATA, PIDFILE, LeftRunning, stopped_on_exit
 from streams.devtools.embedded_broker import EmbeddedBroker, free_port, port_in_use
 from streams.devtools.worker_process import CANARY_AGENT, WorkerProcess, wait_until_processing
 from streams.gateway.client import GatewayClient, GatewayRun, RunAborted
@@ -222,8 +216,8 @@ def run_demo(db_url: str, keep_running: bool = False, web_port: int | None = Non
     )
     client: GatewayClient | None = None
     kept = False
-    try:
-        with interrupts_raise():
+    with stopped_on_exit([worker, broker], kept=lambda: kept):
+        try:
             migrate(db_url)
             broker.start()
             _say("  broker   tansu, embedded, memory storage (its topics go when the demo ends)")
@@ -253,11 +247,9 @@ def run_demo(db_url: str, keep_running: bool = False, web_port: int | None = Non
             if keep_running:
                 kept = _leave_running(broker, worker)
             return 0 if ok and (kept or not keep_running) else 1
-    finally:
-        if client is not None:
-            client.close()
-        if not kept:
-            stop_all([worker, broker])
+        finally:
+            if client is not None:
+                client.close()
 
 
 def _leave_running(broker: EmbeddedBroker, worker: WorkerProcess) -> bool:

@@ -44,22 +44,6 @@ def parent_death_signal() -> Callable[[], None] | None:
     return arm
 
 
-@contextlib.contextmanager
-def interrupts_raise() -> Iterator[None]:
-    """SIGTERM and SIGHUP end the demo as Ctrl-C does (KeyboardInterrupt), so its clean-up
-    runs; the previous handlers come back afterwards."""
-
-    def interrupt(_signum: int, _frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
-
-    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
 def _signal_group(pid: int, sig: int) -> None:
     """``sig`` to the process group a demo child leads (its own session), else to the pid."""
     try:
@@ -69,25 +53,43 @@ def _signal_group(pid: int, sig: int) -> None:
             os.kill(pid, sig)
 
 
-def stop_all(processes: list[Any]) -> None:
-    """Stop the demo's children (objects with ``process`` and ``stop()``), in order; Ctrl-C or
-    SIGTERM meanwhile kills all of them at once instead of interrupting the clean-up."""
-    pids = [p.process.pid for p in processes if getattr(p, "process", None) is not None]
+@contextlib.contextmanager
+def stopped_on_exit(processes: list[Any], kept: Callable[[], bool]) -> Iterator[None]:
+    """Run the demo's body; on the way out stop ``processes`` (objects with ``process`` and
+    ``stop()``, in order) unless ``kept()`` says they stay.
 
-    def kill_now(_signum: int, _frame: FrameType | None) -> None:
-        for pid in pids:
-            _signal_group(pid, signal.SIGKILL)
+    The first Ctrl-C, SIGTERM or SIGHUP ends the body as Ctrl-C does (KeyboardInterrupt);
+    any further one, or one while the processes are being stopped, kills them at once and
+    never interrupts the clean-up itself."""
+    state = {"signals": 0, "stopping": False}
 
-    previous = {sig: signal.signal(sig, kill_now) for sig in (signal.SIGINT, signal.SIGTERM)}
+    def kill_now() -> None:
+        for item in processes:
+            if getattr(item, "process", None) is not None:
+                _signal_group(item.process.pid, signal.SIGKILL)
+
+    def on_signal(_signum: int, _frame: FrameType | None) -> None:
+        state["signals"] += 1
+        if state["signals"] == 1 and not state["stopping"]:
+            raise KeyboardInterrupt
+        if not kept():
+            kill_now()
+
+    watched = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {sig: signal.signal(sig, on_signal) for sig in watched}
     try:
-        for process in processes:
-            with contextlib.suppress(Exception):
-                process.stop()
+        yield
     finally:
-        for pid in pids:  # whatever a failed stop() left behind
-            _signal_group(pid, signal.SIGKILL)
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        state["stopping"] = True
+        try:
+            if not kept():
+                for item in processes:
+                    with contextlib.suppress(Exception):
+                        item.stop()
+                kill_now()  # whatever a failed stop() left behind
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
 
 # -- what --keep-running leaves ------------------------------------------------------------

@@ -76,9 +76,21 @@ def test_the_demo_prints_the_same_text_twice_and_keeps_both_runs(tmp_path: Path)
     assert sections[5].count(" BLOCK  error_repeat (count 3)") == 1
     assert sections[5].count(" ABORT  error_repeat") == 1
     assert sections[6].startswith(f"run storm-{first_tag} ")
-    assert sections[6].count(" ABORT  compaction_storm (count 3): compaction_storm") == 1
+    # The error code is left out where it only repeats the detector's name.
+    assert sections[6].count(" ABORT  compaction_storm (count 3)\n") == 1
+    assert "compaction_storm (count 3): compaction_storm" not in sections[6]
     assert "26 decisions: what the detector core decides on these events" in sections[7]
     assert "loopguard-data/demo-config.json" in first  # it names its config file
+    assert "readiness" not in first  # no jargon: it says what it did
+    # One numbering: the summary names the seq of the abort its run printed.
+    for section in sections[2:7]:
+        run_id = section.split()[1]
+        abort = re.search(r"^  seq +(\d+)  ABORT ", section, re.MULTILINE)
+        assert abort, section
+        assert f"{run_id} " in sections[7] and f"stopped at seq {abort.group(1)}:" in next(
+            line for line in sections[7].splitlines() if line.strip().startswith(run_id)
+        )
+    assert "before call" not in first
 
     # The second run's decisions were recorded, not dropped as duplicates of the first's.
     with AuditStore(f"sqlite:///{tmp_path / 'loopguard-data' / 'audit.db'}") as store:
@@ -91,10 +103,17 @@ def test_the_demo_prints_the_same_text_twice_and_keeps_both_runs(tmp_path: Path)
     assert history[1:] == ["history", f"pingpong-{second_tag}"] and runs[1:] == ["runs"]
     assert Path(history[0]) == Path(sys.executable).parent / "loopguard"
     assert Path(history[0]).is_file()
-    shown = run_command(history, tmp_path)
-    assert len(shown.splitlines()) == EXPECTED["pingpong"], shown
+    shown = run_command(history, tmp_path).splitlines()
+    assert shown[0].startswith(f"run pingpong-{second_tag} (agent coder, gateway demo-gw): 13 ")
+    assert len(shown) == 2 + EXPECTED["pingpong"], shown  # the run, a header, its decisions
     listed = run_command(runs, tmp_path)
     assert f"pingpong-{first_tag}" in listed and f"pingpong-{second_tag}" in listed
+    assert "canary-" not in listed  # the readiness test loops are hidden by default
+    assert "canary-" in run_command([*runs, "--all"], tmp_path)
+
+    # Each demo's logs are its own: the second run rewrote them.
+    worker_log = (tmp_path / "loopguard-data" / "worker.log").read_text(errors="replace")
+    assert worker_log.count("| id          | loopguard") == 1
 
 
 def run_command(command: list[str], folder: Path) -> str:

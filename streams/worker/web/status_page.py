@@ -24,6 +24,13 @@ from streams.worker.web.markup import (
 from streams.worker.web.params import STATUS_LIMIT, WINDOWS, StatusQuery
 
 HEALTHY = ("ok", "degraded")  # /healthz answers 200 for these, 503 for anything else
+# Health fields (``/healthz`` keys) as the status page names them; others lose underscores.
+HEALTH_LABELS = {
+    "broker_profile": "broker profile",
+    "consumer_lag": "consumer lag",
+    "last_event_age_seconds": "last event (s ago)",
+    "health_error": "health check error",
+}
 
 
 def render_worker_card(
@@ -59,11 +66,12 @@ def render_worker_card(
             ("mean processing", esc("–" if mean is None else f"{mean} ms")),
         ]
         shown |= {"uptime_seconds", "lag", "lag_total", "last_event_age_seconds"}
+        shown |= {"consumer_lag"}  # the health provider's copy of "consumer lag" above
     else:
         items.append(("metrics", "not reported by this worker"))
     for key, value in health.items():
         if key not in shown and key not in ("db", "db_url"):
-            items.append((str(key), plain(value)))
+            items.append((HEALTH_LABELS.get(key, key.replace("_", " ")), plain(value)))
     return (
         f'<div class="card" id="worker-health"><h2>This worker</h2>{definition_list(items)}</div>'
     )

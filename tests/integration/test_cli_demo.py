@@ -1,0 +1,141 @@
+"""``loopguard demo`` leaves nothing running unless asked: Ctrl-C while it starts and Ctrl-C
+(twice) while it stops end every process it started; ``--keep-running`` serves the status page
+at the URL it prints and ``loopguard demo --stop``, as printed, ends both processes.
+
+A process the demo started is found by its working directory (the test's folder), so nothing
+depends on the demo reporting its own children."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from services import chosen_brokers
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif("tansu" not in chosen_brokers(), reason="the demo runs on tansu"),
+]
+
+LOOPGUARD = str(Path(sys.executable).parent / "loopguard")
+DEMO_TIMEOUT = 300.0
+
+
+def processes_in(folder: Path) -> list[int]:
+    """Pids of the live processes (not zombies) whose working directory is ``folder``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if Path(os.readlink(entry / "cwd")) != folder:
+                continue
+            state = (entry / "stat").read_text().rsplit(")", 1)[-1].split()[0]
+        except OSError:
+            continue
+        if state != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+def wait_until(condition, what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(what)
+        time.sleep(0.1)
+
+
+class Demo:
+    """``loopguard demo`` in ``folder``, read line by line as it prints."""
+
+    def __init__(self, folder: Path, *args: str) -> None:
+        self.process = subprocess.Popen(
+            [LOOPGUARD, "demo", *args],
+            cwd=folder,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.lines: list[str] = []
+
+    def read_until(self, prefix: str) -> str:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.append(line.rstrip("\n"))
+            if line.startswith(prefix):
+                return line
+        raise AssertionError(f"the demo ended before {prefix!r}:\n" + "\n".join(self.lines))
+
+    def finish(self) -> tuple[int, str, str]:
+        out, err = self.process.communicate(timeout=DEMO_TIMEOUT)
+        return self.process.returncode, "\n".join([*self.lines, out]), err
+
+
+def mine(folder: Path, demo: Demo) -> list[int]:
+    return [pid for pid in processes_in(folder) if pid != demo.process.pid]
+
+
+def test_ctrl_c_while_the_demo_starts_leaves_nothing(tmp_path: Path) -> None:
+    demo = Demo(tmp_path)
+    demo.read_until("  broker ")  # the broker runs; the worker is about to start
+    assert mine(tmp_path, demo), "the demo's broker should be running"
+    demo.process.send_signal(signal.SIGINT)
+    code, _, err = demo.finish()
+    assert code == 130 and "Traceback" not in err
+    wait_until(lambda: not processes_in(tmp_path), "the demo's processes to end")
+
+
+def test_ctrl_c_twice_while_the_demo_stops_leaves_nothing(tmp_path: Path) -> None:
+    demo = Demo(tmp_path)
+    demo.read_until("query the audit trail")  # the runs are done; the demo is about to stop
+    started = mine(tmp_path, demo)
+    assert len(started) >= 2, started  # the broker and the worker
+    demo.process.send_signal(signal.SIGINT)
+    demo.process.send_signal(signal.SIGINT)
+    code, _, err = demo.finish()
+    assert code in (0, 130) and "Traceback" not in err, err
+    wait_until(lambda: not processes_in(tmp_path), "the demo's processes to end")
+
+
+def test_keep_running_serves_the_status_page_and_stop_ends_it(tmp_path: Path) -> None:
+    demo = Demo(tmp_path, "--keep-running")
+    code, out, err = demo.finish()
+    assert code == 0, out + err
+    status_url = re.search(r"^  status   (http://\S+/status)$", out, re.MULTILINE)
+    stop = re.search(r"^stop both: (.+) demo --stop \(from this folder\)$", out, re.MULTILINE)
+    assert status_url and stop, out
+    assert stop.group(1) == LOOPGUARD
+    left = processes_in(tmp_path)
+    assert len(left) >= 2, left
+    try:
+        with urllib.request.urlopen(status_url.group(1), timeout=10) as page:
+            assert page.status == 200
+            assert 'id="db-state">ok<' in page.read().decode()
+        # A second demo in the same folder refuses while the first one's processes run.
+        done = subprocess.run(
+            [LOOPGUARD, "demo"], cwd=tmp_path, capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 1
+        assert done.stderr.startswith("loopguard demo: a demo left running here (")
+    finally:
+        done = subprocess.run(
+            [LOOPGUARD, "demo", "--stop"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert done.returncode == 0, done.stderr
+    assert re.fullmatch(
+        r"stopped the demo's worker \(pid \d+\), broker \(pid \d+\)\n", done.stdout
+    ), done.stdout
+    wait_until(lambda: not processes_in(tmp_path), "the kept demo's processes to end")
+    assert not (tmp_path / "loopguard-data" / "demo.pid").exists()
