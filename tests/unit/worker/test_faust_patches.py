@@ -10,9 +10,12 @@ import asyncio
 from types import SimpleNamespace
 from typing import Any
 
+import faust
 import pytest
+from faust.types import Message
 
 from streams.worker import faust_patches
+from streams.worker.ready_batches import take_ready
 
 EVENTS = [("lg.events", p) for p in range(2)]
 CHANGELOG = [("lg-runs-changelog", p) for p in range(2)]
@@ -212,3 +215,77 @@ def test_while_flow_is_suspended_the_original_path_runs(monkeypatch) -> None:
 
     asyncio.run(scenario())
     assert taken == ["original"]
+
+
+# -- batches handed over as soon as nothing more is queued (streams/worker/ready_batches.py) --
+
+HOUR = 3600.0  # a batch window no test waits out: a batch that waited for it would hang here
+
+
+def faust_stream() -> tuple[Any, Any]:
+    """A real Faust stream over an in-memory channel (no broker is contacted), and a maker of
+    events as the consumer would deliver them to it."""
+    app = faust.App("lg-unit", broker="kafka://127.0.0.1:9", store="memory://")
+    app.flow_control.resume()  # as after a rebalance: the stream takes what it is given
+    stream = app.stream(app.channel())
+
+    def deliver(offset: int) -> None:
+        message = Message("lg.events", 0, offset, 0.0, None, None, b"run", b"e", None)
+        message.generation_id = app.consumer_generation_id
+        stream.channel.queue.put_nowait(app.create_event(b"run", b"e", None, message))
+
+    return stream, deliver
+
+
+def offsets(batch: list[Any]) -> list[int]:
+    return [event.message.offset for event in batch]
+
+
+def test_a_batch_takes_what_is_queued_and_never_waits_out_its_window() -> None:
+    async def scenario() -> list[list[int]]:
+        stream, deliver = faust_stream()
+        for offset in range(5):
+            deliver(offset)
+        batches = take_ready(stream, 3, HOUR)
+        first = offsets(await anext(batches))  # at most max_
+        second = offsets(await anext(batches))  # the rest, at once: nothing more is queued
+        waiting = asyncio.ensure_future(anext(batches))
+        deliver(5)  # arrives alone, later: a batch of its own, not held for company
+        third = offsets(await waiting)
+        await batches.aclose()
+        return [first, second, third]
+
+    assert asyncio.run(asyncio.wait_for(scenario(), 60)) == [[0, 1, 2], [3, 4], [5]]
+
+
+def test_events_arriving_while_a_batch_is_guarded_make_the_next_batch_unacked() -> None:
+    async def scenario() -> tuple[list[list[int]], list[bool]]:
+        stream, deliver = faust_stream()
+        deliver(0)
+        batches = take_ready(stream, 10, HOUR)
+        first = await anext(batches)
+        for offset in (1, 2, 3):  # the consumer goes on delivering during the batch
+            deliver(offset)
+        second = await anext(batches)
+        await batches.aclose()
+        # The stream acks nothing itself: the agent acks a batch before committing it.
+        return [offsets(first), offsets(second)], [e.message.acked for e in first + second]
+
+    taken, acked = asyncio.run(asyncio.wait_for(scenario(), 60))
+    assert taken == [[0], [1, 2, 3]]
+    assert not any(acked)
+
+
+def test_a_stream_that_fails_raises_in_the_batch_loop() -> None:
+    async def scenario() -> None:
+        stream, deliver = faust_stream()
+
+        def broken(value: Any) -> Any:
+            raise RuntimeError("processor failed")
+
+        stream.add_processor(broken)
+        deliver(0)
+        await anext(take_ready(stream, 10, HOUR))
+
+    with pytest.raises(RuntimeError, match="processor failed"):
+        asyncio.run(asyncio.wait_for(scenario(), 60))
