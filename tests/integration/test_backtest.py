@@ -118,3 +118,25 @@ def test_backtest_of_an_export_file_matches_the_topic(recorded, capsys, tmp_path
     for key in ("by_agent_detector", "totals", "newly_stopped", "stopped_at_another_seq"):
         assert from_file[key] == from_topic[key], key
     assert from_file["source"] == f"file {path}"
+
+
+COMPAT = {"tools": {"loopDetection": {"enabled": True, "compat": "openclaw"}}}
+
+
+def test_per_rule_from_the_topic(recorded, capsys) -> None:
+    """Issue 29: --per-rule reads the events topic like the rest of backtest; what it reports
+    per rule is what the core makes of the events the gateway published."""
+    from streams.core.fleet import fleet_from_document
+    from streams.replay.per_rule import per_rule_backtest
+
+    pipeline, run, _, config, workdir = recorded
+    compat = write(workdir, "compat.json", COMPAT)
+    doc = backtest(
+        capsys, pipeline, config, "--run", run.run_id, "--baseline-config", compat, "--per-rule"
+    )
+    assert doc["baseline_config"] == compat and doc["runs_compared"] == 1
+    worker = fleet_from_document(json.loads(Path(config).read_text()))
+    direct = per_rule_backtest(fleet_from_document(COMPAT), worker, run.events)
+    assert [r["rule"] for r in doc["rules"]] == [r.rule for r in direct.rules]
+    assert doc["rules"] == [r.to_dict() for r in direct.rules]
+    assert any(r["runs_changed"] for r in doc["rules"])  # a ping-pong: some rule moves it
