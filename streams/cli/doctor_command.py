@@ -199,7 +199,7 @@ def check_lag(settings: Any) -> Check:
     with quiet("kafka"):
         admin = admin_client(settings, CHECK_TIMEOUT)
         try:
-            committed = admin.list_consumer_group_offsets(group)
+            committed = admin.list_group_offsets(group).get(group, {})
         finally:
             admin.close()
         consumer = KafkaConsumer(

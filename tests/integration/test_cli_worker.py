@@ -143,12 +143,18 @@ def test_doctor_and_tail_on_a_running_deployment(pipeline_factory, migrated_db_u
         *("--app-id", p, "--broker-profile", pipeline.broker.profile, "--db", migrated_db_url),
     ]
 
+    last: list[str] = []
+
     def healthy() -> tuple[str, str] | None:
         code, out, err = loopguard(*doctor)
+        last[:] = [out, err]
         return (out, err) if code == 0 else None
 
     # The group commits its offsets shortly after the readiness run: until then lag FAILs.
-    out, err = wait_for(healthy, "doctor to pass", timeout=60)
+    try:
+        out, err = wait_for(healthy, "doctor to pass", timeout=60)
+    except TimeoutError:
+        raise AssertionError("\n".join(last)) from None
     lines = out.splitlines()
     assert [line.split()[:2] for line in lines] == [
         ["ok", "broker"],
