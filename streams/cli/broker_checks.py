@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import ssl
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from streams.settings import Settings
@@ -26,10 +27,14 @@ def transactions_refusal(settings: Settings, timeout: float = PROBE_TIMEOUT) -> 
 
     aiokafka's own InitProducerId is what Faust's exactly-once producers send; the embedded
     tansu broker answers it with UnknownError."""
-    try:
-        return asyncio.run(asyncio.wait_for(_init_producer_id(settings), timeout))
-    except TimeoutError:
-        return None
+    # On a thread of its own: asyncio.run would leave the main thread without an event loop,
+    # and the Faust worker started next takes the main thread's.
+    with ThreadPoolExecutor(1, thread_name_prefix="loopguard-probe") as pool:
+        probe = pool.submit(asyncio.run, asyncio.wait_for(_init_producer_id(settings), timeout))
+        try:
+            return probe.result()
+        except TimeoutError:
+            return None
 
 
 async def _init_producer_id(settings: Settings) -> str | None:

@@ -143,7 +143,7 @@ def add_json_report_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--json",
         action="store_true",
-        help="print the report as JSON lines: one JSON object, on one line (docs/cli.md)",
+        help="print the report as one JSON object (the JSON convention: docs/cli.md)",
     )
 
 

@@ -20,7 +20,7 @@ from kafka.admin import KafkaAdminClient, NewTopic
 
 from streams.core.events import Action
 from streams.devtools.embedded_broker import free_port
-from streams.devtools.worker_process import CANARY_AGENT
+from streams.devtools.worker_process import CANARY_AGENT, WorkerProcess
 
 pytestmark = pytest.mark.integration
 
@@ -115,10 +115,24 @@ def wait_for(condition, what: str, timeout: float = 90.0):
 def test_a_fresh_worker_shows_a_working_database_before_any_decision(
     pipeline_factory, tmp_path
 ) -> None:
+    """A new --app-id on existing topics, without --partitions: it takes the events topic's
+    count for its changelogs (instead of failing on them), and its fresh trail is migrated at
+    start, so the status page shows a working database before any decision."""
     fresh = f"sqlite:///{tmp_path}/fresh/audit.db"  # no file, no schema yet
-    pipeline = pipeline_factory(fresh)
+    pipeline = pipeline_factory(fresh, partitions=3)  # topics exist with 3 partitions
+    app_id = f"{pipeline.prefix}-new"
     port = free_port()
-    pipeline.start_worker(web_port=port)
+    worker = WorkerProcess(
+        pipeline.broker.url,
+        fresh,
+        app_id=app_id,
+        profile=pipeline.broker.profile,
+        log_path=tmp_path / "worker.log",
+        web_port=port,
+        data_dir=str(tmp_path / "data"),
+        env={"LOOPGUARD_TOPIC_PREFIX": pipeline.prefix},
+    ).start()
+    pipeline.workers.append(worker)  # stopped with the pipeline
     base = f"http://127.0.0.1:{port}"
     try:
         wait_for(lambda: get(f"{base}/healthz")[0] == 200, "the worker's web server")
@@ -129,6 +143,12 @@ def test_a_fresh_worker_shows_a_working_database_before_any_decision(
     assert status == 200, page
     assert '<span class="state-ok" id="db-state">ok</span>' in page
     assert "audit database unavailable" not in page
+    admin = KafkaAdminClient(bootstrap_servers=pipeline.broker.bootstrap)
+    try:
+        (changelog,) = admin.describe_topics([f"{app_id}-runs-changelog"])
+    finally:
+        admin.close()
+    assert len(changelog["partitions"]) == 3
 
 
 def test_doctor_and_tail_on_a_running_deployment(pipeline_factory, migrated_db_url) -> None:
