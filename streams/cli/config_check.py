@@ -1,6 +1,7 @@
 """``loopguard config check``: validate a fleet config file without a broker and print what
-each block resolves to, per-tool settings (``perTool``) included, so an operator sees which
-thresholds, exemptions and volatile fields a tool's calls get before deploying the file."""
+each block resolves to, every field (issue 27) and per-tool settings (``perTool``) included, so
+an operator sees which thresholds, rules, exemptions and volatile fields a tool's calls get
+before deploying the file."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 
 from streams.cli.common import EXIT_OK, InputError
 from streams.core.config import ConfigError, LoopDetectionConfig, resolve
+from streams.core.deviations import switch_values
 from streams.core.fleet import GLOBAL_KEY, fleet_warnings, load_fleet_config, override_path
 
 
@@ -35,8 +37,20 @@ def add_check_parser(actions: Any) -> None:
     check.add_argument("--json", action="store_true", help="print one JSON object")
 
 
+# The fields on a block's first line; the rest go on their own lines (see _line).
+HEAD = (
+    "config_version",
+    "enabled",
+    "historySize",
+    "warningThreshold",
+    "criticalThreshold",
+    "globalCircuitBreakerThreshold",
+)
+
+
 def describe(cfg: LoopDetectionConfig) -> dict[str, Any]:
-    """The resolved settings an operator tunes, with each tool's view."""
+    """Every resolved setting, in the config's own field names, with each tool's view."""
+    d = cfg.detectors
     return {
         "config_version": cfg.version,
         "enabled": cfg.enabled,
@@ -44,6 +58,30 @@ def describe(cfg: LoopDetectionConfig) -> dict[str, Any]:
         "warningThreshold": cfg.warning_threshold,
         "criticalThreshold": cfg.critical_threshold,
         "globalCircuitBreakerThreshold": cfg.global_circuit_breaker_threshold,
+        "unknownToolThreshold": cfg.unknown_tool_threshold,
+        "abortAfterBlocks": cfg.abort_after_blocks,
+        "errorRepeatThreshold": cfg.error_repeat_threshold,
+        "consecutiveErrors": {
+            "warningThreshold": cfg.consecutive_errors_warning,
+            "criticalThreshold": cfg.consecutive_errors_critical,
+        },
+        "postCompactionGuard": {
+            "windowSize": cfg.compaction_window_size,
+            "stormThreshold": cfg.compaction_storm_threshold,
+        },
+        "detectors": {
+            "genericRepeat": d.generic_repeat,
+            "knownPollNoProgress": d.known_poll_no_progress,
+            "pingPong": d.ping_pong,
+            "consecutiveErrors": d.consecutive_errors,
+            "errorRepeat": d.error_repeat,
+            "compactionStorm": d.compaction_storm,
+        },
+        "mode": cfg.mode,
+        "scope": cfg.scope,
+        "sessionFreshTriggers": list(cfg.session_fresh_triggers),
+        "compat": cfg.compat,
+        "deviations": switch_values(cfg.deviations),
         "perTool": {
             tool: {
                 "warningThreshold": view.warning_threshold,
@@ -56,11 +94,25 @@ def describe(cfg: LoopDetectionConfig) -> dict[str, Any]:
     }
 
 
+def _flat(value: Any) -> str:
+    if isinstance(value, list):
+        return ",".join(str(item) for item in value) or "-"
+    return json.dumps(value) if not isinstance(value, str) else value
+
+
 def _line(label: str, described: dict[str, Any]) -> list[str]:
-    head = "  ".join(
-        f"{key}={json.dumps(value)}" for key, value in described.items() if key != "perTool"
-    )
+    head = "  ".join(f"{key}={json.dumps(described[key])}" for key in HEAD)
     lines = [f"{label}  {head}"]
+    rest = [key for key in described if key not in HEAD and key != "perTool"]
+    scalars = [
+        f"{key}={_flat(described[key])}" for key in rest if not isinstance(described[key], dict)
+    ]
+    lines.append(f"  {'  '.join(scalars)}")
+    for key in rest:
+        value = described[key]
+        if isinstance(value, dict):
+            fields = "  ".join(f"{sub}={_flat(item)}" for sub, item in value.items())
+            lines.append(f"  {key}: {fields}")
     for tool, entry in described["perTool"].items():
         fields = [f"{key}={value}" for key, value in entry.items() if key.endswith("Threshold")]
         fields.append(f"exempt={','.join(entry['exempt']) or '-'}")

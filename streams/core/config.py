@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from streams.core.config_error import ConfigError
+from streams.core.config_error import ConfigError, unknown_field
 from streams.core.deviations import (
     COMPAT,
     DETECTOR_SWITCHES,
@@ -173,8 +173,7 @@ def check_block(block: Any, path: str) -> dict[str, Any]:
     for key, value in block.items():
         where = f"{path}.{key}"
         if key not in DEFAULTS and key != PER_TOOL:
-            known = ", ".join([*DEFAULTS, PER_TOOL])
-            raise ConfigError(f"{where}: unknown field (known: {known})")
+            raise unknown_field(where, key, [*DEFAULTS, PER_TOOL])
         if key == PER_TOOL:
             check_per_tool(value, where)
         elif key == "enabled":
@@ -217,8 +216,7 @@ def _check_nested(key: str, value: Any, where: str) -> None:
         raise ConfigError(f"{where}: expected an object, got {type(value).__name__}")
     for sub, sub_value in value.items():
         if sub not in DEFAULTS[key]:
-            known = ", ".join(DEFAULTS[key])
-            raise ConfigError(f"{where}.{sub}: unknown field (known: {known})")
+            raise unknown_field(f"{where}.{sub}", sub, DEFAULTS[key])
         if key == "detectors" and not isinstance(sub_value, bool):
             raise ConfigError(f"{where}.{sub}: expected true or false, got {sub_value!r}")
         if key in INT_BLOCKS and (

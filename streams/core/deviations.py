@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from streams.core.config_error import ConfigError
+from streams.core.config_error import ConfigError, unknown_field
 
 COMPAT = "compat"
 DEVIATIONS = "deviations"
@@ -87,7 +87,7 @@ def check_deviations(value: Any, where: str) -> None:
         raise ConfigError(f"{where}: expected an object, got {type(value).__name__}")
     for name, switch in value.items():
         if name not in SWITCHES:
-            raise ConfigError(f"{where}.{name}: unknown field (known: {', '.join(SWITCHES)})")
+            raise unknown_field(f"{where}.{name}", name, SWITCHES)
         if not isinstance(switch, bool):
             raise ConfigError(f"{where}.{name}: expected true or false, got {switch!r}")
 

@@ -14,23 +14,33 @@ from pathlib import Path
 from typing import Any
 
 from streams.core.config import (
+    DEFAULTS,
     LoopDetectionConfig,
     check_block,
     config_warnings,
     merge_blocks,
     resolve,
 )
-from streams.core.config_error import ConfigError
+from streams.core.config_error import ConfigError, closest
 from streams.core.config_files import read_config_file
+from streams.core.tool_config import PER_TOOL
 
 log = logging.getLogger("loopguard.config")
 
 
 def fleet_warnings(fleet: FleetConfig) -> list[str]:
-    """:func:`config_warnings` of the global block and of every agent, with their paths."""
+    """:func:`config_warnings` of the global block and of every agent, with their paths, and
+    a fleet whose rolling detectors are on nowhere (a config that guards next to nothing)."""
     found = [
         f"tools.loopDetection: {text}" for text in config_warnings(resolve(fleet.global_block))
     ]
+    if not resolve(fleet.global_block).rolling_detectors_on and not any(
+        fleet.for_agent(agent_id).rolling_detectors_on for agent_id in fleet.agent_blocks
+    ):
+        found.append(
+            "enabled is true in no block: the loop detectors are off for every agent, only "
+            "the post-compaction guard runs (set tools.loopDetection.enabled: true)"
+        )
     for agent_id in sorted(fleet.agent_blocks):
         path = override_path(agent_id)
         found += [f"{path}: {text}" for text in config_warnings(fleet.for_agent(agent_id))]
@@ -98,12 +108,51 @@ def _object_or_empty(value: Any, path: str) -> dict[str, Any]:
     return value
 
 
+def _near_miss(container: dict[str, Any], name: str, where: str, holds: tuple[str, ...]) -> None:
+    """Refuse a key of ``container`` that is a typo of ``name`` (case or difflib) and holds
+    what ``name`` would (one of ``holds`` inside, or anything when ``holds`` is empty): a
+    gateway's config has many keys loopguard never reads, so only a block that would be
+    silently lost is refused, naming the key meant."""
+    for key, value in container.items():
+        if key == name or closest(key, [name], cutoff=0.75) is None:
+            continue
+        if holds and not (isinstance(value, dict) and any(h in value for h in holds)):
+            continue
+        path = f"{where}.{key}" if where else str(key)
+        raise ConfigError(f'{path}: not read; did you mean "{name}"? (its block would be ignored)')
+
+
+def check_document_keys(doc: dict[str, Any]) -> None:
+    """The typos that would make a worker guard nothing and say nothing (issue 27): a bare
+    ``tools.loopDetection`` block given as a whole file, ``tool``/``agent`` for ``tools``/
+    ``agents``, ``loopDetecton`` under ``tools``, ``lists`` under ``agents``."""
+    if "tools" not in doc and "agents" not in doc:
+        fields = [key for key in doc if key in DEFAULTS or key == PER_TOOL]
+        if fields:
+            raise ConfigError(
+                f"config: {', '.join(fields)} at the top level is a bare tools.loopDetection "
+                "block; a config file nests it: {tools: {loopDetection: {...}}} (`loopguard "
+                "config set --file` takes the bare block)"
+            )
+    if "loopDetection" in doc:
+        raise ConfigError(
+            'loopDetection: not read at the top level; did you mean "tools.loopDetection"?'
+        )
+    _near_miss(doc, "tools", "", ("loopDetection",))
+    _near_miss(doc, "agents", "", ("list",))
+    if isinstance(doc.get("tools"), dict):
+        _near_miss(doc["tools"], "loopDetection", "tools", ())
+    if isinstance(doc.get("agents"), dict):
+        _near_miss(doc["agents"], "list", "agents", ())
+
+
 def fleet_from_document(doc: Any) -> FleetConfig:
     """Read ``tools.loopDetection`` and ``agents.list[].tools.loopDetection`` from a document."""
     if doc is None:
         return FleetConfig()
     if not isinstance(doc, dict):
         raise ConfigError(f"config: expected an object at the top level, got {type(doc).__name__}")
+    check_document_keys(doc)
     tools = _object_or_empty(doc.get("tools"), "tools")
     global_block = check_block(tools.get("loopDetection"), "tools.loopDetection")
     agents: dict[str, dict[str, Any]] = {}
@@ -116,6 +165,7 @@ def fleet_from_document(doc: Any) -> FleetConfig:
         if not isinstance(entry, dict) or not isinstance(entry.get("id"), str):
             raise ConfigError(f"agents.list[{index}].id: expected a string agent id")
         agent_tools = _object_or_empty(entry.get("tools"), f"agents.list[{index}].tools")
+        _near_miss(agent_tools, "loopDetection", f"agents.list[{index}].tools", ())
         block = agent_tools.get("loopDetection")
         if block is not None:
             path = f"agents.list[{index}].tools.loopDetection"

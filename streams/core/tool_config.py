@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from streams.core.config_error import ConfigError
+from streams.core.config_error import ConfigError, closest, unknown_field
 from streams.core.volatile import VolatileFields, parse_path
 
 PER_TOOL = "perTool"
@@ -55,7 +55,7 @@ def check_per_tool(value: Any, where: str) -> None:
             raise ConfigError(f"{at}: expected an object, got {type(entry).__name__}")
         for key, item in entry.items():
             if key not in TOOL_FIELDS:
-                raise ConfigError(f"{at}.{key}: unknown field (known: {', '.join(TOOL_FIELDS)})")
+                raise unknown_field(f"{at}.{key}", key, TOOL_FIELDS)
             if key in THRESHOLD_FIELDS:
                 if isinstance(item, bool) or not isinstance(item, int) or item < 1:
                     raise ConfigError(f"{at}.{key}: expected a whole number >= 1, got {item!r}")
@@ -77,8 +77,11 @@ def _strings(value: Any, where: str) -> list[str]:
 def _check_exempt(value: Any, where: str) -> None:
     for index, name in enumerate(_strings(value, where)):
         if name not in EXEMPTABLE:
+            guess = closest(name, EXEMPTABLE)
+            hint = f'; did you mean "{guess}"?' if guess else ""
             raise ConfigError(
-                f"{where}[{index}]: unknown detector {name!r} (known: {', '.join(EXEMPTABLE)})"
+                f"{where}[{index}]: unknown detector {name!r}{hint} "
+                f"(known: {', '.join(EXEMPTABLE)})"
             )
 
 

@@ -68,3 +68,101 @@ def test_an_invalid_file_is_one_line_naming_the_field(tmp_path, capsys):
     assert out == ""
     assert err.count("\n") == 1 and "Traceback" not in err
     assert "tools.loopDetection.perTool.web.volatileFields[0]: malformed JSON path" in err
+
+
+def check(tmp_path: Path, capsys, text: str) -> tuple[int, str, str]:
+    code = main(["config", "check", write(tmp_path, text)])
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    return code, out, err
+
+
+def test_config_mistakes_are_refused_with_the_key_meant(tmp_path, capsys):
+    """Issue 27: each of these printed "valid (0 agent block(s))" and guarded nothing."""
+    cases = [
+        ("{tool: {loopDetection: {enabled: true}}}", 'tool: not read; did you mean "tools"?'),
+        (
+            "{tools: {loopDetecton: {enabled: true}}}",
+            'tools.loopDetecton: not read; did you mean "loopDetection"?',
+        ),
+        (
+            "{enabled: true, warningThreshold: 3}",
+            "config: enabled, warningThreshold at the top level is a bare tools.loopDetection "
+            "block; a config file nests it: {tools: {loopDetection: {...}}}",
+        ),
+        ("{loopDetection: {enabled: true}}", 'did you mean "tools.loopDetection"?'),
+        ("{agents: {lists: []}}", 'agents.lists: not read; did you mean "list"?'),
+        (
+            '{agents: {list: [{id: "a", tools: {LoopDetection: {}}}]}}',
+            'agents.list[0].tools.LoopDetection: not read; did you mean "loopDetection"?',
+        ),
+        (
+            "{tools: {loopDetection: {warningTreshold: 3}}}",
+            'tools.loopDetection.warningTreshold: unknown field; did you mean "warningThreshold"?',
+        ),
+        (
+            "{tools: {loopDetection: {detectors: {pingpong: false}}}}",
+            'tools.loopDetection.detectors.pingpong: unknown field; did you mean "pingPong"?',
+        ),
+        (
+            '{tools: {loopDetection: {compat: "OpenClaw"}}}',
+            'tools.loopDetection.compat: expected "loopguard" or "openclaw", got \'OpenClaw\'',
+        ),
+    ]
+    for text, why in cases:
+        code, out, err = check(tmp_path, capsys, text)
+        assert code == EXIT_USAGE, (text, out)
+        assert out == "" and err.count("\n") == 1, err
+        assert err.startswith("loopguard config check: invalid config: "), err
+        assert why in err, (text, err)
+
+
+def test_keys_a_gateway_config_has_besides_are_left_alone(tmp_path, capsys):
+    """A whole gateway config is a valid fleet file: its other keys, even ones that look like
+    ours (OpenClaw's ``agent`` defaults block), are not loopguard's to refuse."""
+    text = '{agent: {model: "m"}, tools: {exec: {host: "h"}, loopDetection: {enabled: true}}}'
+    code, out, _ = check(tmp_path, capsys, text)
+    assert code == EXIT_OK and out.splitlines()[0].endswith(": valid (0 agent block(s))")
+
+
+def test_check_shows_every_field(tmp_path, capsys):
+    text = '{tools: {loopDetection: {enabled: true, compat: "openclaw", abortAfterBlocks: 5}}}'
+    code, out, _ = check(tmp_path, capsys, text)
+    assert code == EXIT_OK
+    lines = out.splitlines()
+    assert lines[1].startswith('tools.loopDetection  config_version="')
+    assert lines[2].split() == [
+        "unknownToolThreshold=10",
+        "abortAfterBlocks=5",
+        "errorRepeatThreshold=3",
+        "mode=enforce",
+        "scope=run",
+        "sessionFreshTriggers=cron,heartbeat",
+        "compat=openclaw",
+    ]
+    assert "  consecutiveErrors: warningThreshold=5  criticalThreshold=10" in lines
+    assert "  postCompactionGuard: windowSize=3  stormThreshold=3" in lines
+    assert (
+        "  detectors: genericRepeat=true  knownPollNoProgress=true  pingPong=true  "
+        "consecutiveErrors=false  errorRepeat=false  compactionStorm=false"
+    ) in lines
+    assert "  deviations: escalateBlocks=false  breakerCountsPingPong=false" in out
+
+    code = main(["config", "check", write(tmp_path, text), "--json"])
+    block = json.loads(capsys.readouterr().out)["blocks"]["*"]
+    assert block["abortAfterBlocks"] == 5 and block["mode"] == "enforce"
+    assert block["deviations"]["maskExecOutput"] is False
+    assert set(block) >= {"consecutiveErrors", "errorRepeatThreshold", "postCompactionGuard"}
+
+
+def test_a_fleet_that_enables_nothing_is_warned_about(tmp_path, capsys):
+    code, out, _ = check(tmp_path, capsys, "{tools: {loopDetection: {historySize: 40}}}")
+    assert code == EXIT_OK
+    assert "warning: enabled is true in no block: the loop detectors are off for every agent" in out
+    code, out, _ = check(
+        tmp_path,
+        capsys,
+        '{tools: {loopDetection: {}}, agents: {list: [{id: "a", tools: {loopDetection: '
+        "{enabled: true}}}]}}",
+    )
+    assert "enabled is true in no block" not in out
