@@ -4,7 +4,8 @@ any order with or without args and call ids, orphan results and compaction storm
 
 With ``reference_only`` the streams also carry what only the compat comparison can judge,
 because the default-mode model does not restate those loopguard rules: exec output with
-clock times and PIDs (masked by loopguard) and ``update_plan`` calls (hashed by shape).
+clock times and PIDs (masked by loopguard), ``update_plan`` calls (hashed by shape) and loop
+vetoes answering calls (an outcome for loopguard, none for the reference).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 
 from core_helpers import Run
 from hypothesis import strategies as st
+from unit.core.reference_model import VETO_JSON
 
 from streams.core.events import ToolResult
 
@@ -167,6 +169,8 @@ def streams(draw, max_ops: int = 60, reference_only: bool = False):
             own = draw(st.integers(0, 3)) > 0
             sticky[tool] = draw(st.sampled_from(families[tool] if own else results))
         result_json, error = draw(st.sampled_from(sticky[tool]))
+        if reference_only and draw(st.integers(0, 9)) == 0:  # a gateway that vetoed the call
+            result_json, error = VETO_JSON, None
         # args omitted: mostly with a call id, sometimes with neither (a gateway that knows
         # only the tool's name)
         omit = draw(st.integers(0, 3))

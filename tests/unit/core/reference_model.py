@@ -468,6 +468,9 @@ def ping_pong_streak(history: list[Record], current: str) -> tuple[int, bool]:
 
 
 Verdict = tuple[str, str, int]  # (level, detector, count)
+# What a gateway reports for a call the loop detector vetoed (the generated streams send it
+# only in reference_only streams, as its one JSON text).
+VETO_JSON = json.dumps({"details": {"status": "blocked", "deniedReason": "tool-loop"}})
 
 
 def detect_tool_call_loop(
@@ -584,6 +587,8 @@ class ReferenceRun:
         error: str | None,
         call_id: str | None,
     ) -> Verdict | None:
+        if not self.cfg.loopguard and result_json == VETO_JSON:
+            return None  # a vetoed call records no outcome (its call was never recorded)
         if args_json is None and not self.cfg.loopguard:
             params = None  # the reference hashes the params it is given: none (null) here
         elif args_json is None and not call_id:
