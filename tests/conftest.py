@@ -18,4 +18,5 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_report_header() -> str:
-    return f"loopguard detector core: {core_build()}"
+    brokers = os.environ.get("LOOPGUARD_TEST_BROKER", "tansu")
+    return f"loopguard detector core: {core_build()}; integration brokers: {brokers}"

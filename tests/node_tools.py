@@ -9,10 +9,13 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import tempfile
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 NODE_MAJOR_MIN = 20
 
@@ -52,3 +55,22 @@ def run_step(cmd: list[str], cwd: Path, timeout: float) -> str:
             pytrace=False,
         )
     return done.stdout
+
+
+def build_lock() -> FileLock:
+    """Held while a test process builds or installs Node packages: pytest-xdist workers share
+    the checkout's node_modules, dist/ and build/, and OpenClaw's cache."""
+    return FileLock(str(Path(tempfile.gettempdir()) / "loopguard-node-build.lock"))
+
+
+def newest_mtime(paths: Iterable[Path]) -> float:
+    newest = 0.0
+    for path in paths:
+        files = path.rglob("*") if path.is_dir() else [path]
+        newest = max([newest, *(f.stat().st_mtime for f in files if f.is_file())])
+    return newest
+
+
+def stale(built: Path, *sources: Path) -> bool:
+    """True when ``built`` is missing or older than any file under ``sources``."""
+    return not built.exists() or built.stat().st_mtime < newest_mtime(sources)

@@ -1,10 +1,13 @@
 """Service fixtures for integration tests: a real broker and real loopguard workers.
 
-The ``broker`` fixture runs the suite on the embedded tansu broker (memory storage) and on a
-3-node Apache Kafka cluster (tests/kafka_cluster), or on the ones ``LOOPGUARD_TEST_BROKER``
-names (``tansu``, ``kafka`` or ``tansu,kafka``). One broker per test session; every pipeline
-gets its own app id and topic prefix, so tests never see each other's events, groups or
-tables. Workers are child
+The ``broker`` fixture runs the suite on the brokers ``LOOPGUARD_TEST_BROKER`` names: the
+embedded tansu broker (memory storage, the default), a 3-node Apache Kafka cluster
+(tests/kafka_cluster; ``kafka``) or both (``tansu,kafka``). One broker per test session, and
+under pytest-xdist one Kafka cluster for all of the session's processes (started by the
+first that needs it, stopped by the controller at the end, see :func:`shared_kafka_cluster`);
+every pipeline gets its own app id and topic prefix, so tests never see each other's events,
+groups or tables. A test that breaks its cluster on purpose takes one of its own
+(``private_kafka_cluster``). Workers are child
 processes started exactly as an operator would (``loopguard worker``), with short broker
 session timeouts so a restarted worker takes over quickly. Readiness is a canary run whose
 decision must come back, never a fixed sleep.
@@ -14,6 +17,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -21,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from filelock import FileLock
 from kafka import KafkaConsumer, TopicPartition
 from kafka_cluster.cluster import KafkaCluster
 
@@ -44,13 +50,63 @@ ENABLED = {"tools": {"loopDetection": {"enabled": True}}}
 IN_TIME_BUDGET_MS = 10_000  # a gateway waits this long for a live worker's verdict
 
 
+SHARED_DIR_ENV = "LOOPGUARD_TEST_SHARED_DIR"  # made by conftest.py for the session's processes
+SHARED_KAFKA_DIR = "kafka"  # the shared cluster's folder in it (see shared_kafka_cluster)
+
+
 def chosen_brokers() -> list[str]:
-    """``LOOPGUARD_TEST_BROKER``: which brokers the integration suite runs on (default both)."""
-    chosen = [b.strip() for b in os.environ.get("LOOPGUARD_TEST_BROKER", "tansu,kafka").split(",")]
+    """``LOOPGUARD_TEST_BROKER``: which brokers the integration suite runs on (default tansu,
+    the embedded default; CI adds ``kafka``)."""
+    chosen = [b.strip() for b in os.environ.get("LOOPGUARD_TEST_BROKER", "tansu").split(",")]
     unknown = set(chosen) - {"tansu", "kafka"}
     if unknown or not chosen:
         raise pytest.UsageError(f"LOOPGUARD_TEST_BROKER: unknown broker(s) {sorted(unknown)}")
     return chosen
+
+
+def test_broker(item: pytest.Item) -> str | None:
+    """The broker a test runs on: its ``broker`` fixture's parameter, or its
+    ``@pytest.mark.broker(name)`` for a test that brings a broker of its own. An integration
+    test that uses no broker (a CLI usage error, say) goes with the default pass, tansu's, so
+    a Kafka-only pass does not run it twice; unit tests belong to no broker."""
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None and "broker" in callspec.params:
+        return str(callspec.params["broker"])
+    marker = item.get_closest_marker("broker")
+    if marker:
+        return str(marker.args[0])
+    return "tansu" if item.get_closest_marker("integration") else None
+
+
+test_broker.__test__ = False  # type: ignore[attr-defined]  # a helper, not a test
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect (never skip) the tests of brokers ``LOOPGUARD_TEST_BROKER`` leaves out, so a
+    Kafka-only pass runs every Kafka test once and nothing else (the summary counts them)."""
+    chosen = set(chosen_brokers())
+    kept, dropped = [], []
+    for item in items:
+        broker = test_broker(item)
+        (dropped if broker is not None and broker not in chosen else kept).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # The controller (or a lone pytest) makes the folder its xdist workers share; they
+    # inherit it through the environment.
+    if not hasattr(config, "workerinput") and SHARED_DIR_ENV not in os.environ:
+        os.environ[SHARED_DIR_ENV] = tempfile.mkdtemp(prefix="loopguard-tests-")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    # The controller (not an xdist worker) stops the Kafka cluster its workers shared.
+    if not hasattr(config, "workerinput") and SHARED_DIR_ENV in os.environ:
+        shared = Path(os.environ.pop(SHARED_DIR_ENV))
+        stop_shared_kafka_cluster(shared)
+        shutil.rmtree(shared, ignore_errors=True)
 
 
 @dataclass
@@ -69,14 +125,60 @@ class KafkaClusterBroker:
         return self.cluster.bootstrap
 
 
-@pytest.fixture(scope="session")
-def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
-    """Fetched with Maven into a cache outside the repo; a failure fails the tests loudly."""
-    data = tmp_path_factory.mktemp("kafka")
+def new_kafka_cluster(data_dir: Path) -> KafkaCluster:
+    """A 3-node test cluster in ``data_dir`` (its state file there, if any, is loaded)."""
     # Workers in tests use 2 s group sessions (FAST_GROUP_ENV) so a killed one is replaced fast.
     fast_groups = {"group.min.session.timeout.ms": "1000"}
-    with KafkaCluster(nodes=3, base_port=0, data_dir=data, extra_config=fast_groups) as cluster:
+    return KafkaCluster(nodes=3, base_port=0, data_dir=data_dir, extra_config=fast_groups)
+
+
+def shared_kafka_cluster(shared: Path) -> KafkaCluster:
+    """The one cluster of an xdist session: the first process that needs it starts it, under a
+    file lock, the others attach to it through its state file (ports and pids).
+
+    ``shared`` is the folder all the session's processes share (``SHARED_DIR_ENV``);
+    :func:`stop_shared_kafka_cluster` stops the cluster when the whole session ends."""
+    data = shared / SHARED_KAFKA_DIR
+    with FileLock(str(shared / f"{SHARED_KAFKA_DIR}.lock")):
+        cluster = new_kafka_cluster(data)
+        if not all(cluster.running(i) for i in range(cluster.nodes)):
+            cluster.start()
+    cluster.wait_ready()
+    return cluster
+
+
+def stop_shared_kafka_cluster(shared: Path) -> None:
+    """Stop the xdist session's shared cluster, if one was started (throw-away data)."""
+    data = shared / SHARED_KAFKA_DIR
+    if data.is_dir():
+        new_kafka_cluster(data).stop(graceful=False)
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
+    """Fetched with Maven into a cache outside the repo; a failure fails the tests loudly.
+
+    Under pytest-xdist every process shares one cluster (a cluster per process would be three
+    more JVMs each on a 2-core machine); tests keep apart by topic prefix and app id."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        yield shared_kafka_cluster(Path(os.environ[SHARED_DIR_ENV]))
+        return
+    cluster = new_kafka_cluster(tmp_path_factory.mktemp("kafka")).start()
+    try:
         yield cluster
+    finally:
+        cluster.stop(graceful=False)
+
+
+@pytest.fixture(scope="module")
+def private_kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
+    """A cluster of the test module's own, for tests that kill and restart its nodes: the
+    shared one serves other tests at the same time under pytest-xdist."""
+    cluster = new_kafka_cluster(tmp_path_factory.mktemp("private-kafka")).start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop(graceful=False)
 
 
 @pytest.fixture(scope="session", params=chosen_brokers())

@@ -29,7 +29,7 @@ from streams.core.events import AgentEvent
 from streams.devtools.embedded_broker import EmbeddedBroker
 from streams.gateway.client import GatewayClient
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.broker("tansu")]  # a tansu of its own
 
 RUNS = 4
 CYCLES = 26

@@ -21,15 +21,16 @@ from test_reliability import expected, looping_run, wait_for_decisions
 
 from streams.audit.store import AuditStore
 
-pytestmark = pytest.mark.integration
+# It kills and restarts nodes: a cluster of its own, never the one other tests share.
+pytestmark = [pytest.mark.integration, pytest.mark.broker("kafka")]
 
 
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_a_broker_crash_and_a_rolling_restart_lose_and_double_nothing(
-    kafka_cluster, migrated_db_url: str, tmp_path: Path
+    private_kafka_cluster, migrated_db_url: str, tmp_path: Path
 ) -> None:
     pipeline = Pipeline(
-        KafkaClusterBroker(kafka_cluster), migrated_db_url, tmp_path, config=ENABLED
+        KafkaClusterBroker(private_kafka_cluster), migrated_db_url, tmp_path, config=ENABLED
     ).setup()
     try:
         client = pipeline.start_ready()
@@ -60,10 +61,10 @@ def test_a_broker_crash_and_a_rolling_restart_lose_and_double_nothing(
         feeder = threading.Thread(target=publish)
         feeder.start()
         progress_after(0, "start")
-        kafka_cluster.kill(1)  # SIGKILL: nothing flushed, no connection closed
+        private_kafka_cluster.kill(1)  # SIGKILL: nothing flushed, no connection closed
         progress_after(decided(), "a broker crash")
-        kafka_cluster.start_node(1)
-        kafka_cluster.rolling_restart()
+        private_kafka_cluster.start_node(1)
+        private_kafka_cluster.rolling_restart()
         feeder.join()
         assert published.is_set()
 

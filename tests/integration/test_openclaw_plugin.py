@@ -28,13 +28,12 @@ import json
 import os
 import subprocess
 import time
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from kafka import KafkaConsumer, TopicPartition
-from node_tools import node_and_npm, run_step
+from node_tools import build_lock, node_and_npm, run_step, stale
 from services import ENABLED, IN_TIME_BUDGET_MS, Pipeline
 from test_pipeline import by_key, expected_decisions
 
@@ -78,19 +77,6 @@ sqlite_only = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 # -- preparing the plugin and OpenClaw -------------------------------------------------------
 
 
-def _newest(paths: Iterable[Path]) -> float:
-    newest = 0.0
-    for path in paths:
-        files = path.rglob("*") if path.is_dir() else [path]
-        newest = max([newest, *(f.stat().st_mtime for f in files if f.is_file())])
-    return newest
-
-
-def _stale(built: Path, *sources: Path) -> bool:
-    """True when ``built`` is missing or older than any file under ``sources``."""
-    return not built.exists() or built.stat().st_mtime < _newest(sources)
-
-
 @pytest.fixture(scope="session")
 def openclaw_runtime() -> dict[str, Any]:
     """The client and the plugin built, OpenClaw and its Node installed (see the module doc)."""
@@ -99,19 +85,20 @@ def openclaw_runtime() -> dict[str, Any]:
     def inputs(package: Path) -> list[Path]:
         return [package / "src", package / "package.json", package / "tsconfig.json"]
 
-    if not (TS_DIR / "node_modules").is_dir():
-        run_step([npm, "ci", "--no-audit", "--no-fund"], TS_DIR, timeout=900)
-    if _stale(TS_DIR / "dist" / "index.js", *inputs(TS_DIR), ROOT / "schemas"):
-        run_step([npm, "run", "build"], TS_DIR, timeout=900)
-    client_link = PLUGIN_DIR / "node_modules" / "@loopguard" / "client"
-    if not (PLUGIN_DIR / "node_modules" / "typescript").is_dir() or not client_link.exists():
-        run_step([npm, "ci", "--no-audit", "--no-fund"], PLUGIN_DIR, timeout=900)
-    if _stale(PLUGIN_DIR / "dist" / "index.js", *inputs(PLUGIN_DIR)):
-        run_step([npm, "run", "build"], PLUGIN_DIR, timeout=900)
-    if not (client_link / "dist" / "index.js").exists():
-        pytest.fail(f"{client_link} has no dist/index.js after the build", pytrace=False)
-    # Installs OpenClaw and Node 24 on first use (minutes), then only checks them.
-    runtime = json.loads(run_step([node, "e2e/setup-openclaw.mjs"], PLUGIN_DIR, timeout=1800))
+    with build_lock():  # one xdist worker builds, the others find it built
+        if not (TS_DIR / "node_modules").is_dir():
+            run_step([npm, "ci", "--no-audit", "--no-fund"], TS_DIR, timeout=900)
+        if stale(TS_DIR / "dist" / "index.js", *inputs(TS_DIR), ROOT / "schemas"):
+            run_step([npm, "run", "build"], TS_DIR, timeout=900)
+        client_link = PLUGIN_DIR / "node_modules" / "@loopguard" / "client"
+        if not (PLUGIN_DIR / "node_modules" / "typescript").is_dir() or not client_link.exists():
+            run_step([npm, "ci", "--no-audit", "--no-fund"], PLUGIN_DIR, timeout=900)
+        if stale(PLUGIN_DIR / "dist" / "index.js", *inputs(PLUGIN_DIR)):
+            run_step([npm, "run", "build"], PLUGIN_DIR, timeout=900)
+        if not (client_link / "dist" / "index.js").exists():
+            pytest.fail(f"{client_link} has no dist/index.js after the build", pytrace=False)
+        # Installs OpenClaw and Node 24 on first use (minutes), then only checks them.
+        runtime = json.loads(run_step([node, "e2e/setup-openclaw.mjs"], PLUGIN_DIR, timeout=1800))
     for key in ("openclawEntry", "nodeBin"):
         if not Path(runtime[key]).exists():
             pytest.fail(f"setup-openclaw.mjs: {key} {runtime[key]} missing", pytrace=False)

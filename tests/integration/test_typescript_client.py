@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 from kafka import KafkaConsumer, TopicPartition
-from node_tools import node_and_npm, run_step
+from node_tools import build_lock, node_and_npm, run_step, stale
 from services import ENABLED, IN_TIME_BUDGET_MS
 from test_pipeline import by_key, expected_decisions, wait_for_audit
 
@@ -42,9 +42,12 @@ VETO = '{"details": {"status": "blocked", "deniedReason": "tool-loop"}}'
 def ts_driver() -> Path:
     """The TS package built (dist/ and build/test/); fails loudly without Node 20+ and npm."""
     _, npm = node_and_npm("the TypeScript client tests")
-    if not (TS_DIR / "node_modules").is_dir():
-        run_step([npm, "ci", "--no-audit", "--no-fund"], TS_DIR, timeout=600)
-    run_step([npm, "run", "build:test"], TS_DIR, timeout=600)
+    sources = ("src", "test", "package.json", "tsconfig.json", "tsconfig.test.json")
+    with build_lock():  # one xdist worker builds, the others find it built
+        if not (TS_DIR / "node_modules").is_dir():
+            run_step([npm, "ci", "--no-audit", "--no-fund"], TS_DIR, timeout=600)
+        if stale(DRIVER, *(TS_DIR / name for name in sources), TS_DIR.parents[1] / "schemas"):
+            run_step([npm, "run", "build:test"], TS_DIR, timeout=600)
     assert DRIVER.exists(), f"{DRIVER} not built"
     return DRIVER
 

@@ -91,7 +91,8 @@ export function ensureOpenClawRuntime({ quiet = false } = {}) {
     const npm = process.platform === 'win32' ? 'npm.cmd' : 'npm';
     const r = spawnSync(npm, ['install', '--no-audit', '--no-fund', '--ignore-scripts', '--loglevel=error'], {
       cwd: RUNTIME_DIR,
-      stdio: quiet ? ['ignore', 'ignore', 'inherit'] : ['ignore', 'inherit', 'inherit'],
+      // npm's own output goes to stderr: stdout carries only this script's JSON answer.
+      stdio: quiet ? ['ignore', 'ignore', 'inherit'] : ['ignore', 2, 'inherit'],
     });
     if (r.status !== 0) throw new Error(`npm install in ${RUNTIME_DIR} failed (exit ${r.status})`);
   }
