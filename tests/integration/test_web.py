@@ -145,7 +145,9 @@ def test_http_api(web_pipeline, capsys) -> None:
             answer = json.loads(body)
             assert answer == [summary_json(s) for s in store.runs(**{"limit": 50, **kwargs})]
             flags = [f"--{k}={v}" for k, v in params.items()]
-            assert answer == json.loads(cli_json(capsys, "runs", "--db", db, "--json", *flags))
+            # --all: the API lists the readiness run (agent loopguard-canary) the CLI hides.
+            listed = cli_json(capsys, "runs", "--db", db, "--json", "--all", *flags).splitlines()
+            assert answer == [json.loads(line) for line in listed]  # JSON lines
         assert {r["run_id"] for r in json.loads(get(f"{base}/runs")[2])} >= {run.run_id, ODD_RUN}
 
         for run_id in (run.run_id, ODD_RUN, "no-such-run"):
@@ -153,6 +155,10 @@ def test_http_api(web_pipeline, capsys) -> None:
             assert status == 200, body
             answer = json.loads(body)
             assert answer == [d.to_dict() for d in store.history(run_id)]
+            if run_id == "no-such-run":  # the CLI says the trail does not know the run
+                assert main(["history", run_id, "--db", db, "--json"]) == 1
+                assert capsys.readouterr().out == ""
+                continue
             lines = cli_json(capsys, "history", run_id, "--db", db, "--json").splitlines()
             assert answer == [json.loads(line) for line in lines]
     # ... and that is what the core decided for the run's events.
