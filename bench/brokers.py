@@ -44,6 +44,15 @@ def start_broker(choice: str, workdir: Path):  # -> EmbeddedBroker | ClusterBrok
     return EmbeddedBroker(log_path=workdir / "tansu.log").start()
 
 
+def gateway_fetch_wait_ms(profile: str) -> int:
+    """The gateway's control-topic fetch wait on this broker: tansu holds a fetch for the whole
+    wait (its profile's 5 ms keeps decisions prompt); Kafka answers as soon as a decision
+    arrives, so 20 ms (the client's default) only paces idle fetches."""
+    from streams.settings import Settings
+
+    return min(20, Settings.for_profile(profile).fetch_max_wait_ms)
+
+
 def add_broker_arg(parser) -> None:  # argparse.ArgumentParser
     parser.add_argument(
         "--broker",

@@ -25,7 +25,7 @@ from pathlib import Path
 # Appended, not prepended: an installed build (the compiled core, setup.py) comes first.
 sys.path.append(str(Path(__file__).resolve().parent.parent))
 
-from brokers import add_broker_arg, start_broker  # noqa: E402  (this directory)
+from brokers import add_broker_arg, gateway_fetch_wait_ms, start_broker  # noqa: E402
 from harness import CONFIG, cpu_seconds, start_workers  # noqa: E402
 from kafka import KafkaProducer  # noqa: E402
 from load_gen import sentinel_ids  # noqa: E402  (this directory is on sys.path)
@@ -104,7 +104,12 @@ def main() -> int:
         (worker,) = start_workers(
             broker, 1, tmp, db_url=db_url, config_file=config_file, partitions=PARTITIONS
         )
-        client = GatewayClient(broker.bootstrap, "bench-gw", on_decision=on_decision)
+        client = GatewayClient(
+            broker.bootstrap,
+            "bench-gw",
+            on_decision=on_decision,
+            fetch_max_wait_ms=gateway_fetch_wait_ms(broker.profile),
+        )
         wait_until_processing(client, workers=[worker])
         producer = KafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=5, acks="all")
         topic = Settings().topics.events

@@ -44,7 +44,7 @@ from typing import Any
 # Appended, not prepended: an installed build (the compiled core, setup.py) comes first.
 sys.path.append(str(Path(__file__).resolve().parent.parent))
 
-from brokers import add_broker_arg, start_broker  # noqa: E402  (this directory)
+from brokers import add_broker_arg, gateway_fetch_wait_ms, start_broker  # noqa: E402
 from harness import CONFIG, cpu_seconds, start_workers  # noqa: E402
 from load_gen import sentinel_ids  # noqa: E402  (this directory)
 
@@ -93,7 +93,13 @@ def summarise(
 def python_phase(
     bootstrap: str, topics: Topics, budget: float, args: argparse.Namespace
 ) -> dict[str, Any]:
-    client = GatewayClient(bootstrap, f"bench-py-{budget:g}", topics=topics, wait_budget_ms=budget)
+    client = GatewayClient(
+        bootstrap,
+        f"bench-py-{budget:g}",
+        topics=topics,
+        wait_budget_ms=budget,
+        fetch_max_wait_ms=gateway_fetch_wait_ms(args.broker),
+    )
     latencies: list[float] = []
     lateness: list[float] = []  # how late calls start against their slot (CPU starvation)
     timed_out = [0]

@@ -13,6 +13,7 @@ import argparse
 import statistics
 import time
 
+from brokers import gateway_fetch_wait_ms
 from harness import GroupProgress, percentile
 from kafka import KafkaProducer
 from load_gen import Decisions, compaction_loop_run, make_plan, memory_per_run
@@ -47,7 +48,11 @@ def latency_at_rate(
                 schedule.append((run_id.encode(), encode_event(event), last))
     heard = Decisions()
     client = GatewayClient(
-        broker.bootstrap, "latency-gw", topics=settings.topics, on_decision=heard
+        broker.bootstrap,
+        "latency-gw",
+        topics=settings.topics,
+        on_decision=heard,
+        fetch_max_wait_ms=gateway_fetch_wait_ms(broker.profile),
     )
     progress = GroupProgress(
         broker.bootstrap, settings.app_id, settings.topics.events, settings.partitions

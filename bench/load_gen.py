@@ -53,7 +53,7 @@ from pathlib import Path
 # Appended, not prepended: an installed build (the compiled core, setup.py) comes first.
 sys.path.append(str(Path(__file__).resolve().parent.parent))
 
-from brokers import add_broker_arg, start_broker  # noqa: E402  (this directory)
+from brokers import add_broker_arg, gateway_fetch_wait_ms, start_broker  # noqa: E402
 from harness import (  # noqa: E402
     CONFIG,
     RssSampler,
@@ -610,7 +610,12 @@ def main() -> int:
             app_id=APP_ID,
             env={"LOOPGUARD_RUN_IDLE_TTL": str(args.idle_ttl)},
         )
-        client = GatewayClient(broker.bootstrap, "load-gw", on_decision=heard)
+        client = GatewayClient(
+            broker.bootstrap,
+            "load-gw",
+            on_decision=heard,
+            fetch_max_wait_ms=gateway_fetch_wait_ms(broker.profile),
+        )
         wait_until_processing(client, workers=workers, timeout=120)
         # Every partition processing (all workers joined): one compaction loop per partition.
         for round_no in range(2):

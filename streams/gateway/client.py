@@ -133,6 +133,7 @@ class GatewayClient:
         on_decision: Callable[[Decision], None] | None = None,
         wait_budget_ms: float = 50.0,
         fail_mode: str = "open",
+        fetch_max_wait_ms: int = 20,
         **kafka_options: Any,
     ) -> None:
         if fail_mode not in ("open", "closed"):
@@ -145,7 +146,7 @@ class GatewayClient:
         self.topics = topics or Topics()
         self.on_decision = on_decision
         self._producer = KafkaProducer(
-            bootstrap_servers=bootstrap_servers, acks="all", linger_ms=2, **kafka_options
+            bootstrap_servers=bootstrap_servers, acks="all", linger_ms=0, **kafka_options
         )
         self._control: dict[str, _RunControl] = defaultdict(_RunControl)
         self.duplicates = 0
@@ -158,7 +159,10 @@ class GatewayClient:
             from_end=True,
             poll_ms=100,
             thread_name="loopguard-control",
-            fetch_max_wait_ms=20,  # decisions must not wait out a long poll (see faust_tuning)
+            # Apache Kafka answers a waiting fetch as soon as a decision arrives, so this only
+            # paces idle fetches; tansu holds every fetch for the whole wait, so there it is
+            # how late a decision may be seen: pass the tansu profile's (5 ms) there.
+            fetch_max_wait_ms=fetch_max_wait_ms,
             isolation_level="read_committed",  # a worker's aborted transaction is no decision
             **kafka_options,
         )
