@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from streams.cli.common import EXIT_ERROR, EXIT_OK, add_db_arg, add_topic_args, settings_from_args
-from streams.worker.startup import quiet
 
 OK, FAIL, SKIP = "ok", "FAIL", "skip"
 CHECK_TIMEOUT = 3.0  # seconds per broker or database call
@@ -99,6 +98,7 @@ def check_broker(settings: Any) -> tuple[Check, list[str] | None]:
     from kafka.errors import KafkaError
 
     from streams.kafka.topics import admin_client
+    from streams.worker.startup import quiet
 
     try:
         with quiet("kafka"):
@@ -125,7 +125,7 @@ def check_profile(settings: Any) -> Check:
 
 def check_topics(settings: Any, existing: list[str]) -> Check:
     from streams.kafka.topics import partition_counts, topic_specs
-    from streams.worker.startup import co_partitioned
+    from streams.worker.startup import co_partitioned, quiet
 
     names = [spec.name for spec in topic_specs(settings)]
     missing = [n for n in names if n not in existing]
@@ -194,6 +194,7 @@ def check_lag(settings: Any) -> Check:
     from kafka import KafkaConsumer, TopicPartition
 
     from streams.kafka.topics import admin_client
+    from streams.worker.startup import quiet
 
     topic, group = settings.topics.events, settings.app_id
     with quiet("kafka"):

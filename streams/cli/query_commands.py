@@ -17,7 +17,7 @@ from typing import Any
 from streams.audit.observed import OBSERVE_ONLY, OBSERVED_ABORT
 from streams.cli.common import EXIT_ERROR, EXIT_OK, add_db_arg, missing_sqlite_file, read_trail
 from streams.cli.times import add_time_range_args, format_ms
-from streams.devtools.worker_process import CANARY_AGENT
+from streams.devtools.canary import CANARY_AGENT
 from streams.settings import DEFAULT_DB_URL, redact_url
 
 DEFAULT_LIMIT = 50

@@ -20,10 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from streams.core.events import Action, ToolCall
+from streams.devtools.canary import CANARY_AGENT
 from streams.devtools.demo_services import parent_death_signal
 from streams.gateway.client import GatewayClient
-
-CANARY_AGENT = "loopguard-canary"
 
 
 @dataclass
