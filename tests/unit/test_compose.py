@@ -510,6 +510,8 @@ def test_dockerfile_installs_the_project(services):
         package = pattern.rstrip("*")
         assert package in copied, f"package {package} not copied"
 
+    assert "requirements.lock" in copied, "dependencies come from the lock file"
+    assert re.search(r"pip install --require-hashes -r requirements\.lock\b", text)
     editable = re.search(r"pip install\b[^\n]*(?:-e|--editable)\s+\.", text)
     assert editable or re.search(r"pip (?:install|wheel)\b[^\n]*\s\.(\s|$)", text)
     if not editable:  # a regular install must carry the schemas as package data
