@@ -134,6 +134,7 @@ class GatewayClient:
         wait_budget_ms: float = 50.0,
         fail_mode: str = "open",
         fetch_max_wait_ms: int = 20,
+        on_watermark: Callable[[RunWatermark], None] | None = None,
         **kafka_options: Any,
     ) -> None:
         if fail_mode not in ("open", "closed"):
@@ -145,6 +146,7 @@ class GatewayClient:
         self._timeout_log = LogThrottle(TIMEOUT_LOG_INTERVAL)
         self.topics = topics or Topics()
         self.on_decision = on_decision
+        self.on_watermark = on_watermark  # each run's progress as it arrives (benchmarks)
         self._producer = KafkaProducer(
             bootstrap_servers=bootstrap_servers, acks="all", linger_ms=0, **kafka_options
         )
@@ -192,6 +194,8 @@ class GatewayClient:
             if mark.seq > control.watermark:
                 control.watermark = mark.seq
                 self._lock.notify_all()
+        if self.on_watermark is not None:
+            self.on_watermark(mark)
 
     def _on_decision(self, decision: Decision) -> None:
         with self._lock:

@@ -1,0 +1,350 @@
+"""A fleet of simulated agents through the real Python gateway client: are verdicts in time?
+
+Starts tansu or a 3-node Apache Kafka cluster (``--broker``), one worker (``--guarantee``:
+the broker profile's by default, exactly once on Kafka) and one :class:`GatewayClient`
+shared by ``--agents`` simulated agents (a thread each). Every agent runs tool cycles:
+``before_tool`` (which waits at most ``--budget-ms`` for the worker's watermark), then
+``after_tool``, then thinks before its next call. Think times are lognormal with median
+``--think-median`` s and shape ``--think-sigma``; a share ``--back-to-back`` of calls follow
+the previous one at once (parallel tool calls, a model emitting several calls). A share
+``--looping`` of the agents repeat one call with one result until the gateway refuses a
+call (a block) or aborts the run, then start a new looping run; the others do varied work,
+``--run-calls`` calls a run, then start a new run.
+
+Printed, over the calls made after ``--warmup`` s:
+
+* decision latency p50/p99: a decision's triggering event published by the gateway ->
+  the decision received by the same gateway; and the same for every event, to its run's
+  watermark (what ``before_tool`` waits for), which has far more samples;
+* ``before_tool``: p50/p99 duration and the share of calls answered within the budget (the
+  rest timed out and failed open);
+* leaked calls per looping run (p50, p99, max; 0 is the reference): calls the looping agent
+  made at or after the call the in-process core (``streams.core.engine.LoopGuard``, the same
+  events, decided synchronously) would have refused.
+
+    python bench/fleet_bench.py [--broker tansu|kafka] [--agents 1000] [--seconds 60]
+        [--warmup 10] [--think-median 1.5] [--think-sigma 0.8] [--back-to-back 0.2]
+        [--looping 0.05] [--budget-ms 50] [--guarantee exactly_once|at_least_once]
+        [--partitions 4] [--json]
+
+Loops are detected with lowered thresholds (``FLEET_CONFIG``: warning after 4 identical
+calls, block after 8) so a looping run meets its block within a short bench. The TypeScript
+client is not driven here yet. Everything runs on loopback and stops by itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import sys
+import tempfile
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# Appended, not prepended: an installed build (the compiled core, setup.py) comes first.
+sys.path.append(str(Path(__file__).resolve().parent.parent))
+
+from brokers import add_broker_arg, gateway_fetch_wait_ms, start_broker  # noqa: E402
+from harness import cpu_seconds, percentile, start_workers  # noqa: E402
+
+from streams.core.engine import LoopGuard  # noqa: E402
+from streams.core.events import Action, AgentEvent, Decision, ToolCall  # noqa: E402
+from streams.core.fleet import fleet_from_document  # noqa: E402
+from streams.devtools.worker_process import wait_until_processing  # noqa: E402
+from streams.gateway.client import GatewayClient, GatewayRun, RunAborted  # noqa: E402
+from streams.kafka.topics import ensure_topics  # noqa: E402
+from streams.settings import Settings  # noqa: E402
+from streams.wire.avro import RunWatermark  # noqa: E402
+
+FLEET_CONFIG = {
+    "tools": {"loopDetection": {"enabled": True, "warningThreshold": 4, "criticalThreshold": 8}}
+}
+AGENT_ID = "fleet-agent"
+
+
+def reference_refusal(events: list[AgentEvent]) -> int | None:
+    """The number of the first tool call (1-based) the in-process core would have refused:
+    the first call after an enforced block or abort decision; None if none would be."""
+    core = LoopGuard(fleet_from_document(FLEET_CONFIG))
+    calls = 0
+    refusing = False
+    for event in events:
+        if isinstance(event, ToolCall):
+            calls += 1
+            if refusing:
+                return calls
+        for decision in core.process(event):
+            if decision.enforced and decision.action in (Action.BLOCK, Action.ABORT):
+                refusing = True
+    return None
+
+
+@dataclass
+class Measurements:
+    """What the agents and the decision callback record, under one lock."""
+
+    measure_from: float
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    published: dict[tuple[str, int], float] = field(default_factory=dict)
+    pending: dict[str, deque[int]] = field(default_factory=dict)  # run -> seqs not yet covered
+    decision_ms: list[float] = field(default_factory=list)
+    watermark_ms: list[float] = field(default_factory=list)
+    wait_ms: list[float] = field(default_factory=list)
+    timeouts: int = 0
+    leaked: list[int] = field(default_factory=list)
+    early: int = 0  # looping runs refused before the reference call (should stay 0)
+    looping_runs: int = 0  # looping runs that reached the reference's refusal
+    calls: int = 0
+
+    def on_publish(self, run: GatewayRun) -> None:
+        now = time.perf_counter()
+        if now >= self.measure_from:
+            with self.lock:
+                self.published[(run.run_id, run.seq)] = now
+                self.pending.setdefault(run.run_id, deque()).append(run.seq)
+
+    def on_decision(self, decision: Decision) -> None:
+        now = time.perf_counter()
+        with self.lock:
+            sent = self.published.get((decision.run_id, decision.seq))
+            if sent is not None:
+                self.decision_ms.append((now - sent) * 1000)
+
+    def on_watermark(self, mark: RunWatermark) -> None:
+        """Every event of the run up to ``mark.seq`` is now decided, in the gateway's view."""
+        now = time.perf_counter()
+        with self.lock:
+            seqs = self.pending.get(mark.run_id)
+            while seqs and seqs[0] <= mark.seq:
+                sent = self.published.pop((mark.run_id, seqs.popleft()))
+                self.watermark_ms.append((now - sent) * 1000)
+
+    def on_call(self, started: float, took: float, timed_out: bool) -> None:
+        if started < self.measure_from:
+            return
+        with self.lock:
+            self.calls += 1
+            self.wait_ms.append(took * 1000)
+            self.timeouts += timed_out
+
+    def on_looping_run(self, run: GatewayRun, refused_at: int | None, allowed: int) -> None:
+        """``refused_at``: the call the gateway refused (None: none was); ``allowed``: the
+        calls that ran."""
+        reference = reference_refusal(run.events)
+        if reference is None or (refused_at is None and allowed < reference):
+            return  # the bench ended before the core would have refused: nothing to compare
+        leaked = allowed - reference + 1  # the calls that ran from the reference's refusal on
+        with self.lock:
+            self.looping_runs += 1
+            if leaked < 0:
+                self.early += 1
+            self.leaked.append(max(0, leaked))
+
+
+class Agent(threading.Thread):
+    def __init__(
+        self, index: int, client: GatewayClient, args: argparse.Namespace, m: Measurements
+    ) -> None:
+        super().__init__(name=f"fleet-agent-{index}", daemon=True)
+        self.index, self.client, self.args, self.m = index, client, args, m
+        self.rng = random.Random(args.seed * 100_003 + index)
+        self.looping = self.rng.random() < args.looping
+        self.stop = threading.Event()
+        self.runs = 0
+
+    def think(self) -> bool:
+        """Sleep one think time; False when the bench is over."""
+        args = self.args
+        if self.rng.random() < args.back_to_back:
+            return not self.stop.is_set()
+        delay = self.rng.lognormvariate(math.log(args.think_median), args.think_sigma)
+        return not self.stop.wait(delay)
+
+    def run(self) -> None:
+        # Spread the start over one median think time, as a fleet does not start in step.
+        if self.stop.wait(self.rng.uniform(0, 2 * self.args.think_median)):
+            return
+        while not self.stop.is_set():
+            self.runs += 1
+            self.one_run()
+
+    def one_run(self) -> None:
+        run = self.client.start_run(AGENT_ID, run_id=f"a{self.index}-r{self.runs}")
+        self.m.on_publish(run)
+        attempts, refused_at = 0, None
+        limit = math.inf if self.looping else self.args.run_calls
+        while attempts < limit and self.think():
+            attempts += 1
+            tool, call_args, result = self.next_call(attempts)
+            started = time.perf_counter()
+            try:
+                verdict = run.before_tool(tool, call_args)
+            except RunAborted:
+                refused_at = attempts
+                self.m.on_call(started, time.perf_counter() - started, False)
+                break
+            self.m.on_call(started, time.perf_counter() - started, verdict.timed_out)
+            self.m.on_publish(run)
+            if not verdict.allowed:
+                refused_at = attempts
+                break
+            run.after_tool(tool, call_args, result=result)
+            self.m.on_publish(run)
+        if self.looping:
+            allowed = attempts if refused_at is None else refused_at - 1
+            self.m.on_looping_run(run, refused_at, allowed)
+        run.end()
+
+    def next_call(self, n: int) -> tuple[str, dict[str, Any], Any]:
+        if self.looping:
+            return "exec", {"command": "make test"}, {"exit": 1, "out": "same failure"}
+        return "read_file", {"path": f"src/a{self.index}/f{n}.py"}, {"text": f"line {n}"}
+
+
+def summary(m: Measurements, args: argparse.Namespace, worker_cpu_s: float) -> dict[str, Any]:
+    waits, decisions, leaked = sorted(m.wait_ms), sorted(m.decision_ms), sorted(m.leaked)
+    marks = sorted(m.watermark_ms)
+    within = 1 - m.timeouts / m.calls if m.calls else float("nan")
+    return {
+        "broker": args.broker,
+        "guarantee": args.guarantee,
+        "agents": args.agents,
+        "seconds": args.seconds,
+        "calls": m.calls,
+        "calls_per_s": round(m.calls / args.seconds, 1),
+        "decisions": len(decisions),
+        "decision_p50_ms": round(percentile(decisions, 0.5), 1),
+        "decision_p99_ms": round(percentile(decisions, 0.99), 1),
+        "events_decided": len(marks),
+        "decided_p50_ms": round(percentile(marks, 0.5), 1),
+        "decided_p99_ms": round(percentile(marks, 0.99), 1),
+        "before_tool_p50_ms": round(percentile(waits, 0.5), 2),
+        "before_tool_p99_ms": round(percentile(waits, 0.99), 2),
+        "within_budget": round(within, 4),
+        "timeouts": m.timeouts,
+        "looping_runs": m.looping_runs,
+        "leaked_p50": percentile(leaked, 0.5) if leaked else None,
+        "leaked_p99": percentile(leaked, 0.99) if leaked else None,
+        "leaked_max": leaked[-1] if leaked else None,
+        "refused_early": m.early,
+        "worker_cpu_s": round(worker_cpu_s, 1),
+        "load_average": round(os.getloadavg()[0], 2),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--agents", type=int, default=1000)
+    parser.add_argument("--seconds", type=float, default=60.0, help="measured duration")
+    parser.add_argument("--warmup", type=float, default=10.0, help="seconds not measured")
+    parser.add_argument("--think-median", type=float, default=1.5, help="seconds")
+    parser.add_argument("--think-sigma", type=float, default=0.8, help="lognormal shape")
+    parser.add_argument("--back-to-back", type=float, default=0.2, help="share of calls")
+    parser.add_argument("--looping", type=float, default=0.05, help="share of agents")
+    parser.add_argument("--run-calls", type=int, default=30, help="calls per ordinary run")
+    parser.add_argument("--budget-ms", type=float, default=50.0)
+    parser.add_argument("--guarantee", choices=["exactly_once", "at_least_once"])
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--json", action="store_true", help="also print one JSON line")
+    add_broker_arg(parser)
+    args = parser.parse_args()
+    profile = "kafka" if args.broker == "kafka" else "tansu"
+    args.guarantee = args.guarantee or Settings.for_profile(profile).processing_guarantee
+
+    tmp = Path(tempfile.mkdtemp(prefix="loopguard-fleet-"))
+    config_file = tmp / "config.json"
+    config_file.write_text(json.dumps(FLEET_CONFIG))
+    broker = start_broker(args.broker, tmp)
+    worker = client = None
+    agents: list[Agent] = []
+    try:
+        ensure_topics(
+            Settings.for_profile(broker.profile, broker=broker.url, partitions=args.partitions)
+        )
+        (worker,) = start_workers(
+            broker,
+            1,
+            tmp,
+            db_url=f"sqlite:///{tmp / 'audit.db'}",
+            config_file=config_file,
+            partitions=args.partitions,
+            env={"LOOPGUARD_PROCESSING_GUARANTEE": args.guarantee},
+        )
+        m = Measurements(measure_from=math.inf)
+        client = GatewayClient(
+            broker.bootstrap,
+            "fleet-gw",
+            on_decision=m.on_decision,
+            on_watermark=m.on_watermark,
+            wait_budget_ms=args.budget_ms,
+            fetch_max_wait_ms=gateway_fetch_wait_ms(broker.profile),
+        )
+        wait_until_processing(client, workers=[worker])
+        print(
+            f"fleet: {args.agents} agents ({args.looping:.0%} looping), think lognormal median "
+            f"{args.think_median}s sigma {args.think_sigma}, {args.back_to_back:.0%} "
+            f"back to back, budget {args.budget_ms:g} ms, {args.broker} {args.guarantee}",
+            flush=True,
+        )
+        start = time.perf_counter()
+        m.measure_from = start + args.warmup
+        agents = [Agent(i, client, args, m) for i in range(args.agents)]
+        for agent in agents:
+            agent.start()
+        assert worker.process is not None
+        time.sleep(args.warmup)
+        cpu_before = cpu_seconds(worker.process.pid)
+        time.sleep(args.seconds)
+        worker_cpu = cpu_seconds(worker.process.pid) - cpu_before
+        for agent in agents:
+            agent.stop.set()
+        for agent in agents:
+            agent.join(timeout=10)
+        time.sleep(1.0)  # the last decisions in flight
+        result = summary(m, args, worker_cpu)
+    finally:
+        if client is not None:
+            client.close()
+        if worker is not None:
+            worker.stop()
+        broker.stop()
+
+    print(
+        f"fleet benchmark ({args.broker}, {args.guarantee}, 1 worker, {args.agents} agents, "
+        f"{args.seconds:g} s measured, load average {result['load_average']} at the end)"
+    )
+    print(f"  tool calls: {result['calls']} ({result['calls_per_s']}/s)")
+    print(
+        f"  decision latency: p50 {result['decision_p50_ms']} ms, p99 "
+        f"{result['decision_p99_ms']} ms over {result['decisions']} decisions"
+    )
+    print(
+        f"  event decided (its run's watermark reached it): p50 {result['decided_p50_ms']} ms, "
+        f"p99 {result['decided_p99_ms']} ms over {result['events_decided']} events"
+    )
+    print(
+        f"  before_tool: p50 {result['before_tool_p50_ms']} ms, p99 "
+        f"{result['before_tool_p99_ms']} ms; {result['within_budget']:.2%} answered within "
+        f"{args.budget_ms:g} ms ({result['timeouts']} failed open)"
+    )
+    print(
+        f"  leaked calls per looping run (0 = the in-process core): p50 {result['leaked_p50']}, "
+        f"p99 {result['leaked_p99']}, max {result['leaked_max']} over {result['looping_runs']} "
+        f"runs ({result['refused_early']} refused earlier than the core would)"
+    )
+    print(f"  worker CPU: {result['worker_cpu_s']} s over the measured {args.seconds:g} s")
+    if args.json:
+        print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
