@@ -17,15 +17,14 @@ from typing import Any
 from streams.core.config_error import ConfigError, unknown_field
 from streams.core.deviations import (
     COMPAT,
-    DETECTOR_SWITCHES,
     DEVIATIONS,
     LOOPGUARD,
     Deviations,
     canonical_deviations,
     check_compat,
     check_deviations,
+    own_detectors,
     resolve_deviations,
-    switch_default,
 )
 from streams.core.tool_config import (
     PER_TOOL,
@@ -314,17 +313,6 @@ def resolve(block: dict[str, Any] | None, path: str = "tools.loopDetection") -> 
         return cfg
     views = {tool: tool_view(cfg, entry) for tool, entry in tool_settings(per_tool).items()}
     return replace(cfg, per_tool=views)
-
-
-def own_detectors(merged: dict[str, Any], explicit: dict[str, Any], compat: str) -> dict[str, Any]:
-    """``detectors`` with loopguard's own rules (deviations.DETECTOR_SWITCHES) left unset
-    following ``compat``: off under "openclaw" unless the block switches them on."""
-    out = dict(merged)
-    default = switch_default(compat)
-    for name in DETECTOR_SWITCHES:
-        if name not in explicit:
-            out[name] = default
-    return out
 
 
 def tool_view(cfg: LoopDetectionConfig, entry: ToolSettings) -> LoopDetectionConfig:

@@ -97,6 +97,18 @@ def switch_default(compat: str) -> bool:
     return compat != OPENCLAW
 
 
+def own_detectors(merged: dict[str, Any], explicit: dict[str, Any], compat: str) -> dict[str, Any]:
+    """``detectors`` (merged over the defaults) with loopguard's own rules that the block
+    leaves unset (``explicit``: its own ``detectors``) following ``compat``: off under
+    "openclaw" unless switched on."""
+    out = dict(merged)
+    default = switch_default(compat)
+    for name in DETECTOR_SWITCHES:
+        if name not in explicit:
+            out[name] = default
+    return out
+
+
 def resolve_deviations(explicit: dict[str, Any], compat: str) -> Deviations:
     """The switches of a merged block: set ones as set, the rest from ``compat``."""
     default = switch_default(compat)

@@ -204,15 +204,9 @@ class RunState:
             known_poll,
             cfg if view is None else view,
         )
-        call = CurrentCall(event.tool_name, sig, known_poll) if hit is not None else None
-        if (
-            call is not None
-            and hit is not None
-            and hit.level == CRITICAL
-            and not cfg.deviations.veto_is_outcome
-        ):
+        if hit is not None and hit.level == CRITICAL and not cfg.deviations.veto_is_outcome:
             # As the reference: a blocked call is never recorded (nor its veto an outcome).
-            return [self._decide(event, call, hit, cfg)]
+            return [self._decide(event, CurrentCall(event.tool_name, sig, known_poll), hit, cfg)]
         record = self.history.append_call(
             event.tool_name,
             sig,
@@ -223,9 +217,9 @@ class RunState:
         args = event.args_json
         if event.tool_call_id and args is not None and len(args) <= MEMO_MAX_CHARS:
             record.call_args = (args, info)
-        if call is None or hit is None:
+        if hit is None:
             return []
-        return [self._decide(event, call, hit, cfg)]
+        return [self._decide(event, CurrentCall(event.tool_name, sig, known_poll), hit, cfg)]
 
     def _on_result(self, event: ToolResult, cfg: LoopDetectionConfig) -> list[Decision]:
         tool_name = event.tool_name
