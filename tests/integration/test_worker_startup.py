@@ -76,6 +76,8 @@ def test_a_worker_refuses_topics_that_are_not_co_partitioned(broker, tmp_path, d
             pipeline.prefix,
             "--partitions",
             "4",
+            "--broker-profile",
+            broker.profile,
             "--data-dir",
             str(Path(tmp_path, "data")),
         ],
