@@ -139,3 +139,13 @@ def test_keep_running_serves_the_status_page_and_stop_ends_it(tmp_path: Path) ->
     ), done.stdout
     wait_until(lambda: not processes_in(tmp_path), "the kept demo's processes to end")
     assert not (tmp_path / "loopguard-data" / "demo.pid").exists()
+
+
+def test_a_killed_demo_takes_its_processes_with_it(tmp_path: Path) -> None:
+    """SIGKILL leaves the demo no clean-up: the kernel ends its children (PR_SET_PDEATHSIG)."""
+    demo = Demo(tmp_path)
+    demo.read_until("  worker ")
+    assert len(mine(tmp_path, demo)) >= 2  # the broker and the worker
+    demo.process.kill()
+    demo.finish()
+    wait_until(lambda: not processes_in(tmp_path), "the killed demo's processes to end")

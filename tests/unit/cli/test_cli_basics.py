@@ -184,3 +184,51 @@ def test_replay_prints_no_internal_log_lines(tmp_path: Path) -> None:
     assert code in (0, 3), err  # the empty trail diverges from the core; that is not the point
     assert err == ""
     assert len(out.splitlines()) == 1 and json.loads(out)["exit_code"] == code
+
+
+def test_demo_stop_ends_exactly_the_processes_its_pidfile_names(tmp_path: Path) -> None:
+    from streams.devtools.demo_services import LeftRunning
+
+    (tmp_path / "loopguard-data").mkdir()
+    started = [
+        subprocess.Popen(["sleep", "600"], start_new_session=True) for _ in ("worker", "broker")
+    ]
+    try:
+        LeftRunning(
+            pids={"worker": started[0].pid, "broker": started[1].pid},
+            marks={"worker": "sleep", "broker": "sleep"},
+            broker_url="kafka://127.0.0.1:1",
+            status_url="http://127.0.0.1:1/status",
+        ).save(tmp_path / "loopguard-data" / "demo.pid")
+        code, out, _ = loopguard("demo", "--stop", cwd=tmp_path)
+        assert code == 0
+        assert first_line(out) == (
+            f"stopped the demo's worker (pid {started[0].pid}), broker (pid {started[1].pid})"
+        )
+        assert [p.wait(timeout=30) for p in started] == [-15, -15]  # SIGTERM, as asked
+        assert not (tmp_path / "loopguard-data" / "demo.pid").exists()
+    finally:
+        for process in started:
+            process.kill()
+            process.wait()
+
+
+def test_demo_stop_never_signals_a_process_that_reused_a_pid(tmp_path: Path) -> None:
+    from streams.devtools.demo_services import LeftRunning
+
+    (tmp_path / "loopguard-data").mkdir()
+    other = subprocess.Popen(["sleep", "600"], start_new_session=True)
+    try:
+        LeftRunning(  # the pid is alive, but it is not a tansu broker
+            pids={"worker": other.pid, "broker": other.pid},
+            marks={"worker": "streams.cli.main", "broker": "tansu"},
+            broker_url="kafka://127.0.0.1:1",
+            status_url="http://127.0.0.1:1/status",
+        ).save(tmp_path / "loopguard-data" / "demo.pid")
+        code, out, _ = loopguard("demo", "--stop", cwd=tmp_path)
+        assert code == 0
+        assert first_line(out) == "nothing was running any more; removed the demo's pidfile"
+        assert other.poll() is None
+    finally:
+        other.kill()
+        other.wait()
