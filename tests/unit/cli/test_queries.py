@@ -261,6 +261,7 @@ def test_help_of_every_subcommand(path, capsys) -> None:
     assert exited.value.code == 0
     out = capsys.readouterr().out
     assert out.startswith(f"usage: loopguard {' '.join(path)}")
+    assert parser.description, f"{' '.join(path)} --help has no description"
     for action in parser._actions:
         for flag in action.option_strings:
             assert flag in out, f"{' '.join(path)} --help does not mention {flag}"
