@@ -1,7 +1,7 @@
 """Commits that keep a run's state, its decisions and the events' offsets in one transaction.
 
 With ``processing_guarantee="exactly_once"`` Faust 0.15.3 commits a partition's offsets and
-its producer transaction (``Consumer._commit_offsets``) on a timer, independently of the
+its producer transaction (``Consumer.force_commit``) on a timer, independently of the
 agents, and three things break the agreement between committed offsets, committed changelog
 state and committed decisions that read-committed table recovery relies on (read from the
 source, with the worker logs of tests/integration/test_kafka_failover.py and
@@ -30,32 +30,33 @@ test_reliability.py on the 3-node cluster):
 :func:`exactly_once_commits` commits before Faust forgets the acks on a rebalance, and makes
 every exactly-once commit wait until the guarding agent is between batches (a lock the agent
 holds while it works on a batch), hand every buffered message to its transactional producer,
-and only then commit. A commit that finds the agent in a batch (Faust's timer, a rebalance's)
-may still include that batch's state and decisions but not its offsets; the replayed events
-are then duplicates of the stored state, and the processor publishes nothing for them on this
-guarantee (:class:`streams.worker.processor.EventProcessor`'s ``republish_duplicates``).
+and only then read the acked offsets and commit. The agent acks a batch's events before it lets
+go of the lock, so a commit carries a batch's offsets exactly when it carries the batch's
+records. Writes committed ahead of their events' offsets remain possible only outside batches
+(the expiry timer's, :func:`commit_outside_batches`); events replayed over them are duplicates
+of the stored state, and the processor publishes nothing for them on this guarantee
+(:class:`streams.worker.processor.EventProcessor`'s ``republish_duplicates``).
 
 When a commit happens is latency: a read-committed gateway sees a decision and its run's
 watermark only once their transaction commits. Faust commits on a timer
-(``broker_commit_interval``, 0.5 s before), so a verdict waited for it on average a quarter
-second. :func:`commit_batch` is the agent's own commit, made as soon as a batch's work is
-done: the agent acks the batch's events while it still holds the batch lock (Faust's own
+(``broker_commit_interval``, 0.5 s before), so a verdict waited for it a quarter second on
+average. :func:`commit_batch` is the agent's own commit, made as soon as a batch's work is
+done: the agent acks the batch's events while it still holds the lock (Faust's own
 ``take_events`` acks them only when the agent asks for the next batch, too late for this
-commit), releases the lock and commits. Faust computes a commit's offsets from the acks when
-the commit starts, so this commit carries the batch's offsets together with its changelog
-writes, decisions and watermarks; a commit already under way (the timer's, a rebalance's)
-started before those acks, so the agent waits it out and then commits once more. The next
-batch waits for the lock, so batches that arrive during a commit are taken, and committed,
+commit), releases the lock and commits. A commit already under way (the timer's, a rebalance's)
+either waited for the lock and took the batch too, or held the lock before the batch began; the
+agent waits it out and commits once more, which commits nothing when nothing new was acked. The
+next batch waits for the lock, so events that arrive during a commit are taken, and committed,
 together. Faust's timer stays as the longest interval between commits
-(``Settings.max_commit_interval``, 0.1 s, Kafka Streams' exactly-once default) for offsets
-no batch commits (the audit agents'). Faust commits a partition's transactions one after
-the other; :func:`_commit_transactions_concurrently` commits them together, so a commit costs
-one transaction's round trips, not one per partition. Right after a commit the coordinator
-is still writing the previous transaction's markers and answers the next transaction's first
-requests with CONCURRENT_TRANSACTIONS; aiokafka retries most of them after
-``retry_backoff_ms`` (100 ms by default: a commit took 110-130 ms whenever it was hit), so
-the transactional producers retry after ``Settings.transaction_retry_backoff_ms`` (10 ms)
-instead (:func:`_quick_transaction_retries`).
+(``Settings.max_commit_interval``, 0.1 s, Kafka Streams' exactly-once default) for offsets no
+batch commits (the audit agents'). Faust commits a partition's transactions one after the
+other; :func:`_commit_transactions_concurrently` commits them together, so a commit costs one
+transaction's round trips, not one per partition. Right after a commit the coordinator is still
+writing the previous transaction's markers and answers the next transaction's first requests
+with CONCURRENT_TRANSACTIONS; aiokafka retries most of them after ``retry_backoff_ms`` (100 ms
+by default: a commit took 110-130 ms whenever it was hit), so the transactional producers retry
+after ``Settings.transaction_retry_backoff_ms`` (10 ms) instead
+(:func:`_quick_transaction_retries`).
 
 An aborted transaction (a commit that failed, a crash, a fenced producer) takes its
 decisions and watermarks with it: gateways read the control topic read committed, as does
@@ -93,7 +94,7 @@ from faust.types import TP
 
 log = logging.getLogger("loopguard.worker")
 
-_original_commit_offsets = faust_consumer.Consumer._commit_offsets
+_original_force_commit = faust_consumer.Consumer.force_commit
 _original_send_pending = faust_producer.ProducerBuffer._send_pending
 _original_on_partitions_revoked = faust_consumer.Consumer.on_partitions_revoked
 _original_transactional_send = faust_consumer.TransactionManager.send
@@ -108,7 +109,7 @@ _source: ContextVar[TP | None] = ContextVar("loopguard_source_partition", defaul
 
 # Upstream sources these patches were read against (see faust_patches.patch_mismatches).
 REPLACED = {
-    "Consumer._commit_offsets": (_original_commit_offsets, "1a69799041188441"),
+    "Consumer.force_commit": (_original_force_commit, "cc094614d22c70fb"),
     "ProducerBuffer._send_pending": (_original_send_pending, "4a9d5f932b56bc68"),
     "Consumer.on_partitions_revoked": (_original_on_partitions_revoked, "d04b7ae72c6fc206"),
     "TransactionManager.send": (_original_transactional_send, "b8d126be9f10fc69"),
@@ -161,15 +162,18 @@ async def drain_producer_buffer(buffer: Any) -> None:
             await asyncio.sleep(0)
 
 
-async def _commit_offsets_between_batches(
-    self: Any, offsets: Any, start_new_transaction: bool = True
+async def _force_commit_between_batches(
+    self: Any, topics: Any = None, start_new_transaction: bool = True
 ) -> bool:
+    """Faust's Consumer.force_commit, between the agent's batches: the offsets are read from
+    the acks once the barrier is held, so a commit that waited for a batch carries that
+    batch's offsets along with its records."""
     if not self.in_transaction:
-        return await _original_commit_offsets(self, offsets, start_new_transaction)
+        return await _original_force_commit(self, topics, start_new_transaction)
     assert _barrier is not None, "exactly_once_commits() installs the barrier"
     async with _barrier:
         await drain_producer_buffer(self.app.producer.buffer)
-        return await _original_commit_offsets(self, offsets, start_new_transaction)
+        return await _original_force_commit(self, topics, start_new_transaction)
 
 
 async def _commit_then_revoke(self: Any, revoked: Any) -> None:
@@ -184,10 +188,11 @@ async def commit_batch(consumer: Any) -> bool:
     """Commit what the agent has acked, now: its batch's offsets with the transactions holding
     the batch's records. Call it without the batch lock (the commit takes it).
 
-    A commit under way started before the batch's acks and may not carry them (Faust's
-    ``commit`` would wait for it and return without committing), so this one waits it out
-    first; Faust's ``maybe_wait_for_commit_to_finish`` returns at once when none is under
-    way, so nothing starts another commit between the last check and this one.
+    A commit under way may have read the acks before the batch's (it held the lock before
+    the batch began), and Faust's ``commit`` would wait for it and return without committing,
+    so this one waits it out first and then commits what is left (nothing, when that commit
+    took the batch). Faust's ``maybe_wait_for_commit_to_finish`` returns at once when none is
+    under way, so nothing starts another commit between the last check and this one.
     """
     while await consumer.maybe_wait_for_commit_to_finish():
         pass
@@ -328,6 +333,6 @@ def exactly_once_commits(barrier: asyncio.Lock, retry_backoff_ms: int = 10) -> N
     faust_aiokafka.Producer._settings_extra = _quick_transaction_retries(retry_backoff_ms)
     faust_consumer.TransactionManager.send = _send_in_source_transaction
     faust_producer.ProducerBuffer._send_pending = _counted_send_pending
-    faust_consumer.Consumer._commit_offsets = _commit_offsets_between_batches
+    faust_consumer.Consumer.force_commit = _force_commit_between_batches
     faust_consumer.Consumer.on_partitions_revoked = _commit_then_revoke
     faust_aiokafka.Producer.commit_transactions = _commit_transactions_concurrently

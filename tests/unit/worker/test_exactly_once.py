@@ -72,20 +72,24 @@ def test_a_stopped_buffer_is_drained_by_the_caller_in_order() -> None:
 
 
 class Consumer:
+    """Faust's Consumer as the commit patch sees it: ``force_commit`` reads the acks."""
+
     def __init__(self, in_transaction: bool, buffer: Buffer) -> None:
         self.in_transaction = in_transaction
         self.app = SimpleNamespace(producer=SimpleNamespace(buffer=buffer))
+        self.acked: list[int] = []
 
 
 def commit_recorder(monkeypatch, log: list[Any]) -> None:
-    async def commit(consumer: Consumer, offsets: dict, start_new_transaction: bool) -> bool:
-        log.append(("commit", dict(offsets), list(consumer.app.producer.buffer.sent)))
+    async def force_commit(consumer: Consumer, topics: Any, start_new_transaction: bool) -> bool:
+        offsets, consumer.acked = consumer.acked, []
+        log.append(("commit", offsets, list(consumer.app.producer.buffer.sent)))
         return True
 
-    monkeypatch.setattr(exactly_once, "_original_commit_offsets", commit)
+    monkeypatch.setattr(exactly_once, "_original_force_commit", force_commit)
 
 
-def test_an_exactly_once_commit_waits_for_the_batch_and_takes_its_buffered_writes(
+def test_an_exactly_once_commit_waits_for_the_batch_and_takes_its_writes_and_acks(
     monkeypatch,
 ) -> None:
     log: list[Any] = []
@@ -97,19 +101,20 @@ def test_an_exactly_once_commit_waits_for_the_batch_and_takes_its_buffered_write
         buffer = Buffer(send_delay=0.005)
         task = asyncio.create_task(buffer.run())
         consumer = Consumer(True, buffer)
+        consumer.acked = [6]  # acked before the batch
         async with barrier:  # the agent is in the middle of a batch
-            commit = asyncio.create_task(
-                exactly_once._commit_offsets_between_batches(consumer, {"tp": 7})
-            )
+            commit = asyncio.create_task(exactly_once._force_commit_between_batches(consumer))
             await asyncio.sleep(0.02)
             assert not commit.done() and log == []  # never splits a batch
             buffer.pending.put_nowait("run-1 state")  # the batch's table write, at its end
+            consumer.acked.append(7)  # the agent acks the batch before it lets go
             log.append("batch done")
         assert await commit
         task.cancel()
 
     asyncio.run(scenario())
-    assert log == ["batch done", ("commit", {"tp": 7}, ["run-1 state"])]
+    # The commit that waited took the batch's offsets too, with its buffered write.
+    assert log == ["batch done", ("commit", [6, 7], ["run-1 state"])]
 
 
 def test_at_least_once_commits_pass_straight_through(monkeypatch) -> None:
@@ -119,13 +124,13 @@ def test_at_least_once_commits_pass_straight_through(monkeypatch) -> None:
     async def scenario() -> None:
         barrier = asyncio.Lock()
         monkeypatch.setattr(exactly_once, "_barrier", barrier)
+        consumer = Consumer(False, Buffer())
+        consumer.acked = [3]
         async with barrier:
-            assert await exactly_once._commit_offsets_between_batches(
-                Consumer(False, Buffer()), {"tp": 3}
-            )
+            assert await exactly_once._force_commit_between_batches(consumer)
 
     asyncio.run(scenario())
-    assert log == [("commit", {"tp": 3}, [])]
+    assert log == [("commit", [3], [])]
 
 
 class RevokingConsumer:
