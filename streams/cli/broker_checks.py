@@ -88,39 +88,48 @@ def profile_mismatch(settings: Settings) -> str | None:
     )
 
 
-def existing_partitions(settings: Settings, timeout: float = 3.0) -> int | None:
-    """Partitions of the events topic if it exists, else None (also when unreachable)."""
+def existing_partitions(settings: Settings, timeout: float = 3.0) -> dict[str, int]:
+    """Partitions of the topics that must be co-partitioned with the events topic, for those
+    that exist; empty when none does or the broker does not answer."""
     from kafka.errors import KafkaError
 
     from streams.kafka.topics import admin_client
+    from streams.worker.startup import co_partitioned
 
     try:
         with quiet("kafka"):
             admin = admin_client(settings, timeout)
             try:
-                (described,) = admin.describe_topics([settings.topics.events])
+                described = admin.describe_topics(sorted(co_partitioned(settings)))
             finally:
                 admin.close()
     except (KafkaError, OSError, ValueError):
-        return None
-    if described.get("error_code"):
-        return None
-    return len(described["partitions"]) or None
+        return {}
+    return {
+        t["name"]: len(t["partitions"])
+        for t in described
+        if not t.get("error_code") and t.get("partitions")
+    }
 
 
 def partitions_mismatch(settings: Settings, explicit: bool) -> tuple[int | None, str | None]:
     """(the partition count to use, or an error naming ``--partitions``).
 
-    A worker must use the events topic's partition count (its tables' changelogs are created
-    with the worker's count and must match): without an explicit ``--partitions`` that count
-    is taken; an explicit one that differs is refused."""
+    The events, control and dead-letter topics and the app's changelogs share one partition
+    count (Faust's tables rely on it). When those that exist agree on a count other than the
+    worker's: without an explicit ``--partitions`` that count is taken, an explicit one is
+    refused naming the count to use. When they disagree among themselves, the worker's
+    topic check says which topic to recreate."""
     existing = existing_partitions(settings)
-    if existing is None or existing == settings.partitions:
+    counts = set(existing.values())
+    if len(counts) != 1 or settings.partitions in counts:
         return None, None
+    (count,) = counts
     if not explicit:
-        return existing, None
+        return count, None
+    name = settings.topics.events if settings.topics.events in existing else min(existing)
     return None, (
-        f"topic {settings.topics.events} exists with {existing} partitions, not "
-        f"{settings.partitions}: start the worker with --partitions {existing} (or use "
-        "another --topic-prefix for a new layout)"
+        f"topic {name} exists with {count} partitions, not {settings.partitions}: start the "
+        f"worker with --partitions {count} (or use another --topic-prefix / --app-id for a "
+        "new layout)"
     )

@@ -86,7 +86,23 @@ def test_partitions_that_differ_from_the_topic_name_the_flag(broker, tmp_path) -
     assert code == 1
     assert one_line(err) == (
         f"loopguard worker: topic {prefix}.events exists with 2 partitions, not 4: start the "
-        "worker with --partitions 2 (or use another --topic-prefix for a new layout)"
+        "worker with --partitions 2 (or use another --topic-prefix / --app-id for a new layout)"
+    )
+
+    # A new --topic-prefix with an --app-id whose changelog exists: the changelog's count.
+    other = f"lg{uuid.uuid4().hex[:10]}"
+    args = worker_args(broker, tmp_path, other, "--broker-profile", broker.profile)
+    args[args.index("--app-id") + 1] = prefix
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        admin.create_topics([NewTopic(f"{prefix}-runs-changelog", 2, 1)])
+    finally:
+        admin.close()
+    code, _, err = loopguard(*args, "--partitions", "4")
+    assert code == 1
+    assert one_line(err).startswith(
+        f"loopguard worker: topic {prefix}-runs-changelog exists with 2 partitions, not 4: "
+        "start the worker with --partitions 2"
     )
 
 
