@@ -1,0 +1,148 @@
+"""Issue 26 on the real broker: bounded work per bad record (item 6).
+
+Unknown schema fingerprints used to cost a full read of the schemas topic each, on the guard
+path: 200 junk records in front of a looping run held its abort for 47 s. Now the topic is read
+incrementally and misses are cached, so the work per bad record is bounded and the run behind
+the junk is still aborted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+from kafka import KafkaProducer
+from services import ENABLED, IN_TIME_BUDGET_MS
+
+from streams.audit.store import AuditStore
+from streams.core.events import CompactionRetry, Envelope, ToolCall, ToolResult
+from streams.kafka.schema_topic import SchemaTopic, publish_schema
+from streams.wire.avro import encode_event
+from streams.wire.schema_registry import SchemaRegistry
+
+pytestmark = pytest.mark.integration
+
+JUNK = 200
+
+
+class CountingRegistry(SchemaRegistry):
+    """A real registry that counts the schema records handed to it (one per record read)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.registered = 0
+
+    def register(self, schema_json: str) -> bytes:
+        self.registered += 1
+        return super().register(schema_json)
+
+
+def _schema(i: int) -> str:
+    return json.dumps(
+        {"type": "record", "name": f"Extra{i}", "fields": [{"name": "x", "type": "long"}]}
+    )
+
+
+def _sqlite_pipeline(pipeline_factory, tmp_path: Path, **options):
+    url = f"sqlite:///{tmp_path / 'audit.db'}"
+    with AuditStore(url) as store:
+        store.migrate()
+    return pipeline_factory(url, **options)
+
+
+def test_unknown_fingerprints_read_the_schemas_topic_once_not_once_each(
+    pipeline_factory, tmp_path: Path
+) -> None:
+    pipeline = _sqlite_pipeline(pipeline_factory, tmp_path)
+    topic = pipeline.settings.topics.schemas
+    producer = KafkaProducer(bootstrap_servers=pipeline.broker.bootstrap)
+    published = SchemaRegistry()
+    for i in range(30):
+        publish_schema(producer, topic, published, _schema(i))
+
+    registry = CountingRegistry()
+    schemas = SchemaTopic(
+        [pipeline.broker.bootstrap], topic, registry, retry_after=600, max_missed=50
+    )
+    try:
+        junk = [os.urandom(8) for _ in range(JUNK)]
+        assert not any(schemas.resolve(fp) for fp in junk)
+        # Every record of the topic was read once, whatever the number of lookups.
+        assert registry.registered == 30
+        assert schemas.missed() == 50  # the negative cache is bounded: the newest 50
+        # The newest junk again: answered from the negative cache, no fetch at all.
+        fetches = schemas.fetches
+        assert not any(schemas.resolve(fp) for fp in junk[-20:])
+        assert registry.registered == 30 and schemas.fetches == fetches
+
+        # A schema published later is found: the next lookup reads only the new record.
+        fingerprint = published.register(_schema(99))
+        publish_schema(producer, topic, published, _schema(99))
+        assert schemas.resolve(fingerprint)
+        assert registry.registered == 31
+    finally:
+        schemas.close()
+        producer.close()
+
+
+def test_a_missed_fingerprint_published_later_is_found_after_the_retry_time(
+    pipeline_factory, tmp_path: Path
+) -> None:
+    pipeline = _sqlite_pipeline(pipeline_factory, tmp_path)
+    topic = pipeline.settings.topics.schemas
+    producer = KafkaProducer(bootstrap_servers=pipeline.broker.bootstrap)
+    published = SchemaRegistry()
+    publish_schema(producer, topic, published, _schema(0))
+    late = SchemaRegistry().register(_schema(1))
+    # retry_after 0: the negative cache never hides a schema that was published since.
+    schemas = SchemaTopic([pipeline.broker.bootstrap], topic, SchemaRegistry(), retry_after=0)
+    try:
+        assert not schemas.resolve(late)
+        publish_schema(producer, topic, published, _schema(1))
+        assert schemas.resolve(late)
+    finally:
+        schemas.close()
+        producer.close()
+
+
+def test_junk_schema_ids_ahead_of_a_looping_run_do_not_hold_its_abort(
+    pipeline_factory, tmp_path: Path
+) -> None:
+    pipeline = _sqlite_pipeline(pipeline_factory, tmp_path, config=ENABLED)
+    # A schemas topic with something on it, as in a fleet where gateways published.
+    producer = KafkaProducer(bootstrap_servers=pipeline.broker.bootstrap)
+    published = SchemaRegistry()
+    for i in range(30):
+        publish_schema(producer, pipeline.settings.topics.schemas, published, _schema(i))
+    client = pipeline.start_ready(wait_budget_ms=IN_TIME_BUDGET_MS)
+
+    run_id = "behind-the-junk"
+    valid = encode_event(ToolCall(Envelope(run_id, "a", "g", 1, 1), "exec", "{}"))
+    topic = pipeline.settings.topics.events
+    # Same key as the run: every junk record is ahead of it on its partition.
+    for _ in range(JUNK):
+        producer.send(topic, key=run_id.encode(), value=valid[:2] + os.urandom(8) + valid[10:])
+    events = [CompactionRetry(Envelope(run_id, "a", "g", 1, 1))]
+    for i in range(3):
+        seq = 2 + 2 * i
+        events.append(ToolCall(Envelope(run_id, "a", "g", seq, seq), "exec", "{}"))
+        events.append(ToolResult(Envelope(run_id, "a", "g", seq + 1, seq), "exec", "{}", '"x"'))
+    for event in events:
+        producer.send(topic, key=run_id.encode(), value=encode_event(event))
+    producer.flush()
+    producer.close()
+
+    # Before: 200 full reads of the schemas topic (47 s in the issue's probe) held the abort;
+    # the gateway's own verdict budget is what we wait, doubled.
+    received = client.wait_for(
+        run_id, lambda ds: len(ds) >= 1, timeout=2 * IN_TIME_BUDGET_MS / 1000
+    )
+    assert [d.error_code for d in received] == ["compaction_loop_persisted"], pipeline.worker_logs()
+    deadline = time.monotonic() + 60
+    with pipeline.store() as store:
+        while store.dead_letter_count() < JUNK and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert store.dead_letter_count() == JUNK
