@@ -102,7 +102,7 @@ class Settings:
     max_commit_interval: float = 0.1
     # Exactly once: how soon a transactional producer retries (aiokafka's default is 100 ms;
     # every commit's successor meets CONCURRENT_TRANSACTIONS while the markers are written).
-    transaction_retry_backoff_ms: int = 10
+    transaction_retry_backoff_ms: int = 5
     producer_max_batch: int = PROFILES["kafka"].producer_max_batch
     processing_guarantee: str = PROFILES["kafka"].processing_guarantee
     fast_handoff: bool = True

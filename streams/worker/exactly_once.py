@@ -55,7 +55,7 @@ transaction's round trips, not one per partition. Right after a commit the coord
 writing the previous transaction's markers and answers the next transaction's first requests
 with CONCURRENT_TRANSACTIONS; aiokafka retries most of them after ``retry_backoff_ms`` (100 ms
 by default: a commit took 110-130 ms whenever it was hit), so the transactional producers retry
-after ``Settings.transaction_retry_backoff_ms`` (10 ms) instead
+after ``Settings.transaction_retry_backoff_ms`` (5 ms) instead
 (:func:`_quick_transaction_retries`).
 
 An aborted transaction (a commit that failed, a crash, a fenced producer) takes its
@@ -325,7 +325,7 @@ async def commit_outside_batches(app: Any, tps: Iterable[TP]) -> None:
             log.warning("could not commit transaction %s outside a batch: %r", tid, exc)
 
 
-def exactly_once_commits(barrier: asyncio.Lock, retry_backoff_ms: int = 10) -> None:
+def exactly_once_commits(barrier: asyncio.Lock, retry_backoff_ms: int = 5) -> None:
     """Install the patches; ``barrier`` is the lock the guarding agent holds per batch,
     ``retry_backoff_ms`` the transactional producers' retry backoff."""
     global _barrier
