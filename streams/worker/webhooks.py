@@ -16,8 +16,11 @@ Why it is built this way:
   A row that was mid-post when its worker died is not resent (see
   :mod:`streams.audit.webhook_outbox`); rows still ``pending`` are posted by the next worker.
 - **Retried with capped exponential backoff** on connection errors, timeouts, 5xx, 408 and
-  429; other answers are final. Several senders post concurrently, so one slow endpoint does
-  not hold up another agent's notifications for long.
+  429, or when the receiver says (``Retry-After``: seconds or an HTTP date, at most
+  ``max_retry_after``); other answers are final.
+- **One queue and its own senders per receiver** (:mod:`streams.worker.webhook_queue`): a
+  receiver that hangs or keeps failing fills and overflows only its own queue, never delays
+  the notices of another.
 
 Observe-only decisions (``enforced`` false: the agent's config is ``mode: "observe"``) are
 never posted: a shadow-mode rollout is meant to be quiet; the audit trail and the status
@@ -36,7 +39,7 @@ import logging
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import urlsplit
 
 import aiohttp
 
@@ -46,19 +49,28 @@ from streams.core.events import Action, Decision
 from streams.settings import Settings
 from streams.worker.audit_writer import AuditWriter
 from streams.worker.metrics import WorkerMetrics
+from streams.worker.webhook_queue import (
+    DECISION_HEADER,
+    MAX_RETRY_AFTER_S,
+    ReceiverQueue,
+    describe_url,
+    post_notice,
+)
+
+__all__ = [
+    "DECISION_HEADER",
+    "NOTIFY_ACTIONS",
+    "WebhookNotifier",
+    "WebhookTargets",
+    "describe_url",
+    "notice_for",
+    "slack_body",
+]
 
 log = logging.getLogger("loopguard.webhooks")
 
 NOTIFY_ACTIONS = frozenset({Action.BLOCK, Action.ABORT})
-RETRY_STATUSES = frozenset({408, 429})
 USER_AGENT = "loopguard-webhooks/1"
-DECISION_HEADER = "X-Loopguard-Decision-Id"  # an idempotency key for receivers that want one
-
-
-def describe_url(url: str) -> str:
-    """What a log may say about a webhook URL: scheme and host only (the path is a secret)."""
-    parts = urlsplit(url)
-    return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}/…" if parts.netloc else "(bad url)"
 
 
 def _check_url(url: str, where: str) -> str:
@@ -99,6 +111,10 @@ class WebhookTargets:
     def url_for(self, agent_id: str) -> str | None:
         url = self.per_agent.get(agent_id, self.default)
         return url or None
+
+    def urls(self) -> list[str]:
+        """Every receiver, once each (the default and the agents' own URLs)."""
+        return list(dict.fromkeys(u for u in (self.default, *self.per_agent.values()) if u))
 
 
 def _esc(text: str, limit: int) -> str:
@@ -168,7 +184,8 @@ def notice_for(decision: Decision) -> Notice:
 
 
 class WebhookNotifier:
-    """Bounded queue + background senders posting block/abort notices (see module doc)."""
+    """Per-receiver bounded queues + background senders posting block/abort notices (see the
+    module doc). ``queue_size`` and ``senders`` are per receiver."""
 
     def __init__(
         self,
@@ -181,20 +198,22 @@ class WebhookNotifier:
         timeout: float = 5.0,
         backoff: float = 0.5,
         max_backoff: float = 30.0,
+        max_retry_after: float = MAX_RETRY_AFTER_S,
         senders: int = 4,
         remember: int = 100_000,
     ) -> None:
         self.targets = targets
         self.audit = audit
         self.metrics = metrics
-        self.queue: asyncio.Queue[Notice] = asyncio.Queue(maxsize=max(1, queue_size))
         self.attempts = max(1, attempts)
         self.timeout = timeout
         self.backoff = backoff
         self.max_backoff = max_backoff
-        self.senders = max(1, senders)
+        self.max_retry_after = max_retry_after
+        self.receivers = {url: ReceiverQueue(url, queue_size, senders) for url in targets.urls()}
         self._remember = remember
         self._seen: OrderedDict[str, None] = OrderedDict()  # decision ids already handled
+        self._session: aiohttp.ClientSession | None = None
 
     @classmethod
     def from_settings(
@@ -212,6 +231,10 @@ class WebhookNotifier:
             attempts=settings.webhook_attempts,
             timeout=settings.webhook_timeout,
         )
+
+    def queued(self) -> int:
+        """Notices waiting, all receivers together."""
+        return sum(r.queue.qsize() for r in self.receivers.values())
 
     # -- fed by the audit agent ---------------------------------------------------------------
 
@@ -247,9 +270,8 @@ class WebhookNotifier:
     async def _enqueue(self, notices: list[Notice]) -> int:
         overflow = []
         for notice in notices:
-            try:
-                self.queue.put_nowait(notice)
-            except asyncio.QueueFull:
+            receiver = self.receivers.get(self.targets.url_for(notice.agent_id) or "")
+            if receiver is None or not receiver.put(notice):
                 overflow.append(notice.decision_id)
         self._gauge()
         if overflow:
@@ -258,7 +280,7 @@ class WebhookNotifier:
                 self.metrics.webhook_outcome(DROPPED, len(overflow))
             log.warning(
                 "webhook queue full (%d waiting): dropped %d notifications",
-                self.queue.qsize(),
+                self.queued(),
                 len(overflow),
             )
         return len(notices) - len(overflow)
@@ -268,14 +290,16 @@ class WebhookNotifier:
     async def run(self) -> None:
         """Post queued notices until cancelled (a Faust app task)."""
         async with aiohttp.ClientSession(headers={"User-Agent": USER_AGENT}) as session:
-            await self._resume()
-            senders = [asyncio.create_task(self._sender(session)) for _ in range(self.senders)]
+            self._session = session
             try:
-                await asyncio.gather(*senders)
+                await self._resume()
+                for receiver in self.receivers.values():
+                    receiver.start(self._send_one, self._gauge)
+                await asyncio.Event().wait()  # until cancelled
             finally:
-                for task in senders:
-                    task.cancel()
-                await asyncio.gather(*senders, return_exceptions=True)
+                for receiver in self.receivers.values():
+                    await receiver.stop()
+                self._session = None
 
     async def _resume(self) -> None:
         """Queue what an earlier worker recorded but never posted."""
@@ -286,7 +310,7 @@ class WebhookNotifier:
                 "not resent (never twice for one decision)",
                 counts[outbox.SENDING],
             )
-        room = self.queue.maxsize - self.queue.qsize()
+        room = sum(r.room() for r in self.receivers.values())
         if counts.get(outbox.PENDING) and room > 0:
             left = await self.audit.run("webhook outbox", lambda s: outbox.pending(s, room))
             for notice in left:  # queued here already is harmless: only one claim succeeds
@@ -294,26 +318,15 @@ class WebhookNotifier:
             queued = await self._enqueue(left)
             log.info("resuming %d queued webhook notifications", queued)
 
-    async def _sender(self, session: aiohttp.ClientSession) -> None:
-        while True:
-            notice = await self.queue.get()
-            self._gauge()
-            try:
-                await self._send_one(session, notice)
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # noqa: BLE001 - one notice must never end the sender
-                log.exception("webhook for decision %s failed unexpectedly", notice.decision_id)
-
-    async def _send_one(self, session: aiohttp.ClientSession, notice: Notice) -> None:
+    async def _send_one(self, notice: Notice) -> None:
         key = notice.decision_id
         if not await self.audit.run("webhook claim", lambda s: outbox.claim(s, key)):
             return  # already posted, or another sender / worker has it
         url = self.targets.url_for(notice.agent_id)
-        if url is None:  # the agent's webhook was turned off since
+        if url is None or self._session is None:  # the agent's webhook was turned off since
             status, attempts, error = FAILED, 0, "no webhook URL for this agent"
         else:
-            status, attempts, error = await self._deliver(session, url, notice)
+            status, attempts, error = await self._deliver(self._session, url, notice)
         await self.audit.run(
             "webhook result", lambda s: outbox.finish(s, key, status, attempts, error)
         )
@@ -333,53 +346,31 @@ class WebhookNotifier:
     async def _deliver(
         self, session: aiohttp.ClientSession, url: str, notice: Notice
     ) -> tuple[str, int, str]:
-        """Post with capped exponential backoff; (status, attempts made, last error)."""
+        """Post, waiting between tries what the receiver asked (``Retry-After``, bounded) or
+        else a capped exponential backoff; (status, attempts made, last error)."""
         delay = self.backoff
         for attempt in range(1, self.attempts + 1):
-            retry, error = await self._post(session, url, notice)
-            if error is None:
+            result = await post_notice(session, url, notice, self.timeout, self.max_retry_after)
+            if result.error is None:
                 return SENT, attempt, ""
-            if not retry or attempt == self.attempts:
-                return FAILED, attempt, error
+            if not result.retry or attempt == self.attempts:
+                return FAILED, attempt, result.error
             if self.metrics is not None:
                 self.metrics.webhook_retry()
+            wait = delay if result.retry_after is None else result.retry_after
             log.info(
-                "webhook to %s for %s: %s; retry %d in %.1fs",
+                "webhook to %s for %s: %s; retry %d in %.1fs%s",
                 describe_url(url),
                 notice.decision_id,
-                error,
+                result.error,
                 attempt,
-                delay,
+                wait,
+                "" if result.retry_after is None else " (Retry-After)",
             )
-            await asyncio.sleep(delay)
+            await asyncio.sleep(wait)
             delay = min(delay * 2, self.max_backoff)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _post(
-        self, session: aiohttp.ClientSession, url: str, notice: Notice
-    ) -> tuple[bool, str | None]:
-        """One POST; (worth retrying, error or None when the endpoint took it)."""
-        headers = {
-            "Content-Type": "application/json; charset=utf-8",
-            DECISION_HEADER: quote(notice.decision_id, safe=":"),  # run ids may be any Unicode
-        }
-        try:
-            async with session.post(
-                url,
-                data=notice.body.encode("utf-8"),
-                headers=headers,
-                allow_redirects=False,
-                timeout=aiohttp.ClientTimeout(total=self.timeout),
-            ) as response:
-                await response.read()
-                if 200 <= response.status < 300:
-                    return False, None
-                retry = response.status >= 500 or response.status in RETRY_STATUSES
-                return retry, f"HTTP {response.status}"
-        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            message = str(exc).replace(url, describe_url(url))[:200]
-            return True, f"{type(exc).__name__}: {message}" if message else type(exc).__name__
-
     def _gauge(self) -> None:
         if self.metrics is not None:
-            self.metrics.set_webhook_queue(self.queue.qsize())
+            self.metrics.set_webhook_queue(self.queued())

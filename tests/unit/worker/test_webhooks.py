@@ -21,6 +21,7 @@ from streams.core.events import Action, Decision
 from streams.settings import Settings
 from streams.worker.audit_writer import AuditWriter
 from streams.worker.metrics import WorkerMetrics
+from streams.worker.webhook_queue import parse_retry_after
 from streams.worker.webhooks import (
     DECISION_HEADER,
     WebhookNotifier,
@@ -55,6 +56,7 @@ class Endpoint:
 
     statuses: list[int] = field(default_factory=list)
     hang: bool = False
+    retry_after: str | None = None  # sent with every answer that is not a 2xx
     posts: list[tuple[float, dict[str, str], Any]] = field(default_factory=list)
     server: TestServer | None = None
 
@@ -62,7 +64,9 @@ class Endpoint:
         self.posts.append((time.monotonic(), dict(request.headers), await request.json()))
         if self.hang:
             await asyncio.sleep(3600)
-        return web.Response(status=self.statuses.pop(0) if self.statuses else 200)
+        status = self.statuses.pop(0) if self.statuses else 200
+        headers = {"Retry-After": self.retry_after} if self.retry_after and status > 299 else {}
+        return web.Response(status=status, headers=headers)
 
     async def __aenter__(self) -> Endpoint:
         app = web.Application()
@@ -399,5 +403,93 @@ def test_an_unreachable_endpoint_is_retried_then_failed(db_url: str) -> None:
         with AuditStore(db_url) as store, store.engine.connect() as conn:
             error = conn.execute(outbox.select(outbox.WebhookDelivery.last_error)).scalar_one()
         assert "secret-token" not in error
+
+    run(scenario)
+
+
+# -- Retry-After and one queue per receiver (issue 26, item 9) ------------------------------
+
+
+def test_retry_after_is_read_as_seconds_or_an_http_date_and_bounded() -> None:
+    now = 1_700_000_000.0  # 2023-11-14 22:13:20 GMT
+    assert parse_retry_after("120", maximum=600) == 120
+    assert parse_retry_after("120") == 60  # MAX_RETRY_AFTER_S, the default bound
+    assert parse_retry_after("Tue, 14 Nov 2023 22:13:50 GMT", now=now) == 30
+    assert parse_retry_after("Tue, 14 Nov 2023 23:13:20 GMT", maximum=60, now=now) == 60
+    assert parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT", now=now) == 0  # already past
+    for unreadable in (None, "", "soon", "-5", "1.5", "Tue, 14 Nov 2023 22:13:50"):
+        assert parse_retry_after(unreadable, now=now) is None, unreadable
+
+
+@pytest.mark.parametrize(
+    ("status", "retry_after", "options"),
+    [
+        (429, "0", {}),
+        (503, "Wed, 21 Oct 2015 07:28:00 GMT", {}),  # a date already past: now
+        (503, "86400", {"max_retry_after": 0.01}),  # a day, bounded by the maximum
+    ],
+)
+def test_the_receivers_retry_after_replaces_the_backoff(
+    db_url: str, status: int, retry_after: str, options: dict[str, float]
+) -> None:
+    """The backoff here is an hour: the retry can only come this soon by the receiver's word."""
+
+    async def scenario() -> None:
+        async with Endpoint(statuses=[status], retry_after=retry_after) as endpoint:
+            notifier = notifier_for(endpoint.url, db_url, backoff=3600, max_backoff=3600, **options)
+            task = await running(notifier)
+            await notifier.submit([decision(1)])
+            await wait_until(
+                lambda: statuses(db_url).get(decision(1).decision_id, ("",))[0] == "sent"
+            )
+            await stop(task)
+        assert statuses(db_url) == {decision(1).decision_id: ("sent", 2)}
+        assert endpoint.ids() == [decision(1).decision_id] * 2
+
+    run(scenario)
+
+
+def test_a_receiver_that_keeps_failing_never_delays_the_others(db_url: str) -> None:
+    """It asks for an hour between tries (honoured, bounded at an hour here) and its notices
+    came first; every sender of a shared pool would be parked on it."""
+
+    async def scenario() -> None:
+        failing_endpoint = Endpoint(statuses=[503] * 100, retry_after="3600")
+        async with failing_endpoint as failing, Endpoint() as healthy:
+            targets = WebhookTargets(healthy.url, {"flaky": failing.url})
+            notifier = WebhookNotifier(
+                targets, AuditWriter(db_url), queue_size=5, max_retry_after=3600
+            )
+            task = await running(notifier)
+            flaky = [decision(i, agent_id="flaky", run_id="run-f") for i in range(10)]
+            assert await notifier.submit(flaky) == 5  # its own queue, full: the rest dropped
+            await wait_until(lambda: len(failing.posts) == 4)  # its 4 senders are waiting
+            fine = [decision(i) for i in range(5)]
+            assert await notifier.submit(fine) == 5
+            await wait_until(lambda: len(healthy.posts) == 5)
+            await wait_until(
+                lambda: all(statuses(db_url).get(d.decision_id, ("",))[0] == "sent" for d in fine)
+            )
+            assert len(failing.posts) == 4  # still parked on their Retry-After
+            await stop(task)
+        assert sorted(healthy.ids()) == sorted(d.decision_id for d in fine)
+
+    run(scenario)
+
+
+def test_a_receiver_that_hangs_never_delays_the_others_even_with_one_sender(db_url: str) -> None:
+    async def scenario() -> None:
+        async with Endpoint(hang=True) as stuck, Endpoint() as healthy:
+            targets = WebhookTargets(healthy.url, {"stuck": stuck.url})
+            notifier = WebhookNotifier(targets, AuditWriter(db_url), senders=1, timeout=3600)
+            task = await running(notifier)
+            await notifier.submit([decision(i, agent_id="stuck", run_id="run-s") for i in range(3)])
+            await wait_until(lambda: len(stuck.posts) == 1)
+            fine = [decision(i) for i in range(3)]
+            await notifier.submit(fine)
+            await wait_until(lambda: len(healthy.posts) == 3)
+            assert len(stuck.posts) == 1
+            await stop(task)
+        assert sorted(healthy.ids()) == sorted(d.decision_id for d in fine)
 
     run(scenario)
