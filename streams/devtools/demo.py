@@ -270,6 +270,9 @@ def _leave_running(broker: EmbeddedBroker, worker: WorkerProcess) -> bool:
     _say(f"  status   {status}")
     _say(f"  broker   {broker.url} (tansu, pid {broker.process.pid})")
     _say(f"  worker   pid {worker.process.pid}, log {DATA / 'worker.log'}")
+    another = [*_loopguard_command(), "worker", "--broker", broker.url, "--broker-profile", "tansu"]
+    another += ["--config", str(CONFIG_FILE), "--db", worker.db_url]
+    _say(f"another worker on it (yours to stop with Ctrl-C): {_shell(another)}")
     _say(f"stop both: {_shell([*_loopguard_command(), 'demo', '--stop'])} (from this folder)")
     return True
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -18,6 +19,8 @@ from pathlib import Path
 
 import pytest
 from services import chosen_brokers
+
+from streams.cli.main import build_parser
 
 pytestmark = [
     pytest.mark.integration,
@@ -113,6 +116,12 @@ def test_keep_running_serves_the_status_page_and_stop_ends_it(tmp_path: Path) ->
     stop = re.search(r"^stop both: (.+) demo --stop \(from this folder\)$", out, re.MULTILINE)
     assert status_url and stop, out
     assert stop.group(1) == LOOPGUARD
+    another = re.search(r"^another worker on it \(yours to stop with Ctrl-C\): (.+)$", out, re.M)
+    assert another, out
+    command = shlex.split(another.group(1))
+    assert command[0] == LOOPGUARD
+    parsed = build_parser().parse_args(command[1:])
+    assert (parsed.command, parsed.broker_profile) == ("worker", "tansu")
     left = processes_in(tmp_path)
     assert len(left) >= 2, left
     try:
