@@ -86,9 +86,14 @@ def mine(folder: Path, demo: Demo) -> list[int]:
     return [pid for pid in processes_in(folder) if pid != demo.process.pid]
 
 
-def test_ctrl_c_while_the_demo_starts_leaves_nothing(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "after",
+    ["  broker ", "  worker ", "== run pingpong-"],
+    ids=["broker started", "worker starting", "during a run"],
+)
+def test_ctrl_c_while_the_demo_runs_leaves_nothing(tmp_path: Path, after: str) -> None:
     demo = Demo(tmp_path)
-    demo.read_until("  broker ")  # the broker runs; the worker is about to start
+    demo.read_until(after)
     assert mine(tmp_path, demo), "the demo's broker should be running"
     demo.process.send_signal(signal.SIGINT)
     code, _, err = demo.finish()
