@@ -160,17 +160,18 @@ def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
 
 def run_runs(args: argparse.Namespace) -> int:
     hide = () if args.all or args.agent == CANARY_AGENT else (CANARY_AGENT,)
+    filters = {
+        "agent": args.agent,
+        "gateway": args.gateway,
+        "detector": args.detector,
+        "severity": args.severity,
+        "since_ms": args.since,
+        "until_ms": args.until,
+    }
     with read_trail(args.db) as store:
-        summaries = store.runs(
-            agent=args.agent,
-            gateway=args.gateway,
-            detector=args.detector,
-            severity=args.severity,
-            since_ms=args.since,
-            until_ms=args.until,
-            limit=args.limit + 1,  # one more than shown says whether the limit cut the list
-            exclude_agents=hide,
-        )
+        # One more than shown says whether the limit cut the list.
+        summaries = store.runs(**filters, limit=args.limit + 1, exclude_agents=hide)
+        hidden_only = not summaries and bool(hide) and bool(store.runs(**filters, limit=1))
     cut = len(summaries) > args.limit
     summaries = summaries[: args.limit]
     notice = f"showing the newest {args.limit} runs; more match (--limit N shows more)"
@@ -180,7 +181,8 @@ def run_runs(args: argparse.Namespace) -> int:
             print(f"loopguard runs: {notice}", file=sys.stderr)
         return EXIT_OK
     if not summaries:
-        print("no runs match")
+        hidden = f" but test loops of agent {CANARY_AGENT} (--all shows them)"
+        print(f"no runs match{hidden if hidden_only else ''}")
         return EXIT_OK
     for line in table(RUN_COLUMNS, [_run_row(s) for s in summaries]):
         print(line)

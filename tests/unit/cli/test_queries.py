@@ -215,6 +215,12 @@ def test_runs_hides_test_loops_unless_asked(filled, audit_store, capsys) -> None
     for flags in (["--all"], ["--agent", CANARY_AGENT]):
         _, out = cli(capsys, "runs", "--db", url, *flags)
         assert "canary-1" in out, flags
+    _, out = cli(
+        capsys, "runs", "--db", url, "--gateway", "gw-1", "--detector", "post_compaction_guard"
+    )
+    assert out.splitlines() == [
+        f"no runs match but test loops of agent {CANARY_AGENT} (--all shows them)"
+    ]
 
 
 def test_runs_take_human_times(filled, audit_store, capsys) -> None:
