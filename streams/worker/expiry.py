@@ -12,6 +12,12 @@ next events are queued, just not read yet), and their later events would then wa
 seq 1 that never comes again; event time alone would drop the live runs of a gateway whose
 clock runs late. A run that ended or was aborted only waits out a short grace period for
 stragglers and redeliveries.
+
+A run's event time counts at most its arrival time (the wall clock when this worker last saw
+it): a gateway that stamps events in the future (or garbage event times) would otherwise
+keep its runs "current" in event time until that future came, held in memory and in the
+compacted changelog across restarts. The watermark is capped at the wall clock too, so with
+both capped such a run ages like any other once it stops sending.
 """
 
 from __future__ import annotations
@@ -47,10 +53,12 @@ class RunExpiry:
         A run this worker has not touched yet (e.g. recovered from the changelog after a
         rebalance) starts its processing-time clock now.
         """
-        idle = now - self.last_touched.setdefault(run_id, now)
+        arrived = self.last_touched.setdefault(run_id, now)
+        idle = now - arrived
         if not active:
             return "ended" if idle > min(self.ended_grace, self.idle_ttl) else None
-        behind = (self.watermark_ms - last_event_time_ms) / 1000
+        event_time_ms = min(last_event_time_ms, int(arrived * 1000))  # never in the future
+        behind = (self.watermark_ms - event_time_ms) / 1000
         return "idle" if idle > self.idle_ttl and behind > self.idle_ttl else None
 
     def forget(self, run_id: Hashable) -> None:

@@ -69,3 +69,35 @@ def test_retain_forgets_runs_that_left_the_table() -> None:
         expiry.touch(key, T0)
     expiry.retain({b"b"})
     assert set(expiry.last_touched) == {b"b"}
+
+
+# -- expiry by arrival time (issue 26, item 7) ----------------------------------------------
+
+
+def test_a_run_dated_in_the_future_still_expires() -> None:
+    """Its event time counts as its arrival time: it ages with the wall clock."""
+    expiry = RunExpiry(TTL)
+    expiry.observe(ms(T0 + 86_400), T0)  # a gateway clock a day fast
+    expiry.touch(b"future", T0)
+    later = T0 + TTL + 1
+    expiry.observe(ms(later), later)  # other runs' events move the watermark on
+    assert expiry.reason(b"future", True, ms(T0 + 86_400), later) == "idle"
+
+
+def test_a_future_dated_run_recovered_after_a_restart_expires() -> None:
+    """From the changelog: never touched by this worker, its clock starts when first seen."""
+    expiry = RunExpiry(TTL)
+    expiry.observe(ms(T0), T0)
+    assert expiry.reason(b"future", True, ms(T0 + 10**9), T0) is None
+    later = T0 + TTL + 1
+    expiry.observe(ms(later), later)
+    assert expiry.reason(b"future", True, ms(T0 + 10**9), later) == "idle"
+
+
+def test_a_future_dated_run_that_keeps_sending_is_kept() -> None:
+    expiry = RunExpiry(TTL)
+    expiry.touch(b"future", T0)
+    later = T0 + TTL + 1
+    expiry.observe(ms(later), later)
+    expiry.touch(b"future", later - 1)  # still sending
+    assert expiry.reason(b"future", True, ms(T0 + 86_400), later) is None
