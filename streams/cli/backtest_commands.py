@@ -181,7 +181,7 @@ def _backtest(args: argparse.Namespace) -> int:
         source.describe(), args.config, baseline, stats, result, time.monotonic() - started
     )
     if args.json:
-        print(json.dumps(backtest_dict(done, code), ensure_ascii=False, indent=2))
+        print(json.dumps(backtest_dict(done, code), ensure_ascii=False))  # one JSON line
     else:
         print_backtest(done)
     return code
@@ -230,7 +230,7 @@ def _per_rule(args: argparse.Namespace) -> int:
         time.monotonic() - started,
     )
     if args.json:
-        print(json.dumps(per_rule_dict(done, code), ensure_ascii=False, indent=2))
+        print(json.dumps(per_rule_dict(done, code), ensure_ascii=False))  # one JSON line
     else:
         print_per_rule(done)
     return code

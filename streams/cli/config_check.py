@@ -140,7 +140,7 @@ def run_check(args: argparse.Namespace) -> int:
     warnings = fleet_warnings(fleet)
     if args.json:
         doc = {"config": args.file, "blocks": blocks, "warnings": warnings}
-        print(json.dumps(doc, ensure_ascii=False, indent=2, sort_keys=True))
+        print(json.dumps(doc, ensure_ascii=False, sort_keys=True))  # one JSON line (docs/cli.md)
         return EXIT_OK
     print(f"{args.file}: valid ({len(fleet.agent_blocks)} agent block(s))")
     for key, described in blocks.items():

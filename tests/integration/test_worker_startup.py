@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -58,7 +57,6 @@ def test_a_worker_refuses_topics_that_are_not_co_partitioned(broker, tmp_path, d
         )
     finally:
         admin.close()
-    started = time.monotonic()
     done = subprocess.run(
         [
             sys.executable,
@@ -89,4 +87,5 @@ def test_a_worker_refuses_topics_that_are_not_co_partitioned(broker, tmp_path, d
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
     assert f"topic {pipeline.settings.topics.control} has 2 partitions" in lines[0]
-    assert time.monotonic() - started < 10
+    # Refused before the Faust app was built: no table state, no consumer group joined.
+    assert not Path(tmp_path, "data").exists()

@@ -74,6 +74,7 @@ def test_against_the_audit_trail_text_and_json(traffic: dict, capsys) -> None:
 
     code, out, _ = backtest(capsys, *args, "--json", "--progress", "0")
     assert code == EXIT_OK
+    assert len(out.splitlines()) == 1, "--json prints one JSON line (docs/cli.md)"
     doc = json.loads(out)
     assert doc["baseline"]["kind"] == "audit_trail"
     assert doc["runs_compared"] == 2 and doc["events"] == sum(

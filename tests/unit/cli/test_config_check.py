@@ -50,7 +50,9 @@ def test_check_shows_each_blocks_per_tool_settings(tmp_path, capsys):
 def test_check_json_for_one_agent(tmp_path, capsys):
     path = write(tmp_path, FLEET)
     assert main(["config", "check", path, "--agent", "coder", "--json"]) == EXIT_OK
-    doc = json.loads(capsys.readouterr().out)
+    out = capsys.readouterr().out
+    assert len(out.splitlines()) == 1, "--json prints one JSON line (docs/cli.md)"
+    doc = json.loads(out)
     assert list(doc["blocks"]) == ["coder"]
     assert doc["blocks"]["coder"]["perTool"]["web_fetch"] == {
         "warningThreshold": 10,

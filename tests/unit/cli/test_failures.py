@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -76,23 +76,21 @@ def test_a_closed_pipe_is_quiet(audit_store) -> None:
     ],
 )
 def test_an_unreachable_broker_fails_fast_in_one_line(args, tmp_path: Path) -> None:
+    """Commands give up after their own 3 s (cli.common.COMMAND_BOOTSTRAP_TIMEOUT_MS), whatever
+    a long-lived client's setting says: with an hour in LOOPGUARD_BOOTSTRAP_TIMEOUT_MS, a
+    command that honoured it would still be waiting when the subprocess guard ends it."""
     argv = [a.replace("{tmp}", str(tmp_path)) for a in args] + ["--broker", UNREACHABLE]
     if args[0] == "replay":
         argv += ["--db", f"sqlite:///{tmp_path}/audit.db"]
-    started = time.monotonic()
     done = subprocess.run(
         [sys.executable, "-m", "streams.cli.main", *argv],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=120,  # a hang guard, far below the hour a long-lived client would wait
         cwd=tmp_path,
+        env={**os.environ, "LOOPGUARD_BOOTSTRAP_TIMEOUT_MS": "3600000"},
     )
-    elapsed = time.monotonic() - started
     assert done.returncode == EXIT_ERROR
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "127.0.0.1:1" in lines[0] and "--broker" in lines[0], lines
-    # Kafka clients give up after 3 s (cli.common.COMMAND_BOOTSTRAP_TIMEOUT_MS); the rest is
-    # Python starting on a busy 2-core machine (17-21 s seen under CI-like load). A long-lived
-    # client's 30 s default (Settings.bootstrap_timeout_ms) could not finish under 25 s.
-    assert elapsed < 25, elapsed
     assert [p.name for p in tmp_path.iterdir()] == []
