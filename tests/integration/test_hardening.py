@@ -1,15 +1,17 @@
-"""Issue 26 on the real broker: bounded work per bad record (item 6).
+"""Issue 26 on the real broker: bounded work per bad record (item 6), bounded memory (item 7).
 
 Unknown schema fingerprints used to cost a full read of the schemas topic each, on the guard
 path: 200 junk records in front of a looping run held its abort for 47 s. Now the topic is read
 incrementally and misses are cached, so the work per bad record is bounded and the run behind
-the junk is still aborted.
+the junk is still aborted. A run dated in the future never expired; now it expires by arrival
+time.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from pathlib import Path
 
@@ -146,3 +148,39 @@ def test_junk_schema_ids_ahead_of_a_looping_run_do_not_hold_its_abort(
         while store.dead_letter_count() < JUNK and time.monotonic() < deadline:
             time.sleep(0.1)
         assert store.dead_letter_count() == JUNK
+
+
+def test_a_run_dated_in_the_future_expires_in_a_real_worker(
+    pipeline_factory, tmp_path: Path
+) -> None:
+    """One partition, so a clock run's in-time verdicts mean the future-dated run before it
+    was applied; the clock run keeps sending (moving the watermark on) until the worker's
+    expiry sweep (every 10 s) reports an idle run gone: the future-dated one, since the clock
+    run is the newest and the readiness canary ended."""
+    pipeline = _sqlite_pipeline(pipeline_factory, tmp_path, config=ENABLED, partitions=1)
+    pipeline.start_worker(LOOPGUARD_RUN_IDLE_TTL="1")
+    client = pipeline.client(wait_budget_ms=IN_TIME_BUDGET_MS)
+    pipeline.wait_ready(client)
+
+    run_id = "from-the-future"
+    tomorrow = int(time.time() * 1000) + 86_400_000
+    producer = KafkaProducer(bootstrap_servers=pipeline.broker.bootstrap)
+    topic = pipeline.settings.topics.events
+    for event in (
+        ToolCall(Envelope(run_id, "a", "g", 1, tomorrow), "exec", "{}"),
+        ToolResult(Envelope(run_id, "a", "g", 2, tomorrow), "exec", "{}", '"x"'),
+    ):
+        producer.send(topic, key=run_id.encode(), value=encode_event(event))
+    producer.flush()
+    producer.close()
+
+    idle_expired = re.compile(r"expired \d+ runs \([^)]*\b\d+ idle")
+    clock = client.start_run("clock")
+    deadline = time.monotonic() + 90
+    step = 0
+    while not idle_expired.search(pipeline.worker_logs(tail=10**7)):
+        assert time.monotonic() < deadline, pipeline.worker_logs()
+        step += 1
+        clock.before_tool("read_file", {"path": f"f{step}"})
+        clock.after_tool("read_file", {"path": f"f{step}"}, result={"text": str(step)})
+    clock.end()
