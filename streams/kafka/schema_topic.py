@@ -119,6 +119,12 @@ class SchemaTopic:
             self._missed.popitem(last=False)
         return False
 
+    def known_missing(self, fingerprint: bytes) -> bool:
+        """True when a recent lookup did not find ``fingerprint`` (no I/O, no lock): a caller
+        on the guard path can dead-letter at once instead of handing the lookup to a thread."""
+        missed_at = self._missed.get(fingerprint)
+        return missed_at is not None and time.monotonic() - missed_at < self.retry_after
+
     def missed(self) -> int:
         """Fingerprints currently cached as not published (bounded by ``max_missed``)."""
         return len(self._missed)
@@ -153,7 +159,8 @@ class SchemaTopic:
         consumer = group_less_consumer(self.bootstrap_servers, **self.kafka_options)
         tps = all_partitions(consumer, self.topic)
         if not tps:
-            consumer.close()  # no gateway published yet: nothing to find
+            consumer.close()  # no gateway published yet: nothing to find, ask again later
+            self._unavailable_until = time.monotonic() + self.retry_after
             return None
         consumer.assign(tps)
         for tp in tps:

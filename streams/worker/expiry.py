@@ -22,6 +22,7 @@ both capped such a run ages like any other once it stops sending.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 
@@ -60,6 +61,13 @@ class RunExpiry:
         event_time_ms = min(last_event_time_ms, int(arrived * 1000))  # never in the future
         behind = (self.watermark_ms - event_time_ms) / 1000
         return "idle" if idle > self.idle_ttl and behind > self.idle_ttl else None
+
+    def least_recent(self, n: int) -> list[Hashable]:
+        """The ``n`` runs this worker saw longest ago (oldest first): whom a cap on the runs
+        held would drop first, when the table grows past it."""
+        if n <= 0:
+            return []
+        return heapq.nsmallest(n, self.last_touched, key=self.last_touched.__getitem__)
 
     def forget(self, run_id: Hashable) -> None:
         self.last_touched.pop(run_id, None)

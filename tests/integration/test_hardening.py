@@ -75,6 +75,7 @@ def test_unknown_fingerprints_read_the_schemas_topic_once_not_once_each(
         # Every record of the topic was read once, whatever the number of lookups.
         assert registry.registered == 30
         assert schemas.missed() == 50  # the negative cache is bounded: the newest 50
+        assert schemas.known_missing(junk[-1]) and not schemas.known_missing(junk[0])
         # The newest junk again: answered from the negative cache, no fetch at all.
         fetches = schemas.fetches
         assert not any(schemas.resolve(fp) for fp in junk[-20:])

@@ -101,3 +101,12 @@ def test_a_future_dated_run_that_keeps_sending_is_kept() -> None:
     expiry.observe(ms(later), later)
     expiry.touch(b"future", later - 1)  # still sending
     assert expiry.reason(b"future", True, ms(T0 + 86_400), later) is None
+
+
+def test_least_recent_names_the_runs_seen_longest_ago() -> None:
+    expiry = RunExpiry(TTL)
+    for i, key in enumerate((b"c", b"a", b"d", b"b")):
+        expiry.touch(key, T0 + i)
+    expiry.touch(b"c", T0 + 10)  # seen again: now the most recent
+    assert expiry.least_recent(2) == [b"a", b"d"]
+    assert expiry.least_recent(0) == [] and len(expiry.least_recent(10)) == 4
