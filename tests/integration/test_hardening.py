@@ -137,6 +137,7 @@ def test_junk_schema_ids_ahead_of_a_looping_run_do_not_hold_its_abort(
         producer.send(topic, key=run_id.encode(), value=encode_event(event))
     producer.flush()
     producer.close()
+    sent_at = time.monotonic()
 
     # Before: 200 full reads of the schemas topic (47 s in the probe) held the abort;
     # the gateway's own verdict budget is what we wait, doubled.
@@ -144,6 +145,7 @@ def test_junk_schema_ids_ahead_of_a_looping_run_do_not_hold_its_abort(
         run_id, lambda ds: len(ds) >= 1, timeout=2 * IN_TIME_BUDGET_MS / 1000
     )
     assert [d.error_code for d in received] == ["compaction_loop_persisted"], pipeline.worker_logs()
+    print(f"abort behind {JUNK} junk records: {time.monotonic() - sent_at:.2f} s after the send")
     deadline = time.monotonic() + 60
     with pipeline.store() as store:
         while store.dead_letter_count() < JUNK and time.monotonic() < deadline:
