@@ -247,6 +247,9 @@ class Pipeline:
         return worker
 
     def client(self, gateway_id: str = "gw-test", **options: Any) -> GatewayClient:
+        # tansu holds a fetch for its whole wait even when decisions arrive: use the profile's
+        # short wait there; Kafka answers at once, so the client's default only paces idling.
+        options.setdefault("fetch_max_wait_ms", min(20, self.settings.fetch_max_wait_ms))
         client = GatewayClient(
             self.broker.bootstrap, gateway_id, topics=self.settings.topics, **options
         )

@@ -40,7 +40,7 @@ from streams.devtools.embedded_broker import EmbeddedBroker, free_port, port_in_
 from streams.devtools.worker_process import CANARY_AGENT, WorkerProcess, wait_until_processing
 from streams.gateway.client import GatewayClient, GatewayRun, RunAborted
 from streams.kafka.topics import ensure_topics
-from streams.settings import DEFAULT_DB_URL, Settings, redact_url
+from streams.settings import DEFAULT_DB_URL, PROFILES, Settings, redact_url
 
 CONFIG_FILE = DATA / "demo-config.json"
 DEMO_CONFIG = {"tools": {"loopDetection": {"enabled": True}}}
@@ -231,6 +231,8 @@ def run_demo(db_url: str, keep_running: bool = False, web_port: int | None = Non
                 gateway_id="demo-gw",
                 wait_budget_ms=WAIT_BUDGET_MS,
                 fail_mode="closed",
+                # tansu holds a fetch for its whole wait, even when decisions arrive
+                fetch_max_wait_ms=PROFILES["tansu"].fetch_max_wait_ms,
             )
             wait_until_processing(client, workers=[worker])
             _say(

@@ -36,6 +36,7 @@ CYCLES = 26
 # Event indexes where each run's stream is cut; with 26 identical cycles the first phase
 # ends in warnings, the second in a block and the third in aborts.
 CUTS = (30, 42)
+DURABLE_FETCH_WAIT_MS = 20
 
 
 @pytest.fixture
@@ -60,7 +61,13 @@ def restart_pipeline(
         store.migrate()
     pipeline = Pipeline(durable_broker, db_url, tmp_path, config=ENABLED).setup()
     try:
-        client = pipeline.start_ready()
+        # This tansu keeps every partition in one moto S3 process, which lists a partition's
+        # objects for each fetch: at the profile's 5 ms fetch wait, the worker's and the
+        # gateway's idle fetches (hundreds a second) leave it too slow to bring the broker
+        # back within the test's deadlines. 20 ms each, as the profile had before.
+        pipeline.start_worker(LOOPGUARD_FETCH_MAX_WAIT_MS=str(DURABLE_FETCH_WAIT_MS))
+        client = pipeline.client(fetch_max_wait_ms=DURABLE_FETCH_WAIT_MS)
+        pipeline.wait_ready(client)
         try:
             yield pipeline, client
         except Exception:  # the test failed: its worker's log says why
