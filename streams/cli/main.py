@@ -9,8 +9,11 @@ describes every command.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import faulthandler
 import logging
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from importlib import metadata
@@ -86,6 +89,10 @@ COMMANDS = {
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # `kill -USR1 PID`: every thread's stack on stderr, for a stuck command (not where stderr
+    # is no file, e.g. captured in a test).
+    with contextlib.suppress(AttributeError, OSError, ValueError):
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
     level = logging.INFO if args.command in LOGGING_COMMANDS else logging.WARNING
     logging.basicConfig(level=level, format="%(asctime)s %(name)s %(message)s")
     # Kafka clients are chatty at INFO; LOOPGUARD_CLIENT_LOGLEVEL=info brings them back.

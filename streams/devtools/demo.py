@@ -216,15 +216,17 @@ def run_demo(db_url: str, keep_running: bool = False, web_port: int | None = Non
     )
     client: GatewayClient | None = None
     kept = False
-    with stopped_on_exit([worker, broker], kept=lambda: kept):
+    with stopped_on_exit([worker, broker], kept=lambda: kept) as stop:
         try:
             migrate(db_url)
             broker.start()
+            stop.check()
             _say("  broker   tansu, embedded, memory storage (its topics go when the demo ends)")
             _say(f"  audit    {redact_url(db_url)}")
             ensure_topics(Settings.for_profile("tansu", broker=broker.url, partitions=4))
             worker.broker = broker.url
             worker.start()
+            stop.check()
             _say(f"  worker   1 process, log {DATA / 'worker.log'}")
             client = GatewayClient(
                 broker.bootstrap,
@@ -234,7 +236,9 @@ def run_demo(db_url: str, keep_running: bool = False, web_port: int | None = Non
                 # tansu holds a fetch for its whole wait, even when decisions arrive
                 fetch_max_wait_ms=PROFILES["tansu"].fetch_max_wait_ms,
             )
-            wait_until_processing(client, workers=[worker])
+            stop.check()
+            wait_until_processing(client, workers=[worker], interrupted=stop.requested)
+            stop.check()
             _say(
                 f"  ready    the worker caught a test loop (agent {CANARY_AGENT}; "
                 "`loopguard runs --all` lists it)"
@@ -243,8 +247,12 @@ def run_demo(db_url: str, keep_running: bool = False, web_port: int | None = Non
                 f"  gateway  before each tool call, waits (up to {WAIT_BUDGET_MS // 1000} s) "
                 "until the worker has seen the run so far"
             )
-            played = [_play(client, worker, scenario, tag) for scenario in SCENARIOS]
+            played: list[Played] = []
+            for scenario in SCENARIOS:
+                played.append(_play(client, worker, scenario, tag))
+                stop.check()
             ok = _summary(client, played, db_url)
+            stop.check()
             _hint(played, db_url, broker if keep_running else None)
             if keep_running:
                 kept = _leave_running(broker, worker)

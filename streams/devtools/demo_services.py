@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import signal
 import sys
@@ -53,15 +54,35 @@ def _signal_group(pid: int, sig: int) -> None:
             os.kill(pid, sig)
 
 
+@dataclass
+class StopRequest:
+    """What the demo's signal handler saw; the body checks it between steps. The handler
+    never raises into whatever the main thread runs: a KeyboardInterrupt raised inside
+    kafka-python's I/O loop (a client connecting) is caught there as a task's error and
+    leaves the client waiting forever, so the demo hung on Ctrl-C (2 of 3 runs under load)."""
+
+    signals: int = 0
+    stopping: bool = False
+
+    def requested(self) -> bool:
+        return self.signals > 0
+
+    def check(self) -> None:
+        if self.signals:
+            raise KeyboardInterrupt
+
+
 @contextlib.contextmanager
-def stopped_on_exit(processes: list[Any], kept: Callable[[], bool]) -> Iterator[None]:
+def stopped_on_exit(processes: list[Any], kept: Callable[[], bool]) -> Iterator[StopRequest]:
     """Run the demo's body; on the way out stop ``processes`` (objects with ``process`` and
     ``stop()``, in order) unless ``kept()`` says they stay.
 
-    The first Ctrl-C, SIGTERM or SIGHUP ends the body as Ctrl-C does (KeyboardInterrupt);
-    any further one, or one while the processes are being stopped, kills them at once and
-    never interrupts the clean-up itself."""
-    state = {"signals": 0, "stopping": False}
+    The first Ctrl-C, SIGTERM or SIGHUP ends the body at its next step (its
+    :meth:`StopRequest.check` raises KeyboardInterrupt there); any further one, or one while
+    the processes are being stopped, kills them at once and never interrupts the clean-up.
+    While they stop, Kafka client errors (the demo gateway's, as its broker goes) are not
+    news: they stay out of the output."""
+    state = StopRequest()
 
     def kill_now() -> None:
         for item in processes:
@@ -69,18 +90,17 @@ def stopped_on_exit(processes: list[Any], kept: Callable[[], bool]) -> Iterator[
                 _signal_group(item.process.pid, signal.SIGKILL)
 
     def on_signal(_signum: int, _frame: FrameType | None) -> None:
-        state["signals"] += 1
-        if state["signals"] == 1 and not state["stopping"]:
-            raise KeyboardInterrupt
-        if not kept():
+        state.signals += 1
+        if (state.signals > 1 or state.stopping) and not kept():
             kill_now()
 
     watched = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     previous = {sig: signal.signal(sig, on_signal) for sig in watched}
     try:
-        yield
+        yield state
     finally:
-        state["stopping"] = True
+        state.stopping = True
+        logging.getLogger("kafka").setLevel(logging.CRITICAL)
         try:
             if not kept():
                 for item in processes:

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -93,9 +93,15 @@ class WorkerProcess:
 
 
 def wait_until_processing(
-    client: GatewayClient, timeout: float = 90.0, workers: Sequence[WorkerProcess] = ()
+    client: GatewayClient,
+    timeout: float = 90.0,
+    workers: Sequence[WorkerProcess] = (),
+    interrupted: Callable[[], bool] = lambda: False,
 ) -> str:
     """Send a canary run and wait for its post-compaction abort; returns the run id.
+
+    ``interrupted`` (the demo's Ctrl-C) is asked every second: True ends the wait with
+    KeyboardInterrupt.
 
     Fails early with the worker's exit code when a watched worker process dies meanwhile.
     """
@@ -109,6 +115,8 @@ def wait_until_processing(
     run.end("canary")
     deadline = time.monotonic() + timeout
     while True:
+        if interrupted():
+            raise KeyboardInterrupt
         for worker in workers:
             if not worker.alive:
                 code = worker.process.returncode if worker.process else None

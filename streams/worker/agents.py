@@ -227,6 +227,10 @@ class WorkerAgents:
         try:
             return decode_event(value, parts.registry, max_size=limit)
         except UnknownSchemaError as exc:
+            # A fingerprint looked up in vain moments ago is dead-lettered at once: junk ids
+            # cost no thread hop and no broker round trip each (streams/kafka/schema_topic.py).
+            if parts.schema_topic.known_missing(exc.fingerprint):
+                raise
             if not await asyncio.to_thread(parts.schema_topic.resolve, exc.fingerprint):
                 raise
             return decode_event(value, parts.registry, max_size=limit)

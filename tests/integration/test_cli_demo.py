@@ -7,6 +7,7 @@ depends on the demo reporting its own children."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shlex
@@ -29,6 +30,7 @@ pytestmark = [
 
 LOOPGUARD = str(Path(sys.executable).parent / "loopguard")
 DEMO_TIMEOUT = 300.0
+STOP_TIMEOUT = 90.0  # after Ctrl-C: a worker's stop takes up to 20 s before it is killed
 
 
 def processes_in(folder: Path) -> list[int]:
@@ -77,8 +79,18 @@ class Demo:
                 return line
         raise AssertionError(f"the demo ended before {prefix!r}:\n" + "\n".join(self.lines))
 
-    def finish(self) -> tuple[int, str, str]:
-        out, err = self.process.communicate(timeout=DEMO_TIMEOUT)
+    def finish(self, timeout: float = DEMO_TIMEOUT) -> tuple[int, str, str]:
+        try:
+            out, err = self.process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:  # where it hangs: the demo dumps its threads
+            self.process.send_signal(signal.SIGUSR1)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(timeout=5)
+            self.process.kill()
+            out, err = self.process.communicate()
+            raise AssertionError(
+                f"the demo did not end in {timeout:.0f} s:\n{err[-20000:]}"
+            ) from None
         return self.process.returncode, "\n".join([*self.lines, out]), err
 
 
@@ -96,8 +108,8 @@ def test_ctrl_c_while_the_demo_runs_leaves_nothing(tmp_path: Path, after: str) -
     demo.read_until(after)
     assert mine(tmp_path, demo), "the demo's broker should be running"
     demo.process.send_signal(signal.SIGINT)
-    code, _, err = demo.finish()
-    assert code == 130 and "Traceback" not in err
+    code, _, err = demo.finish(timeout=STOP_TIMEOUT)
+    assert code == 130 and "Traceback" not in err, err
     wait_until(lambda: not processes_in(tmp_path), "the demo's processes to end")
 
 
@@ -108,7 +120,7 @@ def test_ctrl_c_twice_while_the_demo_stops_leaves_nothing(tmp_path: Path) -> Non
     assert len(started) >= 2, started  # the broker and the worker
     demo.process.send_signal(signal.SIGINT)
     demo.process.send_signal(signal.SIGINT)
-    code, _, err = demo.finish()
+    code, _, err = demo.finish(timeout=STOP_TIMEOUT)
     assert code in (0, 130) and "Traceback" not in err, err
     wait_until(lambda: not processes_in(tmp_path), "the demo's processes to end")
 
