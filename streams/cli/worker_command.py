@@ -2,10 +2,11 @@
 start itself.
 
 Before Faust is involved the command refuses, each in one line naming the flag that fixes it:
-an unusable database URL, a web port that is taken, a broker that refuses the transactions
-the profile needs (tansu under the kafka profile), an events topic with another partition
-count than ``--partitions`` says. The audit schema is migrated here too, so a fresh worker's
-status page shows a working database before its first decision.
+an invalid config (checked before anything touches the broker), an unusable database URL, a
+web port that is taken, a broker that refuses the transactions the profile needs (tansu under
+the kafka profile), an events topic with another partition count than ``--partitions`` says.
+The audit schema is migrated here too, so a fresh worker's status page shows a working
+database before its first decision.
 """
 
 from __future__ import annotations
@@ -112,6 +113,7 @@ def run_worker(args: argparse.Namespace) -> int:
     os.environ.update(_environment(args))
     from streams.cli.broker_checks import partitions_mismatch, profile_mismatch
     from streams.core.config import ConfigError
+    from streams.core.fleet import load_fleet_config
     from streams.devtools.embedded_broker import port_in_use
     from streams.settings import Settings
     from streams.worker.bootstrap import build_worker
@@ -119,6 +121,9 @@ def run_worker(args: argparse.Namespace) -> int:
 
     settings = Settings.from_env()
     try:
+        # The config first: a mistake in it is refused before anything touches the broker
+        # (no topic is created for a worker that would not start).
+        load_fleet_config(settings.config_file)
         database = check_database_url(settings)
         if settings.web_enabled and port_in_use(settings.web_bind, settings.web_port):
             raise StartupError(

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from core_helpers import Run, loop_guard
 
-from streams.cli.common import EXIT_ERROR
+from streams.cli.common import EXIT_ERROR, EXIT_USAGE
 from streams.cli.main import EXIT_BROKEN_PIPE, main
 
 UNREACHABLE = "kafka://127.0.0.1:1"
@@ -94,3 +94,23 @@ def test_an_unreachable_broker_fails_fast_in_one_line(args, tmp_path: Path) -> N
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "127.0.0.1:1" in lines[0] and "--broker" in lines[0], lines
     assert [p.name for p in tmp_path.iterdir()] == []
+
+
+def test_a_worker_refuses_a_bad_config_before_it_touches_the_broker(tmp_path: Path) -> None:
+    """The config is checked first: with an unreachable broker, the one line is about the
+    config's typo, not the broker, and no database file is created either."""
+    config = tmp_path / "fleet.json5"
+    config.write_text("{tools: {loopDetecton: {enabled: true}}}")
+    done = subprocess.run(
+        [sys.executable, "-m", "streams.cli.main", "worker", "--broker", UNREACHABLE,
+         "--config", str(config), "--db", f"sqlite:///{tmp_path}/audit.db"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )  # fmt: skip
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == EXIT_USAGE, done.stderr
+    assert len(lines) == 1 and lines[0].startswith("loopguard worker: invalid config: "), lines
+    assert 'did you mean "loopDetection"?' in lines[0]
+    assert [p.name for p in tmp_path.iterdir()] == ["fleet.json5"]
