@@ -11,6 +11,10 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import asdict, dataclass, field
+from typing import Literal, cast
+
+Guarantee = Literal["at_least_once", "exactly_once"]  # Faust's processing guarantees
+GUARANTEES: tuple[Guarantee, ...] = ("at_least_once", "exactly_once")
 
 DEFAULT_DB_URL = "sqlite:///loopguard-data/audit.db"
 
@@ -53,7 +57,7 @@ class BrokerProfile:
     min_insync_replicas: int
     producer_max_batch: int  # bytes per producer batch (Faust's producer_max_batch_size)
     fetch_max_wait_ms: int
-    processing_guarantee: str  # Faust's: at_least_once | exactly_once
+    processing_guarantee: Guarantee
 
 
 PROFILES = {
@@ -104,7 +108,7 @@ class Settings:
     # every commit's successor meets CONCURRENT_TRANSACTIONS while the markers are written).
     transaction_retry_backoff_ms: int = 5
     producer_max_batch: int = PROFILES["kafka"].producer_max_batch
-    processing_guarantee: str = PROFILES["kafka"].processing_guarantee
+    processing_guarantee: Guarantee = PROFILES["kafka"].processing_guarantee
     fast_handoff: bool = True
     security_protocol: str = "PLAINTEXT"
     sasl_mechanism: str = ""
@@ -137,12 +141,21 @@ class Settings:
         return cls(**{**defaults, **overrides})  # type: ignore[arg-type]
 
     @classmethod
-    def from_env(cls) -> Settings:
-        profile = PROFILES.get(_env("BROKER_PROFILE", "kafka"))
+    def from_env(cls, profile_name: str | None = None) -> Settings:
+        """The settings the ``LOOPGUARD_*`` variables give, on ``profile_name``'s defaults
+        (the worker's ``--broker-profile``) or else ``LOOPGUARD_BROKER_PROFILE``'s."""
+        chosen = profile_name or _env("BROKER_PROFILE", "kafka")
+        profile = PROFILES.get(chosen)
         if profile is None:
             raise ValueError(
-                f"LOOPGUARD_BROKER_PROFILE={_env('BROKER_PROFILE', '')!r} is not a broker "
-                f"profile (choose {' or '.join(PROFILES)})"
+                f"broker profile {chosen!r} is not one (choose {' or '.join(PROFILES)}; "
+                "LOOPGUARD_BROKER_PROFILE or --broker-profile)"
+            )
+        guarantee = _env("PROCESSING_GUARANTEE", profile.processing_guarantee)
+        if guarantee not in GUARANTEES:
+            raise ValueError(
+                f"LOOPGUARD_PROCESSING_GUARANTEE={guarantee!r} is not a processing guarantee "
+                f"(choose {' or '.join(GUARANTEES)})"
             )
         return cls(
             profile=profile.name,
@@ -173,7 +186,7 @@ class Settings:
                 "TRANSACTION_RETRY_BACKOFF_MS", cls.transaction_retry_backoff_ms
             ),
             producer_max_batch=_int("PRODUCER_MAX_BATCH", profile.producer_max_batch),
-            processing_guarantee=_env("PROCESSING_GUARANTEE", profile.processing_guarantee),
+            processing_guarantee=cast(Guarantee, guarantee),
             fast_handoff=_int("FAST_HANDOFF", int(cls.fast_handoff)) != 0,
             security_protocol=_env("SECURITY_PROTOCOL", cls.security_protocol),
             sasl_mechanism=_env("SASL_MECHANISM", ""),

@@ -15,9 +15,11 @@ import argparse
 import logging
 import os
 import sys
+from dataclasses import replace
 from typing import Any
 
 from streams.cli.common import EXIT_ERROR, EXIT_OK, EXIT_USAGE, add_db_arg, add_topic_args
+from streams.settings import Settings, Topics
 
 log = logging.getLogger("loopguard.worker")
 
@@ -74,24 +76,26 @@ def add_worker_parser(sub: Any) -> argparse.ArgumentParser:
     return worker
 
 
-def _environment(args: argparse.Namespace) -> dict[str, str]:
-    env = {
-        "LOOPGUARD_BROKER": args.broker,
-        "LOOPGUARD_DB_URL": args.db,
-        "LOOPGUARD_APP_ID": args.app_id,
-        "LOOPGUARD_TOPIC_PREFIX": args.topic_prefix,
-        "LOOPGUARD_BROKER_PROFILE": args.broker_profile,
+def worker_settings(args: argparse.Namespace, partitions: int | None = None) -> Settings:
+    """The worker's settings: the ``LOOPGUARD_*`` variables on the ``--broker-profile``'s
+    defaults, with the flags on top; one source of defaults, no round trip through the
+    environment. ``partitions`` is the count adopted from existing topics."""
+    settings = Settings.from_env(args.broker_profile)
+    flags: dict[str, Any] = {
+        "broker": args.broker,
+        "db_url": args.db,
+        "app_id": args.app_id,
+        "topics": Topics.with_prefix(args.topic_prefix),
     }
     if args.config:
-        env["LOOPGUARD_CONFIG"] = args.config
-    if args.partitions:
-        env["LOOPGUARD_PARTITIONS"] = str(args.partitions)
+        flags["config_file"] = args.config
+    if partitions or args.partitions:
+        flags["partitions"] = partitions or args.partitions
     if args.web_port:
-        env["LOOPGUARD_WEB"] = "1"
-        env["LOOPGUARD_WEB_PORT"] = str(args.web_port)
+        flags.update(web_enabled=True, web_port=args.web_port)
     if args.data_dir:
-        env["LOOPGUARD_DATA_DIR"] = args.data_dir
-    return env
+        flags["data_dir"] = args.data_dir
+    return replace(settings, **flags)
 
 
 def _migrate_at_start(db_url: str, reachable: bool) -> None:
@@ -110,16 +114,18 @@ def _migrate_at_start(db_url: str, reachable: bool) -> None:
 
 def run_worker(args: argparse.Namespace) -> int:
     explicit_partitions = bool(args.partitions) or "LOOPGUARD_PARTITIONS" in os.environ
-    os.environ.update(_environment(args))
     from streams.cli.broker_checks import partitions_mismatch, profile_mismatch
     from streams.core.config import ConfigError
     from streams.core.fleet import load_fleet_config
     from streams.devtools.embedded_broker import port_in_use
-    from streams.settings import Settings
     from streams.worker.bootstrap import build_worker
     from streams.worker.startup import StartupError, check_database_url, prepare_topics
 
-    settings = Settings.from_env()
+    try:
+        settings = worker_settings(args)
+    except ValueError as exc:  # a LOOPGUARD_* variable that is not a value it takes
+        print(f"loopguard worker: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     try:
         # The config first: a mistake in it is refused before anything touches the broker
         # (no topic is created for a worker that would not start).
@@ -138,8 +144,7 @@ def run_worker(args: argparse.Namespace) -> int:
             raise StartupError(error)
         if adopted is not None:
             log.info("using the events topic's %d partitions (--partitions not given)", adopted)
-            os.environ["LOOPGUARD_PARTITIONS"] = str(adopted)
-            settings = Settings.from_env()
+            settings = worker_settings(args, partitions=adopted)
         prepare_topics(settings)
         _migrate_at_start(settings.db_url, reachable=database == "ok")
         app = build_worker(settings)
