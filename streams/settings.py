@@ -1,7 +1,8 @@
 """Worker settings, read from ``LOOPGUARD_*`` environment variables.
 
 The worker is built from one :class:`Settings` (:func:`streams.worker.bootstrap.build_worker`);
-the CLI turns its flags into these variables, compose files and tests set them directly.
+``loopguard worker`` puts its flags on top of them (``worker_settings`` in the CLI), compose
+files and tests set the variables directly.
 Secrets (SASL password, database URL with a password) are never logged:
 :meth:`Settings.redacted` is what goes to the log.
 """
