@@ -313,8 +313,9 @@ class WebhookNotifier:
         room = sum(r.room() for r in self.receivers.values())
         if counts.get(outbox.PENDING) and room > 0:
             left = await self.audit.run("webhook outbox", lambda s: outbox.pending(s, room))
-            for notice in left:  # queued here already is harmless: only one claim succeeds
-                self._first_time(notice.decision_id)
+            # Not what this worker queued itself meanwhile (a submit before the senders
+            # started): queued twice, it found its own queue full and was marked dropped.
+            left = [notice for notice in left if self._first_time(notice.decision_id)]
             queued = await self._enqueue(left)
             log.info("resuming %d queued webhook notifications", queued)
 
