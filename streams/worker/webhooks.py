@@ -213,6 +213,7 @@ class WebhookNotifier:
         self.receivers = {url: ReceiverQueue(url, queue_size, senders) for url in targets.urls()}
         self._remember = remember
         self._seen: OrderedDict[str, None] = OrderedDict()  # decision ids already handled
+        self._queued: OrderedDict[str, None] = OrderedDict()  # ids this notifier put in a queue
         self._session: aiohttp.ClientSession | None = None
 
     @classmethod
@@ -273,6 +274,10 @@ class WebhookNotifier:
             receiver = self.receivers.get(self.targets.url_for(notice.agent_id) or "")
             if receiver is None or not receiver.put(notice):
                 overflow.append(notice.decision_id)
+            else:
+                self._queued[notice.decision_id] = None
+                if len(self._queued) > self._remember:
+                    self._queued.popitem(last=False)
         self._gauge()
         if overflow:
             await self.audit.run("webhook outbox", lambda s: outbox.drop(s, overflow))
@@ -315,7 +320,9 @@ class WebhookNotifier:
             left = await self.audit.run("webhook outbox", lambda s: outbox.pending(s, room))
             # Not what this worker queued itself meanwhile (a submit before the senders
             # started): queued twice, it found its own queue full and was marked dropped.
-            left = [notice for notice in left if self._first_time(notice.decision_id)]
+            left = [notice for notice in left if notice.decision_id not in self._queued]
+            for notice in left:
+                self._first_time(notice.decision_id)
             queued = await self._enqueue(left)
             log.info("resuming %d queued webhook notifications", queued)
 
