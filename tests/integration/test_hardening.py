@@ -67,7 +67,7 @@ def test_unknown_fingerprints_read_the_schemas_topic_once_not_once_each(
 
     registry = CountingRegistry()
     schemas = SchemaTopic(
-        [pipeline.broker.bootstrap], topic, registry, retry_after=600, max_missed=50
+        pipeline.broker.bootstrap.split(","), topic, registry, retry_after=600, max_missed=50
     )
     try:
         junk = [os.urandom(8) for _ in range(JUNK)]
@@ -101,7 +101,8 @@ def test_a_missed_fingerprint_published_later_is_found_after_the_retry_time(
     publish_schema(producer, topic, published, _schema(0))
     late = SchemaRegistry().register(_schema(1))
     # retry_after 0: the negative cache never hides a schema that was published since.
-    schemas = SchemaTopic([pipeline.broker.bootstrap], topic, SchemaRegistry(), retry_after=0)
+    servers = pipeline.broker.bootstrap.split(",")  # Kafka: every node of the cluster
+    schemas = SchemaTopic(servers, topic, SchemaRegistry(), retry_after=0)
     try:
         assert not schemas.resolve(late)
         publish_schema(producer, topic, published, _schema(1))
