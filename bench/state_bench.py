@@ -1,5 +1,5 @@
 """Run state figures, old codec (JSON of ``RunState.to_dict``) against the new binary form
-(``streams.worker.state_format``), in one run and without a broker:
+(``streams.state.state_format``), in one run and without a broker:
 
 * bytes per encoded state at historySize 30: a run of 30 different calls with different
   results (the common case) and a run looping on one call (recent decisions kept);
@@ -49,10 +49,10 @@ from streams.core.events import RunStarted, ToolResult  # noqa: E402
 from streams.core.fleet import fleet_from_document  # noqa: E402
 from streams.core.hashing import clear_memos  # noqa: E402
 from streams.core.run_state import RunState  # noqa: E402
+from streams.service.processor import EventProcessor  # noqa: E402
+from streams.state import state_format  # noqa: E402
 from streams.wire.avro import decode_event, encode_event  # noqa: E402
 from streams.wire.schema_registry import default_registry  # noqa: E402
-from streams.worker import state_format  # noqa: E402
-from streams.worker.processor import EventProcessor  # noqa: E402
 
 HISTORY_SIZE = 30  # the default, and the issue's figure
 

@@ -119,7 +119,7 @@ class Settings:
     # How long a Kafka client waits for its first broker answer: long for long-lived clients
     # (a worker may start before its brokers), short for commands (`loopguard replay`, ...).
     bootstrap_timeout_ms: int = 30_000
-    # Webhooks on block/abort (streams.worker.webhooks): a default URL and a JSON object of
+    # Webhooks on block/abort (streams.webhooks.notifier): a default URL and a JSON object of
     # agent id -> URL ("" turns an agent off). Webhook URLs carry tokens: never logged.
     webhook_url: str = ""
     webhook_urls: str = ""

@@ -1,4 +1,4 @@
-"""Read-only queries over the audit trail for the worker's status page (:mod:`streams.worker.web`).
+"""Read-only queries over the audit trail for the worker's status page (:mod:`streams.web`).
 
 They use the tables of :mod:`streams.audit.store` and work on SQLite and PostgreSQL alike:
 

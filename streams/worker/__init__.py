@@ -1,6 +1,8 @@
-"""The Faust worker: app and agents built by one composition root (bootstrap), Faust patches, the
-state codec, the audit writer and the web views.
+"""The Faust adapter, and nothing else: the app and its agents built by one composition root
+(:mod:`bootstrap`), the runs table, the exactly-once commit step, the patches Faust needs, the
+state codec Faust calls, batch sends and the crash exit.
 
-May import core, wire, kafka, audit and settings; nothing above it imports Faust except through
-here.
+Everything that touches Faust lives here (the web views register on Faust's web server, in
+:mod:`streams.web`); the per-event work it drives is plain code in :mod:`streams.service`.
+May import every layer below it and the settings.
 """

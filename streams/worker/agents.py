@@ -27,12 +27,19 @@ import faust
 from faust.types import TP
 from mode import CrashingSupervisor
 
+from streams.audit.writer import AuditWriter
 from streams.core.engine import core_build
 from streams.core.events import AgentEvent, Decision, event_kind
 from streams.core.run_state import ACTIVE
 from streams.kafka.config_topic import ConfigWatcher
+from streams.kafka.rekey import Rekeyer
 from streams.kafka.schema_topic import SchemaTopic
+from streams.observability.metrics import WorkerMetrics
+from streams.service.processor import EventProcessor
 from streams.settings import Settings
+from streams.state.expiry import RunExpiry
+from streams.state.state_format import encode as encode_state
+from streams.webhooks.notifier import WebhookNotifier
 from streams.wire.avro import (
     CodecError,
     DeadLetterRecord,
@@ -44,7 +51,6 @@ from streams.wire.avro import (
 )
 from streams.wire.errors import UnknownSchemaError
 from streams.wire.schema_registry import SchemaRegistry
-from streams.worker.audit_writer import AuditWriter
 from streams.worker.batch_sends import BatchSends
 from streams.worker.crash_exit import CrashExit
 from streams.worker.exactly_once import (
@@ -54,13 +60,7 @@ from streams.worker.exactly_once import (
     in_transaction_of,
     source_transaction,
 )
-from streams.worker.expiry import RunExpiry
-from streams.worker.metrics import WorkerMetrics
-from streams.worker.processor import EventProcessor
 from streams.worker.ready_batches import take_ready
-from streams.worker.rekey import Rekeyer
-from streams.worker.state_format import encode as encode_state
-from streams.worker.webhooks import WebhookNotifier
 
 log = logging.getLogger("loopguard.worker")
 
@@ -288,7 +288,7 @@ class WorkerAgents:
             await self.parts.audit.write_dead_letter(event.value)
 
     async def expire_runs(self) -> None:
-        """Drop state of runs that ended or went idle (see streams.worker.expiry), and say so.
+        """Drop state of runs that ended or went idle (see streams.state.expiry), and say so.
 
         In session scope a session's latest run is kept, ended or not, until it is idle like an
         active run: the session's next run seeds from it."""

@@ -14,29 +14,29 @@ from typing import Any
 
 import faust
 
+from streams.audit.writer import AuditWriter
 from streams.core.fleet import load_fleet_config
 from streams.kafka.config_topic import ConfigWatcher
+from streams.kafka.rekey import Rekeyer
 from streams.kafka.schema_topic import SchemaTopic
+from streams.observability.metrics import WorkerMetrics
+from streams.service.config_book import ConfigBook
+from streams.service.processor import EventProcessor
 from streams.settings import Settings
+from streams.state.expiry import RunExpiry
+from streams.web import register_views
+from streams.webhooks.notifier import WebhookNotifier
 from streams.wire.schema_registry import default_registry
 from streams.worker import state_codec
 from streams.worker.agents import WorkerAgents, WorkerParts
-from streams.worker.audit_writer import AuditWriter
-from streams.worker.config_book import ConfigBook
 from streams.worker.exactly_once import exactly_once_commits
-from streams.worker.expiry import RunExpiry
 from streams.worker.faust_patches import (
     fast_message_handoff,
     ordered_recovery_resume,
     set_fetch_max_wait,
 )
-from streams.worker.metrics import WorkerMetrics
-from streams.worker.processor import EventProcessor
-from streams.worker.rekey import Rekeyer
 from streams.worker.startup import check_faust_patches
 from streams.worker.tables import RunsTable
-from streams.worker.web import register_views
-from streams.worker.webhooks import WebhookNotifier
 
 
 def broker_credentials(settings: Settings) -> Any:

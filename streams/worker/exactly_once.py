@@ -35,7 +35,7 @@ go of the lock, so a commit carries a batch's offsets exactly when it carries th
 records. Writes committed ahead of their events' offsets remain possible only outside batches
 (the expiry timer's, :func:`commit_outside_batches`); events replayed over them are duplicates
 of the stored state, and the processor publishes nothing for them on this guarantee
-(:class:`streams.worker.processor.EventProcessor`'s ``republish_duplicates``).
+(:class:`streams.service.processor.EventProcessor`'s ``republish_duplicates``).
 
 When a commit happens is latency: a read-committed gateway sees a decision and its run's
 watermark only once their transaction commits. Faust commits on a timer

@@ -1,7 +1,7 @@
 """Faust codec for the per-run state kept in the ``runs`` table.
 
 The table holds live :class:`RunState` objects in memory; only the changelog sees bytes, in
-the compact binary form of :mod:`streams.worker.state_format` (the state is written once per
+the compact binary form of :mod:`streams.state.state_format` (the state is written once per
 run per batch, so its size is the changelog's volume and its encoding is on the hot path).
 Reading takes that form and the JSON one earlier versions wrote, so a changelog written
 before the change still recovers.
@@ -13,7 +13,7 @@ from typing import Any
 
 from faust.serializers import codecs
 
-from streams.worker import state_format
+from streams.state import state_format
 
 CODEC_NAME = "loopguard_runstate"
 

@@ -21,7 +21,7 @@ from test_pipeline import drive_ping_pong
 from streams.audit.models import DecisionRow, WebhookDelivery
 from streams.devtools.worker_process import wait_until_processing
 from streams.gateway.client import GatewayClient
-from streams.worker.webhooks import DECISION_HEADER
+from streams.webhooks.notifier import DECISION_HEADER
 
 pytestmark = pytest.mark.integration
 

@@ -19,8 +19,8 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from streams.core.events import Action, Decision
-from streams.worker.metrics import METRIC_NAMES, WorkerMetrics
-from streams.worker.web import register_views
+from streams.observability.metrics import METRIC_NAMES, WorkerMetrics
+from streams.web import register_views
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_DIR = ROOT / "compose"

@@ -2,7 +2,8 @@
 new import that goes up a layer, a cycle, or a private name borrowed from another module fails
 here, with the module and line named.
 
-Layers, bottom up: core < wire < kafka, audit < worker, gateway, replay < devtools < cli. A module
+Layers, bottom up: core < wire, state, observability < service, kafka, audit < webhooks, web,
+gateway, replay < worker (the Faust adapter) < devtools < cli. A module
 imports its own package and the layers below; ``streams.settings`` may be imported by every
 layer but core and wire. The core imports no Kafka, Faust, SQL or web library; the gateway client
 imports neither Faust nor SQLAlchemy (checked statically and by importing it).
@@ -24,18 +25,26 @@ PACKAGE = ROOT / "streams"
 RANK = {
     "core": 0,
     "wire": 1,
+    "state": 1,
+    "observability": 1,
+    "service": 2,
     "kafka": 2,
     "audit": 2,
-    "worker": 3,
+    "webhooks": 3,
+    "web": 3,
     "gateway": 3,
     "replay": 3,
-    "devtools": 4,
-    "cli": 5,
+    "worker": 4,
+    "devtools": 5,
+    "cli": 6,
 }
 SETTINGS = "streams.settings"
-NOT_SETTINGS = {"core", "wire"}  # layers that must not read the worker's settings
+# layers that must not read the worker's settings
+NOT_SETTINGS = {"core", "wire", "state", "service"}
 FORBIDDEN = {
     "core": {"kafka", "aiokafka", "faust", "sqlalchemy", "alembic", "aiohttp"},
+    "state": {"kafka", "aiokafka", "faust", "sqlalchemy", "alembic", "aiohttp"},
+    "service": {"kafka", "aiokafka", "faust", "sqlalchemy", "alembic", "aiohttp"},
     "gateway": {"faust", "sqlalchemy", "alembic"},
 }
 
@@ -216,9 +225,13 @@ def test_no_import_cycles() -> None:
             [m for m in MODULES if MODULES[m].layer == "core"],
             FORBIDDEN["core"],
         ),
+        (
+            [m for m in MODULES if MODULES[m].layer in ("state", "service")],
+            FORBIDDEN["service"],
+        ),
         (["streams.gateway.client"], FORBIDDEN["gateway"]),
     ],
-    ids=["core", "gateway"],
+    ids=["core", "state and service", "gateway"],
 )
 def test_importing_loads_no_forbidden_library(modules: list[str], forbidden: set[str]) -> None:
     """What the static check cannot see: a library pulled in through another module."""

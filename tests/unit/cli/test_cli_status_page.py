@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from streams.worker.metrics import WorkerMetrics
-from streams.worker.web.status_page import render_worker_card
+from streams.observability.metrics import WorkerMetrics
+from streams.web.status_page import render_worker_card
 
 
 def test_health_fields_are_named_once_in_words() -> None:

@@ -18,16 +18,16 @@ from core_helpers import Run, fleet, text_result
 from faust.types import TP
 
 from streams.core.events import AgentEvent
+from streams.observability.metrics import WorkerMetrics
+from streams.service.config_book import ConfigBook
+from streams.service.processor import EventProcessor
 from streams.settings import Settings
+from streams.state.expiry import RunExpiry
 from streams.wire.avro import decode_control, encode_event
 from streams.wire.schema_registry import default_registry
 from streams.worker import agents as agents_module
 from streams.worker import exactly_once
 from streams.worker.agents import WorkerAgents
-from streams.worker.config_book import ConfigBook
-from streams.worker.expiry import RunExpiry
-from streams.worker.metrics import WorkerMetrics
-from streams.worker.processor import EventProcessor
 
 PARTITIONS = {b"sess-1": 2, b"run-b": 5}  # the partitioner, as the cluster would hash them
 

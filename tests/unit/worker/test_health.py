@@ -5,10 +5,10 @@ from __future__ import annotations
 import time
 from types import SimpleNamespace
 
+from streams.observability.metrics import WorkerMetrics
 from streams.settings import Settings
 from streams.worker import agents
 from streams.worker.agents import WorkerAgents
-from streams.worker.metrics import WorkerMetrics
 
 
 def health(metrics: WorkerMetrics) -> dict:

@@ -1,4 +1,4 @@
-"""The recent decisions inside a run's changelog state (:mod:`streams.worker.state_format`).
+"""The recent decisions inside a run's changelog state (:mod:`streams.state.state_format`).
 
 A run keeps its latest decisions verbatim (a redelivered event gets the very same ones back),
 so a looping run's state carries a few sentences of reason text each time it is written.
@@ -20,7 +20,7 @@ import zlib
 from collections.abc import Callable
 from typing import Any
 
-# The state's own MessagePack calls (streams.worker.state_format), so both parts of a state
+# The state's own MessagePack calls (streams.state.state_format), so both parts of a state
 # are packed and read with the same options.
 Pack = Callable[[Any], bytes]
 Unpack = Callable[[bytes], Any]

@@ -26,8 +26,8 @@ from db_fixtures import record_progress
 
 from streams.audit.store import AuditStore
 from streams.core.events import Action, Decision
-from streams.worker.metrics import WorkerMetrics
-from streams.worker.web import CSP, register_views
+from streams.observability.metrics import WorkerMetrics
+from streams.web import CSP, register_views
 
 HOSTILE = "<script>alert('x')</script>\"&'"
 NOW = int(time.time() * 1000)

@@ -10,7 +10,7 @@ from urllib.parse import urlencode
 
 from streams.audit import queries
 from streams.audit.queries import ACTION_ORDER, Chart, Overview, RunLine
-from streams.worker.web.markup import (
+from streams.web.markup import (
     action_badge,
     ago,
     definition_list,
@@ -21,7 +21,7 @@ from streams.worker.web.markup import (
     plain,
     when,
 )
-from streams.worker.web.params import STATUS_LIMIT, WINDOWS, StatusQuery
+from streams.web.params import STATUS_LIMIT, WINDOWS, StatusQuery
 
 HEALTHY = ("ok", "degraded")  # /healthz answers 200 for these, 503 for anything else
 # Health fields (``/healthz`` keys) as the status page names them; others lose underscores.

@@ -1,4 +1,4 @@
-"""The worker's Prometheus metrics, served as ``GET /metrics`` by :mod:`streams.worker.web`.
+"""The worker's Prometheus metrics, served as ``GET /metrics`` by :mod:`streams.web`.
 
 One :class:`WorkerMetrics` per worker owns its own ``CollectorRegistry`` (never the
 process-global one), so tests and several apps in one process never share counters. The

@@ -18,7 +18,7 @@ Why it is built this way:
 - **Retried with capped exponential backoff** on connection errors, timeouts, 5xx, 408 and
   429, or when the receiver says (``Retry-After``: seconds or an HTTP date, at most
   ``max_retry_after``); other answers are final.
-- **One queue and its own senders per receiver** (:mod:`streams.worker.webhook_queue`): a
+- **One queue and its own senders per receiver** (:mod:`streams.webhooks.receiver_queue`): a
   receiver that hangs or keeps failing fills and overflows only its own queue, never delays
   the notices of another.
 
@@ -45,11 +45,11 @@ import aiohttp
 
 from streams.audit import webhook_outbox as outbox
 from streams.audit.webhook_outbox import DROPPED, FAILED, SENT, Notice
+from streams.audit.writer import AuditWriter
 from streams.core.events import Action, Decision
+from streams.observability.metrics import WorkerMetrics
 from streams.settings import Settings
-from streams.worker.audit_writer import AuditWriter
-from streams.worker.metrics import WorkerMetrics
-from streams.worker.webhook_queue import (
+from streams.webhooks.receiver_queue import (
     DECISION_HEADER,
     MAX_RETRY_AFTER_S,
     ReceiverQueue,

@@ -2,7 +2,7 @@
 
 * ``GET /healthz`` – liveness, whether the audit database answers, plus whatever the
   worker's health provider adds (lag, last event, ...); 503 when it reports a failure;
-* ``GET /metrics`` – Prometheus metrics (:mod:`streams.worker.metrics`), text format 0.0.4;
+* ``GET /metrics`` – Prometheus metrics (:mod:`streams.observability.metrics`), text format 0.0.4;
 * ``GET /runs?agent=&gateway=&detector=&severity=&since=&until=&limit=`` – the same JSON
   as ``loopguard runs --json``;
 * ``GET /runs/{run_id}/history`` – the same decisions as ``loopguard history --json``;
@@ -23,11 +23,11 @@ Modules: ``params`` (query strings), ``markup`` (shared HTML pieces), ``status_p
 ``run_page`` (the two pages), ``views`` (the Faust views and :func:`register_views`).
 """
 
-from streams.worker.web.markup import CSP
-from streams.worker.web.params import BadRequest, StatusQuery, runs_filters, status_query
-from streams.worker.web.run_page import render_run
-from streams.worker.web.status_page import render_status
-from streams.worker.web.views import HealthProvider, register_views
+from streams.web.markup import CSP
+from streams.web.params import BadRequest, StatusQuery, runs_filters, status_query
+from streams.web.run_page import render_run
+from streams.web.status_page import render_status
+from streams.web.views import HealthProvider, register_views
 
 __all__ = [
     "CSP",

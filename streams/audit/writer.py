@@ -18,9 +18,9 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from streams.audit.store import AuditStore
 from streams.core.events import Decision
+from streams.observability.metrics import WorkerMetrics
 from streams.settings import redact_url
 from streams.wire.avro import CodecError, RunWatermark, decode_dead_letter
-from streams.worker.metrics import WorkerMetrics
 
 log = logging.getLogger("loopguard.audit")
 T = TypeVar("T")

@@ -7,7 +7,7 @@ from urllib.parse import quote, urlencode
 
 from streams.audit import queries
 from streams.audit.queries import Timeline
-from streams.worker.web.markup import (
+from streams.web.markup import (
     action_badge,
     ago,
     definition_list,

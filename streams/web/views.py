@@ -13,12 +13,12 @@ from typing import Any, TypeVar
 from faust import web
 
 from streams.audit import queries
-from streams.worker.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from streams.worker.metrics import WorkerMetrics
-from streams.worker.web.markup import HTML_HEADERS, STATIC_PREFIX
-from streams.worker.web.params import BadRequest, runs_filters, status_query, summary_dict
-from streams.worker.web.run_page import render_run
-from streams.worker.web.status_page import HEALTHY, load_status, render_status
+from streams.observability.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from streams.observability.metrics import WorkerMetrics
+from streams.web.markup import HTML_HEADERS, STATIC_PREFIX
+from streams.web.params import BadRequest, runs_filters, status_query, summary_dict
+from streams.web.run_page import render_run
+from streams.web.status_page import HEALTHY, load_status, render_status
 
 T = TypeVar("T")
 HealthProvider = Callable[[], Mapping[str, Any]]
@@ -69,11 +69,11 @@ async def _call_health(health: HealthProvider | None) -> dict[str, Any]:
 
 
 def static_asset(name: str) -> tuple[bytes, str] | None:
-    """A file shipped in ``streams/worker/static`` and its content type, or None."""
+    """A file shipped in ``streams/web/static`` and its content type, or None."""
     suffix = name[name.rfind(".") :] if "." in name else ""
     if "/" in name or "\\" in name or name.startswith(".") or suffix not in STATIC_TYPES:
         return None
-    resource = resources.files("streams.worker").joinpath("static", name)
+    resource = resources.files("streams.web").joinpath("static", name)
     if not resource.is_file():
         return None
     return resource.read_bytes(), STATIC_TYPES[suffix]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from streams.worker.expiry import RunExpiry
+from streams.state.expiry import RunExpiry
 
 T0 = 1_800_000_000.0  # wall-clock seconds
 TTL = 60.0

@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 
 from streams.audit.store import AuditStore
+from streams.audit.writer import AuditWriter
 from streams.core.events import Action, Decision
 from streams.wire.avro import DeadLetterRecord, encode_dead_letter
-from streams.worker.audit_writer import AuditWriter
 
 
 def _decision(seq: int) -> Decision:

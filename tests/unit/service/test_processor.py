@@ -5,8 +5,8 @@ from __future__ import annotations
 from core_helpers import Run, fleet, guard, text_result
 
 from streams.core.run_state import RunState
-from streams.worker.config_book import ConfigBook
-from streams.worker.processor import EventProcessor
+from streams.service.config_book import ConfigBook
+from streams.service.processor import EventProcessor
 
 
 class NoOverrides:

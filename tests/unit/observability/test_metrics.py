@@ -12,14 +12,14 @@ from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
 from streams.core.events import Action, Decision
-from streams.wire.errors import BadMarkerError, PayloadTooLargeError, UnknownSchemaError
-from streams.worker.metrics import (
+from streams.observability.metrics import (
     CONTENT_TYPE,
     METRIC_NAMES,
     OTHER,
     WorkerMetrics,
     dead_letter_kind,
 )
+from streams.wire.errors import BadMarkerError, PayloadTooLargeError, UnknownSchemaError
 
 TP = namedtuple("TP", "topic partition")
 

@@ -11,9 +11,9 @@ from db_fixtures import record_progress
 from streams.audit import queries
 from streams.audit.store import AuditStore
 from streams.core.events import Action, Decision
-from streams.worker.web.params import StatusQuery
-from streams.worker.web.run_page import render_run
-from streams.worker.web.status_page import render_runs_table
+from streams.web.params import StatusQuery
+from streams.web.run_page import render_run
+from streams.web.status_page import render_runs_table
 
 T0 = 1_700_000_000_000
 

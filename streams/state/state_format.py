@@ -16,7 +16,7 @@ array: about 180 bytes a call. Version 2 keeps the same values and nothing else:
   ``next_index - 1``), tool names once per state with a byte per record pointing at them,
   the two flags and which optional fields follow in one byte per record;
 * the recent decisions (redelivery needs them verbatim, reasons and all) as rows deflated
-  with a dictionary of the detectors' sentences (:mod:`streams.worker.recent_format`);
+  with a dictionary of the detectors' sentences (:mod:`streams.state.recent_format`);
 * the compaction guard as nil while it is idle (no compaction seen), which most runs are.
 
 Version 3 (this one) differs from version 2 in those last two points and in ``error_streak``
@@ -44,7 +44,7 @@ import msgpack
 import orjson
 
 from streams.core.run_state import RunState
-from streams.worker import recent_format
+from streams.state import recent_format
 
 log = logging.getLogger("loopguard.state")
 

@@ -8,7 +8,7 @@ import tracemalloc
 
 from streams.core.fleet import GLOBAL_KEY, FleetConfig, override_record
 from streams.kafka.config_topic import ConfigOverrides
-from streams.worker.config_book import CONFIG_CACHE_SIZE, ConfigBook
+from streams.service.config_book import CONFIG_CACHE_SIZE, ConfigBook
 
 
 def book(cache_size: int = CONFIG_CACHE_SIZE) -> tuple[ConfigBook, ConfigOverrides]:

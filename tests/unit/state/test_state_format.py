@@ -19,7 +19,7 @@ from unit.core.test_reference_agreement import CONFIGS, streams
 
 from streams.core.events import RunStarted
 from streams.core.run_state import RunState
-from streams.worker import recent_format, state_format
+from streams.state import recent_format, state_format
 from streams.worker.state_codec import RunStateCodec
 
 V1_FIXTURE = Path(__file__).parent / "data" / "runstate_v1.json"

@@ -17,18 +17,18 @@ from aiohttp.test_utils import TestServer
 
 from streams.audit import webhook_outbox as outbox
 from streams.audit.store import AuditStore
+from streams.audit.writer import AuditWriter
 from streams.core.events import Action, Decision
+from streams.observability.metrics import WorkerMetrics
 from streams.settings import Settings
-from streams.worker.audit_writer import AuditWriter
-from streams.worker.metrics import WorkerMetrics
-from streams.worker.webhook_queue import parse_retry_after
-from streams.worker.webhooks import (
+from streams.webhooks.notifier import (
     DECISION_HEADER,
     WebhookNotifier,
     WebhookTargets,
     describe_url,
     slack_body,
 )
+from streams.webhooks.receiver_queue import parse_retry_after
 
 
 def decision(seq: int, action: Action = Action.BLOCK, **overrides: Any) -> Decision:

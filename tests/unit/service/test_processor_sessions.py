@@ -8,8 +8,8 @@ from core_helpers import Run, fleet, guard, text_result
 
 from streams.core.events import AgentEvent, Decision
 from streams.core.run_state import RunState
-from streams.worker.config_book import ConfigBook
-from streams.worker.processor import EventProcessor
+from streams.service.config_book import ConfigBook
+from streams.service.processor import EventProcessor
 
 BLOCK = {"enabled": True, "warningThreshold": 5, "criticalThreshold": 8, "scope": "session"}
 
