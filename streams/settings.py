@@ -13,6 +13,7 @@ import os
 import re
 from dataclasses import asdict, dataclass, field
 from typing import Literal, cast
+from urllib.parse import unquote_plus, urlsplit
 
 Guarantee = Literal["at_least_once", "exactly_once"]  # Faust's processing guarantees
 GUARANTEES: tuple[Guarantee, ...] = ("at_least_once", "exactly_once")
@@ -59,6 +60,12 @@ class BrokerProfile:
     producer_max_batch: int  # bytes per producer batch (Faust's producer_max_batch_size)
     fetch_max_wait_ms: int
     processing_guarantee: Guarantee
+    # Failover (issue 26): hot copies of the runs table on other workers, and how soon the
+    # group notices a member that died without leaving (a SIGKILLed worker's partitions are
+    # reassigned only when its session expires; 6 s is the least a default broker accepts).
+    table_standby_replicas: int = 0
+    session_timeout: float = 10.0
+    heartbeat_interval: float = 3.0
 
 
 PROFILES = {
@@ -67,7 +74,19 @@ PROFILES = {
     # run's too, in one transaction; Faust 0.15.3 needs the patches in
     # streams/worker/exactly_once.py for that to hold across rebalances, crashes and session
     # keying). LOOPGUARD_PROCESSING_GUARANTEE=at_least_once trades it for latency.
-    "kafka": BrokerProfile("kafka", 3, 2, 16_384, 500, "exactly_once"),
+    # One standby replica: a surviving worker already holds the runs of a killed one's
+    # partitions and guards them again seconds after its session expires (docs/operations.md).
+    "kafka": BrokerProfile(
+        "kafka",
+        3,
+        2,
+        16_384,
+        500,
+        "exactly_once",
+        table_standby_replicas=1,
+        session_timeout=6.0,
+        heartbeat_interval=1.0,
+    ),
     # The embedded tansu broker: one node, no transactions; it reports a topic's end offset
     # per batch (one record per batch keeps table recovery exact) and holds an empty fetch
     # for the whole wait, even when records arrive meanwhile (a short wait keeps decisions
@@ -90,8 +109,9 @@ class Settings:
     web_enabled: bool = False
     web_port: int = 6066
     web_bind: str = "127.0.0.1"  # 0.0.0.0 in containers, so Prometheus can scrape /metrics
-    session_timeout: float = 10.0
-    heartbeat_interval: float = 3.0
+    session_timeout: float = PROFILES["kafka"].session_timeout
+    heartbeat_interval: float = PROFILES["kafka"].heartbeat_interval
+    table_standby_replicas: int = PROFILES["kafka"].table_standby_replicas
     rebalance_timeout: float = 60.0
     max_message_bytes: int = 1_048_576
     run_idle_ttl: float = 3600.0
@@ -171,8 +191,9 @@ class Settings:
             web_enabled=_env("WEB", "0") == "1",
             web_port=_int("WEB_PORT", cls.web_port),
             web_bind=_env("WEB_BIND", cls.web_bind),
-            session_timeout=_float("SESSION_TIMEOUT", cls.session_timeout),
-            heartbeat_interval=_float("HEARTBEAT_INTERVAL", cls.heartbeat_interval),
+            session_timeout=_float("SESSION_TIMEOUT", profile.session_timeout),
+            heartbeat_interval=_float("HEARTBEAT_INTERVAL", profile.heartbeat_interval),
+            table_standby_replicas=_int("STANDBY_REPLICAS", profile.table_standby_replicas),
             rebalance_timeout=_float("REBALANCE_TIMEOUT", cls.rebalance_timeout),
             max_message_bytes=_int("MAX_MESSAGE_BYTES", cls.max_message_bytes),
             run_idle_ttl=_float("RUN_IDLE_TTL", cls.run_idle_ttl),
@@ -229,12 +250,60 @@ class Settings:
         if data["sasl_password"]:
             data["sasl_password"] = "***"
         data["db_url"] = redact_url(self.db_url)
+        data["broker"] = redact_urls(self.broker)
         for name in ("webhook_url", "webhook_urls"):
             if data[name]:
                 data[name] = "***"
         return data
 
 
+#: A query-string key naming a secret: these, and any key that contains one (``api_key``,
+#: ``access_token``, ``sslpassword``), case aside.
+SECRET_QUERY_KEYS = ("password", "passwd", "pwd", "secret", "token", "key")
+REDACTED = "***"
+
+
+def is_secret_key(name: str) -> bool:
+    """Whether a query-string key names a secret (see :data:`SECRET_QUERY_KEYS`)."""
+    lowered = name.lower()
+    return any(word in lowered for word in SECRET_QUERY_KEYS)
+
+
+def _redact_query(query: str) -> str:
+    """Each ``key=value`` pair of a raw query string, a secret key's value hidden; the rest
+    stays exactly as written (no re-encoding)."""
+    parts = []
+    for pair in query.split("&"):
+        name, sep, value = pair.partition("=")
+        if sep and value and is_secret_key(unquote_plus(name)):
+            value = REDACTED
+        parts.append(f"{name}{sep}{value}")
+    return "&".join(parts)
+
+
 def redact_url(url: str) -> str:
-    """Hide the password in ``scheme://user:password@host/db``."""
-    return re.sub(r"(//[^:/@]+:)[^@]*@", r"\1***@", url)
+    """The URL with every secret hidden, for logs and pages: the password of its userinfo
+    (``user:***@host``, split at the authority's last ``@``: a password may hold one) and
+    the values of secret query keys (``?password=***``, ``?sslkey=***``)."""
+    parts = urlsplit(url)
+    netloc = parts.netloc
+    userinfo, at, hostport = netloc.rpartition("@")
+    if at:
+        user, colon, password = userinfo.partition(":")
+        if colon and password:
+            netloc = f"{user}:{REDACTED}@{hostport}"
+    query = _redact_query(parts.query) if parts.query else parts.query
+    if netloc == parts.netloc and query == parts.query:
+        return url  # nothing secret: exactly as given
+    # Put back by hand: urlunsplit drops an empty authority (sqlite:///a.db -> sqlite:/a.db).
+    text = f"{parts.scheme}:" if parts.scheme else ""
+    if url[len(text) :].startswith("//"):
+        text += f"//{netloc}"
+    text += parts.path + (f"?{query}" if query else "")
+    return text + (f"#{parts.fragment}" if parts.fragment else "")
+
+
+def redact_urls(text: str) -> str:
+    """:func:`redact_url` on each URL of a list (``kafka://a:1;kafka://b:2``, commas too)."""
+    pieces = re.split(r"([;,])", text)
+    return "".join(piece if piece in (";", ",") else redact_url(piece) for piece in pieces)

@@ -74,7 +74,8 @@ def build_app(settings: Settings) -> faust.App:
         store="memory://",
         topic_partitions=settings.partitions,
         topic_replication_factor=settings.replication,
-        table_standby_replicas=0,
+        # A standby keeps a hot copy of other workers' changelog partitions (kafka profile: 1).
+        table_standby_replicas=settings.table_standby_replicas,
         consumer_auto_offset_reset="earliest",
         broker_session_timeout=settings.session_timeout,
         broker_heartbeat_interval=settings.heartbeat_interval,
