@@ -14,6 +14,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Literal, cast
 from urllib.parse import unquote_plus, urlsplit
+from urllib.parse import unquote_plus, urlsplit
 
 Guarantee = Literal["at_least_once", "exactly_once"]  # Faust's processing guarantees
 GUARANTEES: tuple[Guarantee, ...] = ("at_least_once", "exactly_once")
@@ -109,6 +110,14 @@ class Settings:
     web_enabled: bool = False
     web_port: int = 6066
     web_bind: str = "127.0.0.1"  # 0.0.0.0 in containers, so Prometheus can scrape /metrics
+    # HTTP access (streams.web.access): a bearer/login token ("" = open), whether /healthz and
+    # /metrics need it too (probes and scrapers often carry none), the Host names answered.
+    web_token: str = ""
+    web_token_healthz: bool = False
+    web_token_metrics: bool = False
+    web_allowed_hosts: str = ""  # comma-separated; "" = localhost and the bind host; "*" = any
+    # Runs held in this worker's table at most (0: no cap); streams.state.expiry says who goes.
+    max_runs: int = 200_000
     session_timeout: float = PROFILES["kafka"].session_timeout
     heartbeat_interval: float = PROFILES["kafka"].heartbeat_interval
     table_standby_replicas: int = PROFILES["kafka"].table_standby_replicas
@@ -191,6 +200,11 @@ class Settings:
             web_enabled=_env("WEB", "0") == "1",
             web_port=_int("WEB_PORT", cls.web_port),
             web_bind=_env("WEB_BIND", cls.web_bind),
+            web_token=_env("WEB_TOKEN", ""),
+            web_token_healthz=_env("WEB_TOKEN_HEALTHZ", "0") == "1",
+            web_token_metrics=_env("WEB_TOKEN_METRICS", "0") == "1",
+            web_allowed_hosts=_env("WEB_ALLOWED_HOSTS", ""),
+            max_runs=_int("MAX_RUNS", cls.max_runs),
             session_timeout=_float("SESSION_TIMEOUT", profile.session_timeout),
             heartbeat_interval=_float("HEARTBEAT_INTERVAL", profile.heartbeat_interval),
             table_standby_replicas=_int("STANDBY_REPLICAS", profile.table_standby_replicas),
@@ -251,10 +265,37 @@ class Settings:
             data["sasl_password"] = "***"
         data["db_url"] = redact_url(self.db_url)
         data["broker"] = redact_urls(self.broker)
+        if data["web_token"]:
+            data["web_token"] = "***"
+        data["broker"] = redact_urls(self.broker)
         for name in ("webhook_url", "webhook_urls"):
             if data[name]:
                 data[name] = "***"
         return data
+
+
+#: A query-string key naming a secret: these, and any key that contains one (``api_key``,
+#: ``access_token``, ``sslpassword``), case aside.
+SECRET_QUERY_KEYS = ("password", "passwd", "pwd", "secret", "token", "key")
+REDACTED = "***"
+
+
+def is_secret_key(name: str) -> bool:
+    """Whether a query-string key names a secret (see :data:`SECRET_QUERY_KEYS`)."""
+    lowered = name.lower()
+    return any(word in lowered for word in SECRET_QUERY_KEYS)
+
+
+def _redact_query(query: str) -> str:
+    """Each ``key=value`` pair of a raw query string, a secret key's value hidden; the rest
+    stays exactly as written (no re-encoding)."""
+    parts = []
+    for pair in query.split("&"):
+        name, sep, value = pair.partition("=")
+        if sep and value and is_secret_key(unquote_plus(name)):
+            value = REDACTED
+        parts.append(f"{name}{sep}{value}")
+    return "&".join(parts)
 
 
 #: A query-string key naming a secret: these, and any key that contains one (``api_key``,

@@ -39,10 +39,39 @@ def test_secrets_are_redacted_for_logging(monkeypatch: pytest.MonkeyPatch) -> No
         ("postgresql+psycopg://u:p%40ss@h/db", "postgresql+psycopg://u:***@h/db"),
         ("postgresql+psycopg://u@h/db", "postgresql+psycopg://u@h/db"),
         ("sqlite:///loopguard-data/audit.db", "sqlite:///loopguard-data/audit.db"),
+        # A raw '@' in the password: the authority splits at its last '@' (issue 26).
+        ("postgresql+psycopg://lg:p@ss@db/x", "postgresql+psycopg://lg:***@db/x"),
+        ("postgresql://lg:a@b@c@[::1]:5432/x", "postgresql://lg:***@[::1]:5432/x"),
+        # Secrets in the query string: the value of every sensitive key, any case.
+        (
+            "postgresql+psycopg://lg@db/x?password=s3cret&sslmode=require",
+            "postgresql+psycopg://lg@db/x?password=***&sslmode=require",
+        ),
+        (
+            "postgresql://db/x?user=a&PassWord=1&pwd=2&passwd=3&sslpassword=4&api_key=5"
+            "&access_token=6&client_secret=7&sslkey=8",
+            "postgresql://db/x?user=a&PassWord=***&pwd=***&passwd=***&sslpassword=***"
+            "&api_key=***&access_token=***&client_secret=***&sslkey=***",
+        ),
+        ("sqlite:///a.db?pwd=x", "sqlite:///a.db?pwd=***"),
+        ("https://hooks.example/h?token=abc&x=1#top", "https://hooks.example/h?token=***&x=1#top"),
+        ("postgresql://u:p@h/x?pass%77ord=z", "postgresql://u:***@h/x?pass%77ord=***"),
+        ("postgresql://u:@h/x?sslmode=disable", "postgresql://u:@h/x?sslmode=disable"),
     ],
 )
 def test_redact_url(url: str, shown: str) -> None:
     assert redact_url(url) == shown
+
+
+def test_every_url_in_the_logged_settings_is_redacted(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LOOPGUARD_DB_URL", "postgresql+psycopg://lg:a@b@db/x?password=qs-secret")
+    monkeypatch.setenv("LOOPGUARD_BROKER", "kafka://svc:broker-secret@k1:9092;kafka://k2:9092")
+    monkeypatch.setenv("LOOPGUARD_WEBHOOK_URL", "https://hooks.example/h?token=hook-secret")
+    monkeypatch.setenv("LOOPGUARD_WEB_TOKEN", "web-secret")
+    shown = repr(Settings.from_env().redacted())
+    for secret in ("a@b", "qs-secret", "broker-secret", "hook-secret", "web-secret"):
+        assert secret not in shown
+    assert "kafka://svc:***@k1:9092;kafka://k2:9092" in shown
 
 
 @pytest.mark.parametrize(
