@@ -14,7 +14,6 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Literal, cast
 from urllib.parse import unquote_plus, urlsplit
-from urllib.parse import unquote_plus, urlsplit
 
 Guarantee = Literal["at_least_once", "exactly_once"]  # Faust's processing guarantees
 GUARANTEES: tuple[Guarantee, ...] = ("at_least_once", "exactly_once")
@@ -267,35 +266,10 @@ class Settings:
         data["broker"] = redact_urls(self.broker)
         if data["web_token"]:
             data["web_token"] = "***"
-        data["broker"] = redact_urls(self.broker)
         for name in ("webhook_url", "webhook_urls"):
             if data[name]:
                 data[name] = "***"
         return data
-
-
-#: A query-string key naming a secret: these, and any key that contains one (``api_key``,
-#: ``access_token``, ``sslpassword``), case aside.
-SECRET_QUERY_KEYS = ("password", "passwd", "pwd", "secret", "token", "key")
-REDACTED = "***"
-
-
-def is_secret_key(name: str) -> bool:
-    """Whether a query-string key names a secret (see :data:`SECRET_QUERY_KEYS`)."""
-    lowered = name.lower()
-    return any(word in lowered for word in SECRET_QUERY_KEYS)
-
-
-def _redact_query(query: str) -> str:
-    """Each ``key=value`` pair of a raw query string, a secret key's value hidden; the rest
-    stays exactly as written (no re-encoding)."""
-    parts = []
-    for pair in query.split("&"):
-        name, sep, value = pair.partition("=")
-        if sep and value and is_secret_key(unquote_plus(name)):
-            value = REDACTED
-        parts.append(f"{name}{sep}{value}")
-    return "&".join(parts)
 
 
 #: A query-string key naming a secret: these, and any key that contains one (``api_key``,
