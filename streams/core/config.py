@@ -14,6 +14,14 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from streams.core.agent_cycles_config import (
+    AGENT_CYCLES,
+    CYCLE_DEFAULTS,
+    AgentCyclesConfig,
+    canonical_agent_cycles,
+    check_agent_cycles,
+    resolve_agent_cycles,
+)
 from streams.core.config_error import ConfigError, unknown_field
 from streams.core.deviations import (
     COMPAT,
@@ -25,6 +33,14 @@ from streams.core.deviations import (
     check_deviations,
     own_detectors,
     resolve_deviations,
+)
+from streams.core.incident_config import (
+    INCIDENT_DEFAULTS,
+    INCIDENTS,
+    IncidentConfig,
+    canonical_incidents,
+    check_incidents,
+    resolve_incidents,
 )
 from streams.core.tool_config import (
     PER_TOOL,
@@ -136,6 +152,10 @@ class LoopDetectionConfig:
     per_tool: dict[str, LoopDetectionConfig] = field(default_factory=dict)
     exempt: frozenset[str] = frozenset()
     volatile: VolatileFields | None = None
+    # issue 28 (incident_config.py): fleet-wide, only the global block's counts.
+    incidents: IncidentConfig = field(default_factory=IncidentConfig)
+    # issue 28 (agent_cycles_config.py): loops between agents, read per sending agent.
+    agent_cycles: AgentCyclesConfig = field(default_factory=AgentCyclesConfig)
 
     @property
     def session_scope(self) -> bool:
@@ -171,9 +191,13 @@ def check_block(block: Any, path: str) -> dict[str, Any]:
         raise ConfigError(f"{path}: expected an object, got {type(block).__name__}")
     for key, value in block.items():
         where = f"{path}.{key}"
-        if key not in DEFAULTS and key != PER_TOOL:
-            raise unknown_field(where, key, [*DEFAULTS, PER_TOOL])
-        if key == PER_TOOL:
+        if key not in DEFAULTS and key not in (PER_TOOL, INCIDENTS, AGENT_CYCLES):
+            raise unknown_field(where, key, [*DEFAULTS, PER_TOOL, INCIDENTS, AGENT_CYCLES])
+        if key == AGENT_CYCLES:
+            check_agent_cycles(value, where)
+        elif key == INCIDENTS:
+            check_incidents(value, where)
+        elif key == PER_TOOL:
             check_per_tool(value, where)
         elif key == "enabled":
             if value is not None and not isinstance(value, bool):
@@ -243,6 +267,8 @@ def resolve(block: dict[str, Any] | None, path: str = "tools.loopDetection") -> 
     checked = check_block(block, path)
     raw = merge_blocks(DEFAULTS, checked)
     per_tool = raw.pop(PER_TOOL, None) or {}
+    incidents = {**INCIDENT_DEFAULTS, **(raw.pop(INCIDENTS, None) or {})}
+    agent_cycles = resolve_agent_cycles({**CYCLE_DEFAULTS, **(raw.pop(AGENT_CYCLES, None) or {})})
     compat = raw.pop(COMPAT)
     deviations = resolve_deviations(raw.pop(DEVIATIONS), compat)
     detectors = own_detectors(raw["detectors"], checked.get("detectors") or {}, compat)
@@ -267,6 +293,10 @@ def resolve(block: dict[str, Any] | None, path: str = "tools.loopDetection") -> 
     }
     if off := canonical_deviations(deviations):  # only switches off loopguard's rule count
         canonical[DEVIATIONS] = off
+    if canonical_incident_block := canonical_incidents(incidents):  # absent at the defaults
+        canonical[INCIDENTS] = canonical_incident_block
+    if canonical_cycles := canonical_agent_cycles(agent_cycles):  # absent at the defaults
+        canonical[AGENT_CYCLES] = canonical_cycles
     if canonical_tools := canonical_per_tool(per_tool):  # absent when empty: versions as before
         canonical[PER_TOOL] = canonical_tools
     if canonical["mode"] == ENFORCE:
@@ -308,6 +338,8 @@ def resolve(block: dict[str, Any] | None, path: str = "tools.loopDetection") -> 
         deviations=deviations,
         hash_rules=deviations.hash_rules,
         version=version,
+        incidents=resolve_incidents(incidents),
+        agent_cycles=agent_cycles,
     )
     if not per_tool:
         return cfg

@@ -23,6 +23,7 @@ from streams.core.config import (
 )
 from streams.core.config_error import ConfigError, closest
 from streams.core.config_files import read_config_file
+from streams.core.incident_config import INCIDENTS, IncidentConfig
 from streams.core.tool_config import PER_TOOL
 
 log = logging.getLogger("loopguard.config")
@@ -66,13 +67,19 @@ class FleetConfig:
         path = f"agents.list[id={agent_id}].tools.loopDetection"
         return resolve(merge_blocks(self.global_block, check_block(override, path)), path)
 
+    @property
+    def incidents(self) -> IncidentConfig:
+        """The fleet's loop-incident settings (issue 28): the global block's alone."""
+        return resolve(self.global_block).incidents
+
     def with_agent(self, agent_id: str, block: dict[str, Any] | None) -> FleetConfig:
         """A copy with one agent's override replaced (``None`` removes it)."""
         agents = dict(self.agent_blocks)
         if block is None:
             agents.pop(agent_id, None)
         else:
-            check_block(block, f"agents.list[id={agent_id}].tools.loopDetection")
+            path = f"agents.list[id={agent_id}].tools.loopDetection"
+            no_agent_incidents(check_block(block, path), path)
             agents[agent_id] = block
         return FleetConfig(self.global_block, agents)
 
@@ -97,6 +104,14 @@ class FleetConfig:
                 ]
             },
         }
+
+
+def no_agent_incidents(block: dict[str, Any], path: str) -> None:
+    """Incidents span agents, so only the global block may set ``incidents``."""
+    if INCIDENTS in block:
+        raise ConfigError(
+            f"{path}.{INCIDENTS}: incidents are fleet-wide; set them in tools.loopDetection"
+        )
 
 
 def _object_or_empty(value: Any, path: str) -> dict[str, Any]:
@@ -170,6 +185,7 @@ def fleet_from_document(doc: Any) -> FleetConfig:
         if block is not None:
             path = f"agents.list[{index}].tools.loopDetection"
             agents[entry["id"]] = check_block(block, path)
+            no_agent_incidents(block, path)
     fleet = FleetConfig(global_block, agents)
     for agent_id in agents:  # surface merge errors at load time, not on the first event
         fleet.for_agent(agent_id)
