@@ -40,10 +40,14 @@ class Topics:
     deadletter: str = "loopguard.deadletter"
     config: str = "loopguard.config"
     schemas: str = "loopguard.schemas"
+    # issue 28: loop incidents, and the failures and decisions re-keyed by their signature
+    incidents: str = "loopguard.incidents"
+    incident_signals: str = "loopguard.incident-signals"
 
     @classmethod
     def with_prefix(cls, prefix: str) -> Topics:
-        return cls(*(f"{prefix}.{name}" for name in cls.__dataclass_fields__))
+        names = (name.replace("_", "-") for name in cls.__dataclass_fields__)
+        return cls(*(f"{prefix}.{name}" for name in names))
 
     @classmethod
     def from_env(cls) -> Topics:

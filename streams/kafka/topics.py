@@ -36,6 +36,16 @@ def topic_specs(settings: Settings) -> list[NewTopic]:
         NewTopic(settings.topics.schemas, 1, repl, topic_configs=compacted),
         NewTopic(f"{settings.app_id}-runs-changelog", parts, repl, topic_configs=compacted),
         NewTopic(f"{settings.app_id}-sessions-changelog", parts, repl, topic_configs=compacted),
+        # Loop incidents (issue 28, streams/worker/incidents.py): signals keyed by signature,
+        # the incident tables' changelogs on the same partitions, and the incidents.
+        NewTopic(settings.topics.incident_signals, parts, repl, topic_configs=durable),
+        NewTopic(
+            f"{settings.app_id}-incident-windows-changelog", parts, repl, topic_configs=compacted
+        ),
+        NewTopic(
+            f"{settings.app_id}-incidents-open-changelog", parts, repl, topic_configs=compacted
+        ),
+        NewTopic(settings.topics.incidents, parts, repl, topic_configs=durable),
     ]
 
 
