@@ -43,6 +43,9 @@ class Topics:
     # issue 28: loop incidents, and the failures and decisions re-keyed by their signature
     incidents: str = "loopguard.incidents"
     incident_signals: str = "loopguard.incident-signals"
+    # issue 28: agent-to-agent send calls, re-keyed by chain id (else gateway) for the
+    # loops-between-agents agent (streams/worker/agent_cycles.py)
+    agent_sends: str = "loopguard.agent-sends"
 
     @classmethod
     def with_prefix(cls, prefix: str) -> Topics:

@@ -46,6 +46,10 @@ def topic_specs(settings: Settings) -> list[NewTopic]:
             f"{settings.app_id}-incidents-open-changelog", parts, repl, topic_configs=compacted
         ),
         NewTopic(settings.topics.incidents, parts, repl, topic_configs=durable),
+        # Loops between agents (issue 28, streams/worker/agent_cycles.py): send calls keyed by
+        # chain id or gateway, and the graphs table's changelog on the same partitions.
+        NewTopic(settings.topics.agent_sends, parts, repl, topic_configs=durable),
+        NewTopic(f"{settings.app_id}-agent-cycles-changelog", parts, repl, topic_configs=compacted),
     ]
 
 
