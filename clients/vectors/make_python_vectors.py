@@ -43,7 +43,10 @@ from streams.wire import avro as codec
 
 HERE = Path(__file__).resolve().parent
 CODEC_MODULE = codec.__name__
-WATERMARK_SCHEMA = (Path(codec.SCHEMA_DIR) / "RunWatermark.avsc").read_text(encoding="utf-8")
+# The version watermarks without usage are written in (the invalid vectors are such ones).
+WATERMARK_SCHEMA = (Path(codec.SCHEMA_DIR) / "previous" / "RunWatermark.v3.avsc").read_text(
+    encoding="utf-8"
+)
 
 
 def watermark_datum(values: dict[str, Any]) -> bytes:
@@ -147,6 +150,9 @@ def make_events() -> list[tuple[str, Any]]:
         ("run_started", ev.RunStarted(env(1))),
         ("run_ended_default", ev.RunEnded(env(12))),
         ("run_ended_aborted", ev.RunEnded(env(13), "aborted")),
+        ("tool_call_with_usage", ev.ToolCall(env(16), "exec", "{}", "c-u", 12_345, 678, 0.0421)),
+        ("tool_call_tokens_only", ev.ToolCall(env(17), "exec", "{}", None, 2**40, 0)),
+        ("run_ended_with_usage", ev.RunEnded(env(18), "completed", 900, 40, 0.5)),
         ("big_seq_negative_time", ev.RunStarted(E("run-big", "a", "g", 2**63 - 1, -(2**63)))),
         ("zero_seq_zero_time", ev.RunStarted(E("run-zero", "a", "g", 0, 0))),
         ("unsafe_but_common_ms", ev.RunStarted(E("run-safe-max", "a", "g", 2**53 - 1, 2**53 + 1))),
@@ -319,6 +325,26 @@ WATERMARKS = [  # RunWatermark fields; the last one leaves status and event_coun
     (
         "empty_gateway_defaults",
         {"run_id": "run-3", "agent_id": "", "gateway_id": "", "seq": 0, "event_time": 0},
+    ),
+    (  # a run that reported usage (issue 28): written with the current RunWatermark version
+        "with_usage",
+        {
+            "run_id": "run-4",
+            "agent_id": "agent-a",
+            "gateway_id": "gw-py",
+            "seq": 9,
+            "event_time": T0 + 9,
+            "status": "aborted",
+            "event_count": 9,
+            "input_tokens": 120_000,
+            "output_tokens": 3_000,
+            "cost_usd": 1.25,
+            "tool_calls": 4,
+            "loop_tokens": 61_500,
+            "loop_cost_usd": 0.625,
+            "loop_calls": 2,
+            "saved_tokens": 1_200_000,
+        },
     ),
 ]
 

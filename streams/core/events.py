@@ -24,6 +24,10 @@ class Envelope:
     # The conversation the run belongs to (issue 17): a compaction can start a new run of the
     # same session, and ``scope: "session"`` carries a loop's counts over to it.
     session_id: str | None = None
+    # The conversation cascade the event belongs to across agents (issue 28): a gateway that
+    # knows it (an inbound agent-to-agent message carried one) attaches it to the runs it
+    # starts and their sends; loops between agents are then judged per chain.
+    chain_id: str | None = None
 
 
 def partition_key(envelope: Envelope) -> str:
@@ -40,6 +44,11 @@ class ToolCall:
     tool_name: str
     args_json: str | None = "{}"  # None (no args at all) hashes as JSON null
     tool_call_id: str | None = None
+    # Usage of the model turn that asked for the call (issue 28), on a turn's first call;
+    # None where the gateway does not know. Never part of a call's signature.
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cost_usd: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,8 +82,14 @@ class RunStarted:
 
 @dataclass(frozen=True, slots=True)
 class RunEnded:
+    """The run ended; the usage fields are its last model turn (the one that asked for no
+    tool) or whatever usage the gateway had not sent with a call yet."""
+
     envelope: Envelope
     status: str = "completed"
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cost_usd: float | None = None
 
 
 AgentEvent = ToolCall | ToolResult | CompactionRetry | RunStarted | RunEnded
@@ -89,7 +104,15 @@ EVENT_KINDS: dict[str, type] = {
 KIND_OF: dict[type, str] = {cls: kind for kind, cls in EVENT_KINDS.items()}
 # Optional fields added after the first release: left out of the flat dict while unset, so
 # export files and stored states written before them read (and compare) the same.
-_OMITTED_WHEN_NONE = ("session_id", "trigger")
+_OMITTED_WHEN_NONE = (
+    "session_id",
+    "chain_id",
+    "trigger",
+    "input_tokens",
+    "output_tokens",
+    "cost_usd",
+)
+USAGE_FIELDS = ("input_tokens", "output_tokens", "cost_usd")
 
 
 def event_kind(event: AgentEvent) -> str:
@@ -121,6 +144,7 @@ def event_from_dict(data: dict[str, Any]) -> AgentEvent:
             seq=int(data["seq"]),
             event_time=int(data.get("event_time") or 0),
             session_id=data.get("session_id") or None,
+            chain_id=data.get("chain_id") or None,
         )
     except KeyError as exc:
         raise ValueError(f"missing field {exc.args[0]!r}") from None

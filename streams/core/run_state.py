@@ -47,6 +47,7 @@ from streams.core.history import RunHistory
 from streams.core.recent_decisions import keep_recent, recent_decision_dict
 from streams.core.reorder import gap_expired
 from streams.core.session import SessionCarry, starts_fresh
+from streams.core.usage import RunUsage, clean_cost, clean_tokens
 
 ACTIVE, ENDED, ABORTED = "active", "ended", "aborted"
 
@@ -79,6 +80,8 @@ class RunState:
     # 64-slot block, 760 bytes, in every run that never decided anything).
     recent: list[tuple[int, list[Decision]]] = field(default_factory=list)
     session_id: str = ""  # the session the run belongs to, once an event named it
+    # Tokens and cost its events reported, and while it was looping (issue 28).
+    usage: RunUsage = field(default_factory=RunUsage)
     # Session scope: the previous run of the session, to seed from on the first event
     # processed (streams.core.session); handed in by the engine, never stored.
     predecessor: SessionCarry | None = field(default=None, repr=False, compare=False)
@@ -153,6 +156,29 @@ class RunState:
     # -- processing ------------------------------------------------------------------
 
     def _process(self, event: AgentEvent, cfg: LoopDetectionConfig) -> list[Decision]:
+        decisions = self._evaluate(event, cfg)
+        usage = self.usage
+        event_time = event.envelope.event_time
+        if not usage.started_at:
+            usage.started_at = event_time
+        if isinstance(event, ToolCall | RunEnded):  # the events that carry a model turn
+            usage.add(
+                event_time,
+                isinstance(event, ToolCall),
+                clean_tokens(event.input_tokens),
+                clean_tokens(event.output_tokens),
+                clean_cost(event.cost_usd),
+            )
+        stopped = False
+        for decision in decisions:
+            enforced = decision.enforced
+            usage.decided(decision.seq, enforced and decision.action is Action.BLOCK)
+            stopped = stopped or (enforced and decision.action is Action.ABORT)
+        if stopped or (usage.blocked and isinstance(event, RunEnded)):
+            usage.stop(event_time)  # loopguard stopped the loop: what did that save?
+        return decisions
+
+    def _evaluate(self, event: AgentEvent, cfg: LoopDetectionConfig) -> list[Decision]:
         env = event.envelope
         if self.predecessor is not None:
             self._take_over(self.predecessor, event, cfg)
@@ -366,6 +392,8 @@ class RunState:
         }
         if self.session_id:  # states of runs without a session read and compare as before
             data["session_id"] = self.session_id
+        if self.usage.reported:  # likewise for runs whose gateway reports no usage
+            data["usage"] = self.usage.to_list()
         return data
 
     @classmethod
@@ -392,6 +420,9 @@ class RunState:
         )
         state.guard = PostCompactionGuard.from_dict(data["guard"])
         state.stats = RunStats(*data["stats"])
+        usage = data.get("usage")  # states written before issue 28, or without usage: none
+        if usage:
+            state.usage = RunUsage.from_list(usage)
         for seq, decisions in data.get("recent", []):
             keep_recent(state.recent, seq, [Decision.from_dict(d) for d in decisions])
         return state

@@ -20,7 +20,10 @@ array: about 180 bytes a call. Version 2 keeps the same values and nothing else:
 * the compaction guard as nil while it is idle (no compaction seen), which most runs are.
 
 Version 3 (this one) differs from version 2 in those last two points and in ``error_streak``
-being a scalar; version 2 bytes, already on changelogs, still load.
+being a scalar; version 2 bytes, already on changelogs, still load. A run that reported
+token usage (issue 28) appends its ``usage`` to the scalars: states without it are byte for
+byte what they were, and a worker from before it reads one with it (it stops at the scalars it
+knows and the run's usage starts again from nothing there).
 
 Decoding rebuilds the :meth:`RunState.to_dict` form and hands it to
 :meth:`RunState.from_dict`, so derived values are recomputed exactly as after a JSON load.
@@ -70,7 +73,12 @@ SCALARS: tuple[str, ...] = (
     "guard",
     "waiting",
     "error_streak",
+    "usage",  # optional (issue 28): only runs that reported usage have it; always last
 )
+# Trailing SCALARS a state may lack: written only when present, so a state without them
+# (most runs, and every state written before them) reads as before.
+OPTIONAL_TAIL = ("usage",)
+_REQUIRED = SCALARS[: len(SCALARS) - len(OPTIONAL_TAIL)]
 # to_dict keys with a form of their own below.
 STRUCTURED = ("history", "recent")
 KNOWN = frozenset(SCALARS) | frozenset(STRUCTURED)
@@ -295,7 +303,11 @@ def encode_dict(data: dict[str, Any]) -> bytes | None:
     recent = recent_format.pack_recent(data.get("recent") or [], data, _pack)
     if recent is False:
         return None
-    scalars = [data[key] for key in SCALARS]
+    scalars = [data[key] for key in _REQUIRED]
+    for key in OPTIONAL_TAIL:
+        if key not in data:
+            break
+        scalars.append(data[key])
     if scalars[GUARD_AT] is None:
         return None  # nil means idle
     if scalars[GUARD_AT] == IDLE_GUARD:

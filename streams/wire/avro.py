@@ -9,9 +9,11 @@ guessed from the values, and reported by name on read (``return_record_name``): 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, replace
 from dataclasses import fields as dataclass_fields
+from functools import cache
 from typing import Any
 
 from streams.core.events import EVENT_KINDS, Action, AgentEvent, Decision, Envelope
@@ -35,6 +37,7 @@ from streams.wire.schema_registry import (
     default_registry,
     load_schemas,
     parsing_canonical_form,
+    previous_schemas,
     schema_fingerprint,
     schema_json_for,
 )
@@ -43,6 +46,7 @@ from streams.wire.single_object import (
     DEFAULT_MAX_MESSAGE_SIZE,
     HEADER_SIZE,
     MARKER,
+    SchemaCodec,
     event_schema_fingerprint,
     event_schema_json,
     own_codecs,
@@ -115,6 +119,8 @@ def _event_datum(
             require_storable_names(cls.__name__, head, body)
         except InvalidDatumError as exc:
             raise EncodeError(str(exc)) from None
+    if "cost_usd" in body:
+        _check_usage(cls.__name__, body)
     return {
         "run_id": head["run_id"],
         "agent_id": head["agent_id"],
@@ -124,6 +130,18 @@ def _event_datum(
         "body": (_BODY_NAME[cls], body),  # fastavro tuple notation: the union branch by name
         "session_id": head.get("session_id"),
     }
+
+
+def _check_usage(record: str, body: Mapping[str, Any]) -> None:
+    """Token counts and a cost are never negative, and a cost is a finite number."""
+    for name in ("input_tokens", "output_tokens"):
+        value = body.get(name)
+        if isinstance(value, int) and not isinstance(value, bool) and value < 0:
+            raise EncodeError(f"{record}.{name} must be 0 or more, got {value}")
+    cost = body.get("cost_usd")
+    numeric = isinstance(cost, int | float) and not isinstance(cost, bool)
+    if numeric and (not math.isfinite(cost) or cost < 0):
+        raise EncodeError(f"{record}.cost_usd must be a finite number, 0 or more, got {cost}")
 
 
 def encode_event(
@@ -282,9 +300,33 @@ class RunWatermark:
     event_time: int  # of the event at seq, epoch milliseconds
     status: str = "active"  # active | ended | aborted
     event_count: int = 0
+    # What the run's events reported of their model turns so far (issue 28); all 0 for a run
+    # whose gateway reports no usage, whose watermarks then go out in the previous version.
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+    tool_calls: int = 0
+    loop_tokens: int = 0
+    loop_cost_usd: float = 0.0
+    loop_calls: int = 0
+    saved_tokens: int = 0
+
+    @property
+    def has_usage(self) -> bool:
+        return bool(self.input_tokens or self.output_tokens or self.cost_usd or self.saved_tokens)
 
 
 _WATERMARK_FIELDS = tuple(f.name for f in dataclass_fields(RunWatermark))
+# The version before the usage fields (schemas/previous/RunWatermark.v3.avsc): written for
+# runs that reported no usage, so gateways from before issue 28 keep reading their runs'
+# watermarks (they know no other version, and never look one up).
+PREVIOUS_WATERMARK = "RunWatermark.v3"
+_PREVIOUS_WATERMARK_FIELDS = _WATERMARK_FIELDS[: _WATERMARK_FIELDS.index("input_tokens")]
+
+
+@cache
+def _previous_watermark_codec() -> SchemaCodec:
+    return SchemaCodec("RunWatermark", previous_schemas()[PREVIOUS_WATERMARK])
 
 
 def encode_watermark(mark: RunWatermark, *, max_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> bytes:
@@ -293,6 +335,10 @@ def encode_watermark(mark: RunWatermark, *, max_size: int = DEFAULT_MAX_MESSAGE_
         raise EncodeError(f"not a RunWatermark: {type(mark).__name__}")
     if not mark.run_id:
         raise MissingRunIdError("RunWatermark")
+    if not mark.has_usage:
+        return _previous_watermark_codec().encode(
+            {n: getattr(mark, n) for n in _PREVIOUS_WATERMARK_FIELDS}, max_size
+        )
     return own_codecs()["RunWatermark"].encode(
         {n: getattr(mark, n) for n in _WATERMARK_FIELDS}, max_size
     )
@@ -319,12 +365,19 @@ def decode_control(
     """A control-topic message: a watermark when it carries the watermark schema's
     fingerprint, otherwise a Decision (ours or a registered evolution of it)."""
     is_bytes = isinstance(data, bytes | bytearray | memoryview)  # a tombstone is None
-    if (
-        is_bytes
-        and data[len(MARKER) : HEADER_SIZE] == own_codecs()["RunWatermark"].schema.fingerprint
-    ):
+    if is_bytes and data[len(MARKER) : HEADER_SIZE] in _watermark_fingerprints():
         return decode_watermark(data, registry, max_size=max_size)
     return decode_decision(data, registry, max_size=max_size)
+
+
+@cache
+def _watermark_fingerprints() -> frozenset[bytes]:
+    return frozenset(
+        (
+            own_codecs()["RunWatermark"].schema.fingerprint,
+            _previous_watermark_codec().schema.fingerprint,
+        )
+    )
 
 
 # ---------------------------------------------------------------------------- dead letters

@@ -44,6 +44,7 @@ __all__ = [
     "load_schemas",
     "own_schemas",
     "parse_schema_text",
+    "previous_schemas",
     "parsing_canonical_form",
     "schema_fingerprint",
     "schema_json_for",
@@ -51,6 +52,10 @@ __all__ = [
 
 SCHEMA_DIR = Path(schemas.__file__).resolve().parent  # top-level schemas/, also installed
 SCHEMA_NAMES = ("AgentEvent", "Decision", "RunWatermark", "DeadLetter")
+# Earlier versions of our schemas, ``<name>.v<N>.avsc``, known to every registry so that
+# bytes written with them read without a schemas-topic lookup (and, for RunWatermark, the
+# version the worker still writes for runs without usage, which older gateways read).
+PREVIOUS_DIR = SCHEMA_DIR / "previous"
 
 
 # --------------------------------------------------------------- canonical form + fingerprint
@@ -158,6 +163,19 @@ def _schema_texts() -> dict[str, str]:
 
 
 @cache
+def previous_schemas() -> dict[str, ParsedSchema]:
+    """Earlier versions of our schemas (``schemas/previous/<name>.v<N>.avsc``), by file stem."""
+    out = {}
+    for path in sorted(PREVIOUS_DIR.glob("*.avsc")):
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise InvalidSchemaError(f"cannot read schema {path}: {one_line(exc)}") from exc
+        out[path.stem] = parse_schema_text(text)
+    return out
+
+
+@cache
 def own_schemas() -> dict[str, ParsedSchema]:
     """The project's schemas (``schemas/*.avsc``) parsed for the codec, by name."""
     out = {}
@@ -185,15 +203,16 @@ def load_schemas() -> dict[str, avro.schema.Schema]:
 class SchemaRegistry:
     """Fingerprint -> writer schema, plus the writer schema resolved per (writer, reader) pair.
 
-    Pre-loaded with the project's schemas; :meth:`register` adds others (e.g. a newer gateway's
-    schema taken from a schemas topic). Not locked: meant for one asyncio worker thread.
+    Pre-loaded with the project's schemas and their previous versions; :meth:`register` adds
+    others (e.g. a newer gateway's schema taken from a schemas topic). Not locked: meant for
+    one asyncio worker thread.
     """
 
     def __init__(self, schema_texts: Iterable[str] | None = None) -> None:
         self._entries: dict[bytes, ParsedSchema] = {}
         self._pairs: dict[tuple[bytes, bytes], ParsedSchema] = {}
         if schema_texts is None:
-            for schema in own_schemas().values():
+            for schema in [*own_schemas().values(), *previous_schemas().values()]:
                 self._entries.setdefault(schema.fingerprint, schema)
         else:
             for text in schema_texts:

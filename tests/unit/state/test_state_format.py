@@ -282,3 +282,54 @@ def test_any_state_round_trips_exactly(ci, events, seed, data) -> None:
             continue
         assert restored.apply(event, cfg) == state.apply(event, cfg)
     assert state_format.encode(restored) == state_format.encode(state)
+
+
+USAGE_FIXTURE = Path(__file__).parent / "data" / "runstate_v3_usage.bin"
+
+
+def usage_state() -> RunState:
+    """rich_state() with its gap filled and two more turns that reported usage (issue 28)."""
+    state, late = rich_state()
+    lg = loop_guard(enabled=True, warningThreshold=2, criticalThreshold=4)
+    lg.runs[state.run_id] = state
+    lg.process(late)  # fills the gap: what waited behind it is processed too
+    run = Run(lg, run_id=state.run_id, start_seq=state.last_seq + 1)
+    for _ in range(2):
+        call = dataclasses.replace(
+            run.make_call("web_fetch", {"url": "x"}),
+            input_tokens=1_000,
+            output_tokens=50,
+            cost_usd=0.0125,
+        )
+        run.feed(call)
+    return state
+
+
+def test_a_state_with_usage_round_trips_and_one_without_is_unchanged() -> None:
+    """Usage is a trailing scalar written only for runs that reported some: a state without
+    it is the bytes it always was (rich_state's version 3 bytes load as before)."""
+    state = usage_state()
+    assert state.usage.input_tokens == 2_000 and state.usage.loop_seq
+    payload = assert_round_trip(state)
+    assert state_format.decode(payload).usage == state.usage
+    plain, _ = rich_state()
+    plain_bytes = state_format.encode(plain)
+    assert "usage" not in state_format.decode_dict(plain_bytes)
+    scalars = msgpack.unpackb(plain_bytes[2:], raw=False)[0]
+    assert len(scalars) == len(state_format.SCALARS) - 1
+
+
+def test_usage_bytes_written_now_keep_loading() -> None:
+    """A changelog written by this version (the fixture: encode(usage_state()) when usage
+    was added) loads to the same state."""
+    loaded = state_format.decode(USAGE_FIXTURE.read_bytes())
+    assert loaded.to_dict() == usage_state().to_dict()
+
+
+def test_a_worker_from_before_usage_reads_a_state_with_it() -> None:
+    """An older worker knows SCALARS up to error_streak: it stops there and loads the rest."""
+    payload = state_format.encode(usage_state())
+    known = state_format.SCALARS[: state_format.SCALARS.index("usage")]
+    scalars, *rest = msgpack.unpackb(payload[2:], raw=False)
+    data = dict(zip(known, scalars, strict=False))
+    assert "usage" not in data and data["error_streak"] == usage_state().error_streak

@@ -27,7 +27,8 @@ ENV = Envelope("run-2", "agent-1", "gw-1", 1, 1_700_000, session_id="sess-9")
 
 def older_event_schema() -> dict[str, Any]:
     """AgentEvent as it was before issue 17: no session_id, RunStarted an empty record."""
-    schema = json.loads((SCHEMA_DIR / "AgentEvent.avsc").read_text())
+    # the version issue 17 shipped (before issue 28's usage fields), less its fields
+    schema = json.loads((SCHEMA_DIR / "previous" / "AgentEvent.v2.avsc").read_text())
     schema["fields"] = [f for f in schema["fields"] if f["name"] != "session_id"]
     body_branch(schema, "RunStarted")["fields"] = []
     return schema
