@@ -47,8 +47,10 @@ from streams.audit import webhook_outbox as outbox
 from streams.audit.webhook_outbox import DROPPED, FAILED, SENT, Notice
 from streams.audit.writer import AuditWriter
 from streams.core.events import Action, Decision
+from streams.core.incidents import Incident
 from streams.observability.metrics import WorkerMetrics
 from streams.settings import Settings
+from streams.webhooks.incident_notice import incident_notice
 from streams.webhooks.receiver_queue import (
     DECISION_HEADER,
     MAX_RETRY_AFTER_S,
@@ -267,6 +269,19 @@ class WebhookNotifier:
         if len(self._seen) > self._remember:
             self._seen.popitem(last=False)
         return True
+
+    async def submit_incidents(self, incidents: Iterable[Incident]) -> int:
+        """Record and queue the notice of each incident's opening (issue 28), once per
+        incident id, for the default receiver (an incident spans agents)."""
+        if self.targets.url_for("") is None:
+            return 0
+        notices = [
+            incident_notice(i) for i in incidents if self._first_time(f"incident:{i.incident_id}")
+        ]
+        if not notices:
+            return 0
+        new = set(await self.audit.run("webhook outbox", lambda s: outbox.add(s, notices)))
+        return await self._enqueue([n for n in notices if n.decision_id in new])
 
     async def _enqueue(self, notices: list[Notice]) -> int:
         overflow = []
