@@ -31,6 +31,8 @@ class Outcome:
     dead_letter: str | None = None  # the reason, when the message is parked
     rekey: bytes | None = None  # the key (session or run id) the message must be re-sent under
     event: AgentEvent | None = None  # the decoded event, when it was applied
+    loop_tokens: int = 0  # tokens the event added to its run's loop (issue 28, /metrics)
+    saved_tokens: int = 0  # the saved-tokens estimate it took, when it stopped its run
 
 
 @dataclass(frozen=True)
@@ -89,6 +91,17 @@ class EventProcessor:
 
     @staticmethod
     def watermark(state: RunState, envelope: Envelope) -> RunWatermark:
+        usage = state.usage
+        if not usage.reported:  # the version older gateways read
+            return RunWatermark(
+                run_id=state.run_id,
+                agent_id=envelope.agent_id,
+                gateway_id=envelope.gateway_id,
+                seq=state.last_seq,
+                event_time=state.last_seq_time,
+                status=state.status,
+                event_count=state.event_count,
+            )
         return RunWatermark(
             run_id=state.run_id,
             agent_id=envelope.agent_id,
@@ -97,6 +110,14 @@ class EventProcessor:
             event_time=state.last_seq_time,
             status=state.status,
             event_count=state.event_count,
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            cost_usd=usage.cost_usd,
+            tool_calls=usage.calls,
+            loop_tokens=usage.loop_tokens,
+            loop_cost_usd=usage.loop_cost_usd,
+            loop_calls=usage.loop_calls,
+            saved_tokens=usage.saved_tokens,
         )
 
     def apply(self, key: bytes | None, event: AgentEvent) -> Outcome:
@@ -126,13 +147,19 @@ class EventProcessor:
             # the same decision ids, in case the first publication died in the producer buffer.
             decided = state.decisions_for(envelope.seq)
             return Outcome(decisions=decided if self.republish_duplicates else [], event=event)
+        loop_before, saved_before = state.usage.loop_tokens, state.usage.saved_tokens
         try:
             decisions = self.evaluate(run_key, route, state, event, cfg)
         except Exception as exc:  # noqa: BLE001 - one event must never stop a partition
             self.rebuild(run_key, envelope.run_id, cfg)
             return Outcome(dead_letter=f"evaluation failed: {type(exc).__name__}: {exc}")
         self.applied.setdefault(run_key, []).append(event)
-        return Outcome(decisions=decisions, event=event)
+        return Outcome(
+            decisions=decisions,
+            event=event,
+            loop_tokens=state.usage.loop_tokens - loop_before,
+            saved_tokens=state.usage.saved_tokens - saved_before,
+        )
 
     def evaluate(
         self,
