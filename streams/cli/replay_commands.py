@@ -26,6 +26,7 @@ from streams.cli.common import (
     settings_from_args,
 )
 from streams.cli.times import TIME_HELP, time_arg
+from streams.replay.agent_cycles import with_agent_cycles
 from streams.replay.compare import (
     DIVERGED,
     INCOMPLETE,
@@ -281,7 +282,9 @@ def _replay(args: argparse.Namespace) -> int:
             return stats
 
         started = time.monotonic()
-        done = replay_selection(lambda: LoopGuard(fleet), make_stats, source, selection)
+        done = replay_selection(
+            lambda: with_agent_cycles(LoopGuard(fleet)), make_stats, source, selection
+        )
         guard, runs, stats = done.guard, done.runs, done.stats
         scope = list(args.run) if args.run else sorted(runs)
         reports = compare_with_audit(guard, runs, scope, store.history, requested=bool(args.run))

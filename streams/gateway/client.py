@@ -151,6 +151,8 @@ class GatewayClient:
             bootstrap_servers=bootstrap_servers, acks="all", linger_ms=0, **kafka_options
         )
         self._control: dict[str, _RunControl] = defaultdict(_RunControl)
+        # (agent id, tool) -> a block for that agent's next call of that tool (agent_cycle)
+        self._tool_blocks: dict[tuple[str, str], Decision] = {}
         self.duplicates = 0
         self._lock = threading.Condition()
         # Only what is published from now on counts: follow the control topic from its end.
@@ -206,7 +208,11 @@ class GatewayClient:
             control.seen.add(decision.decision_id)
             control.decisions.append(decision)
             if decision.enforced:  # shadow mode's decisions are only logged (below)
-                if decision.action is Action.ABORT:
+                if only_tool := self._tool_block_of(decision):
+                    # a loop between agents (issue 28): the agent's next call of that tool,
+                    # in whichever of its runs comes (OpenClaw starts a run per message)
+                    self._tool_blocks[(decision.agent_id, only_tool)] = decision
+                elif decision.action is Action.ABORT:
                     control.abort = decision
                 elif decision.action is Action.BLOCK:
                     control.block = decision
@@ -217,6 +223,20 @@ class GatewayClient:
             log_observed(decision)
         if self.on_decision is not None:
             self.on_decision(decision)
+
+    def _tool_block_of(self, decision: Decision) -> str:
+        """The tool a block is limited to (``extra["only_tool"]``), if it is one for this
+        gateway's agents; "" for every other decision."""
+        raw = decision.extra.get("only_tool")
+        if decision.action is not Action.BLOCK or not raw:
+            return ""
+        if decision.gateway_id != self.gateway_id:
+            return ""
+        try:
+            tool = json.loads(raw)
+        except ValueError:
+            return ""
+        return tool if isinstance(tool, str) else ""
 
     # -- publishing ------------------------------------------------------------------
 
@@ -280,9 +300,12 @@ class GatewayClient:
             self._lock.wait(remaining)
         return True
 
-    def take_verdict(self, run_id: str, published_seq: int = 0) -> Verdict:
+    def take_verdict(
+        self, run_id: str, published_seq: int = 0, tool_name: str = "", agent_id: str = ""
+    ) -> Verdict:
         """The run's verdict once the worker has processed up to ``published_seq``, or at the
-        end of the wait budget, whichever comes first."""
+        end of the wait budget, whichever comes first. ``tool_name`` and ``agent_id``: the call
+        about to run, which a block limited to that tool refuses."""
         if self.wait_budget <= 0:
             published_seq = 0  # no waiting: enforce whatever has arrived (no timeout either)
         with self._lock:
@@ -296,6 +319,8 @@ class GatewayClient:
             timed_out = control.watermark < published_seq
             warnings, control.warnings = tuple(control.warnings), []
             block, control.block = control.block, None
+            if block is None and tool_name:
+                block = self._tool_blocks.pop((agent_id, tool_name), None)
             logged, held_back = False, 0
             if timed_out:
                 self.wait_timeouts += 1
@@ -353,7 +378,7 @@ class GatewayRun:
 
     def before_tool(self, tool_name: str, args: Any, tool_call_id: str | None = None) -> Verdict:
         """Publish the call and say whether it may run; raises :class:`RunAborted`."""
-        verdict = self.client.take_verdict(self.run_id, self.seq)
+        verdict = self.client.take_verdict(self.run_id, self.seq, tool_name, self.agent_id)
         args_json = json.dumps(args, ensure_ascii=False)
         self.emit(ToolCall, tool_name=tool_name, args_json=args_json, tool_call_id=tool_call_id)
         if not verdict.allowed:

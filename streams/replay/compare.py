@@ -48,6 +48,9 @@ def replay_events(guard: Any, events: Iterable[AgentEvent]) -> dict[str, RunRepl
         run.first_seq = env.seq if run.first_seq is None else min(run.first_seq, env.seq)
         for decision in guard.process(event):
             runs.setdefault(decision.run_id, RunReplay(decision.run_id)).decisions.append(decision)
+    # decisions made over many runs at the end (agent cycles: streams.replay.agent_cycles)
+    for decision in guard.finish() if hasattr(guard, "finish") else []:
+        runs.setdefault(decision.run_id, RunReplay(decision.run_id)).decisions.append(decision)
     return runs
 
 
