@@ -35,6 +35,7 @@ from streams.worker.faust_patches import (
     ordered_recovery_resume,
     set_fetch_max_wait,
 )
+from streams.worker.incidents import register_incidents
 from streams.worker.startup import check_faust_patches
 from streams.worker.tables import RunsTable
 
@@ -199,6 +200,7 @@ def build_worker(settings: Settings) -> faust.App:
     )
     agents = WorkerAgents(parts)
     agents.register()
+    register_incidents(parts)  # loop incidents (issue 28), when the config turns them on
     # HTTP API, status page and /metrics, served with `loopguard worker --web-port`.
     register_views(app, settings.db_url, metrics, health=agents.health)
     return app
