@@ -168,3 +168,54 @@ class IncidentRow(Base):
         DateTime(timezone=True), server_default=func.now()
     )
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+class QuarantinedRecord(Base):
+    """An audit record the database refused for its data (after a bounded number of tries),
+    with the database's error, so the trail goes on past it (``streams.audit.writer``).
+    ``(kind, record_key)`` is unique: a redelivered refusal is one row."""
+
+    __tablename__ = "audit_quarantine"
+    __table_args__ = (
+        UniqueConstraint("kind", "record_key", name="uq_audit_quarantine_kind_record_key"),
+    )
+
+    id: Mapped[int] = mapped_column(_Id, primary_key=True, autoincrement=True)
+    kind: Mapped[str] = mapped_column(String(32))  # decision, run_progress, dead_letter
+    record_key: Mapped[str] = mapped_column(String)  # decision id, run id, topic:partition:offset
+    run_id: Mapped[str] = mapped_column(String, server_default="")
+    payload: Mapped[bytes] = mapped_column(LargeBinary)  # the record as JSON (NUL kept escaped)
+    error: Mapped[str] = mapped_column(Text)  # what the database answered
+    attempts: Mapped[int] = mapped_column(Integer)
+    recorded_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=func.now()
+    )
+
+
+class IncidentRow(Base):
+    """A loop incident (issue 28, :class:`streams.core.incidents.Incident`): one signature
+    shared by many runs within a window; written idempotently from the incidents topic
+    (``streams.audit.incidents``: runs merged, a close never reopened)."""
+
+    __tablename__ = "incidents"
+    __table_args__ = (
+        Index("ix_incidents_status", "status"),
+        Index("ix_incidents_opened_at", "opened_at"),
+    )
+
+    incident_id: Mapped[str] = mapped_column(String, primary_key=True)
+    signature: Mapped[str] = mapped_column(String)
+    tool: Mapped[str] = mapped_column(String)
+    kind: Mapped[str] = mapped_column(String(16))  # error | args
+    detail: Mapped[str] = mapped_column(Text)  # the normalised error or the args hash
+    status: Mapped[str] = mapped_column(String(16))  # open | closed
+    window_seconds: Mapped[int] = mapped_column(Integer)
+    opened_at: Mapped[int] = mapped_column(BigInteger)  # epoch ms, event time
+    last_window: Mapped[int] = mapped_column(BigInteger)
+    closed_at: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    runs: Mapped[list[str]] = mapped_column(JSON)
+    agents: Mapped[list[str]] = mapped_column(JSON)
+    recorded_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=func.now()
+    )
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())

@@ -18,6 +18,8 @@ agent,tool,enforced}``                                    "false": observe-only 
 ``loopguard_audit_backlog``                    gauge      audit records waiting for the DB
 ``loopguard_audit_records_written_total``      counter    rows the audit trail accepted
 ``loopguard_audit_write_errors_total``         counter    failed audit writes (retried)
+``loopguard_audit_quarantined_total``          counter    audit records the database refused
+                                                          for their data, kept in quarantine
 ``loopguard_event_processing_seconds``         histogram  one event: decode → decisions sent
 ``loopguard_gateway_wait_timeouts_total        counter    gateways that gave up waiting for a
 {gateway}``                                               decision (when they report it)
@@ -27,10 +29,6 @@ agent,tool,enforced}``                                    "false": observe-only 
 {outcome}``                                               sent, failed, dropped (queue full)
 ``loopguard_webhook_retries_total``            counter    webhook posts retried
 ``loopguard_webhook_queue``                    gauge      webhooks waiting to be posted
-``loopguard_loop_tokens_total``                counter    tokens runs reported while looping
-                                                          (from their first loop decision)
-``loopguard_tokens_saved_estimate_total``      counter    tokens block/abort saved, estimated
-                                                          (docs/reference.md: loop cost)
 =============================================  =========  ==================================
 
 ``agent``, ``tool`` and ``gateway`` come from the events, so each keeps at most
@@ -86,6 +84,7 @@ METRIC_NAMES = (
     "loopguard_audit_backlog",
     "loopguard_audit_records_written",
     "loopguard_audit_write_errors",
+    "loopguard_audit_quarantined",
     "loopguard_event_processing_seconds",
     "loopguard_gateway_wait_timeouts",
     "loopguard_last_event_timestamp_seconds",
@@ -93,8 +92,6 @@ METRIC_NAMES = (
     "loopguard_webhook_notifications",
     "loopguard_webhook_retries",
     "loopguard_webhook_queue",
-    "loopguard_loop_tokens",
-    "loopguard_tokens_saved_estimate",
 )
 
 
@@ -188,6 +185,11 @@ class WorkerMetrics:
             "Failed audit writes; each is retried, so this counts outages, not lost records.",
             registry=r,
         )
+        self.audit_quarantine = Counter(
+            "loopguard_audit_quarantined",
+            "Audit records the database refused for their data, kept in audit_quarantine.",
+            registry=r,
+        )
         self.latency = Histogram(
             "loopguard_event_processing_seconds",
             "Time to process one event, from decode to its decisions being sent.",
@@ -221,16 +223,6 @@ class WorkerMetrics:
         )
         self.webhook_queue = Gauge(
             "loopguard_webhook_queue", "Webhook notifications waiting to be posted.", registry=r
-        )
-        self.loop_tokens = Counter(
-            "loopguard_loop_tokens",
-            "Tokens (read + written) runs reported from their first loop decision on.",
-            registry=r,
-        )
-        self.tokens_saved = Counter(
-            "loopguard_tokens_saved_estimate",
-            "Estimated tokens that blocking or aborting looping runs saved (streams.core.usage).",
-            registry=r,
         )
         self.started_at = time.time()
         self.started.set(self.started_at)
@@ -300,6 +292,11 @@ class WorkerMetrics:
         """One audit write failed (it will be retried)."""
         self.audit_errors.inc()
 
+    def audit_quarantined(self, n: int = 1) -> None:
+        """``n`` records the database refused went to the quarantine."""
+        if n > 0:
+            self.audit_quarantine.inc(n)
+
     def set_audit_backlog(self, n: int) -> None:
         """Audit records received but not yet written."""
         self.audit_backlog.set(max(0, n))
@@ -320,13 +317,6 @@ class WorkerMetrics:
     def set_webhook_queue(self, n: int) -> None:
         """Webhook notifications queued in this worker."""
         self.webhook_queue.set(max(0, n))
-
-    def observe_loop_cost(self, loop_tokens: int, saved_tokens: int) -> None:
-        """Tokens looping runs spent, and the estimate of what stopping them saved (issue 28)."""
-        if loop_tokens > 0:
-            self.loop_tokens.inc(loop_tokens)
-        if saved_tokens > 0:
-            self.tokens_saved.inc(saved_tokens)
 
     async def sample_consumer_lag(self, consumer: Any, topic: str) -> None:
         """Set ``loopguard_consumer_lag`` from a Faust consumer, for ``topic``'s partitions.
@@ -394,5 +384,6 @@ class WorkerMetrics:
             "audit_backlog": int(self._value("loopguard_audit_backlog")),
             "audit_records_written": int(self._total(self.audit_records)),
             "audit_write_errors": int(self._total(self.audit_errors)),
+            "audit_quarantined": int(self._total(self.audit_quarantine)),
             "mean_processing_ms": round(total / count * 1000, 3) if count else None,
         }

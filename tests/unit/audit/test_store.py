@@ -27,6 +27,7 @@ from streams.wire.avro import RunWatermark
 
 REPO = Path(__file__).resolve().parents[3]
 AUDIT_TABLES = {"decisions", "dead_letters", "processed_events", "webhook_deliveries"}
+AUDIT_TABLES |= {"audit_quarantine"}  # issue 26: records the database refused for their data
 DECISION_INDEXES = {
     "ix_decisions_run_id_seq",
     "ix_decisions_agent_id",
@@ -126,7 +127,7 @@ def test_alembic_cli_uses_ini_and_env_url(db_url: str, tmp_path: Path) -> None:
         assert not AUDIT_TABLES & set(inspect(store.engine).get_table_names())
 
 
-def test_default_url_is_embedded_sqlite_with_wal(
+def test_default_url_is_embedded_sqlite_with_a_rollback_journal_and_no_mmap(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
@@ -134,7 +135,9 @@ def test_default_url_is_embedded_sqlite_with_wal(
         store.migrate()
         assert (tmp_path / "loopguard-data" / "audit.db").is_file()
         with store.engine.connect() as conn:
-            assert conn.execute(text("PRAGMA journal_mode")).scalar() == "wal"
+            # No WAL: its mmap'd -shm index turns a failing disk into SIGBUS (issue 26).
+            assert conn.execute(text("PRAGMA journal_mode")).scalar() == "delete"
+            assert conn.execute(text("PRAGMA mmap_size")).scalar() == 0
             assert conn.execute(text("PRAGMA busy_timeout")).scalar() == 5000
 
 
