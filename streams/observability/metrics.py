@@ -29,6 +29,10 @@ agent,tool,enforced}``                                    "false": observe-only 
 {outcome}``                                               sent, failed, dropped (queue full)
 ``loopguard_webhook_retries_total``            counter    webhook posts retried
 ``loopguard_webhook_queue``                    gauge      webhooks waiting to be posted
+``loopguard_loop_tokens_total``                counter    tokens runs reported while looping
+                                                          (from their first loop decision)
+``loopguard_tokens_saved_estimate_total``      counter    tokens block/abort saved, estimated
+                                                          (docs/reference.md: loop cost)
 =============================================  =========  ==================================
 
 ``agent``, ``tool`` and ``gateway`` come from the events, so each keeps at most
@@ -92,6 +96,8 @@ METRIC_NAMES = (
     "loopguard_webhook_notifications",
     "loopguard_webhook_retries",
     "loopguard_webhook_queue",
+    "loopguard_loop_tokens",
+    "loopguard_tokens_saved_estimate",
 )
 
 
@@ -224,6 +230,16 @@ class WorkerMetrics:
         self.webhook_queue = Gauge(
             "loopguard_webhook_queue", "Webhook notifications waiting to be posted.", registry=r
         )
+        self.loop_tokens = Counter(
+            "loopguard_loop_tokens",
+            "Tokens (read + written) runs reported from their first loop decision on.",
+            registry=r,
+        )
+        self.tokens_saved = Counter(
+            "loopguard_tokens_saved_estimate",
+            "Estimated tokens that blocking or aborting looping runs saved (streams.core.usage).",
+            registry=r,
+        )
         self.started_at = time.time()
         self.started.set(self.started_at)
         self.last_event_at: float | None = None
@@ -317,6 +333,13 @@ class WorkerMetrics:
     def set_webhook_queue(self, n: int) -> None:
         """Webhook notifications queued in this worker."""
         self.webhook_queue.set(max(0, n))
+
+    def observe_loop_cost(self, loop_tokens: int, saved_tokens: int) -> None:
+        """Tokens looping runs spent, and the estimate of what stopping them saved (issue 28)."""
+        if loop_tokens > 0:
+            self.loop_tokens.inc(loop_tokens)
+        if saved_tokens > 0:
+            self.tokens_saved.inc(saved_tokens)
 
     async def sample_consumer_lag(self, consumer: Any, topic: str) -> None:
         """Set ``loopguard_consumer_lag`` from a Faust consumer, for ``topic``'s partitions.
