@@ -21,6 +21,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    false,
     func,
     true,
 )
@@ -219,3 +220,40 @@ class IncidentRow(Base):
         DateTime(timezone=True), server_default=func.now()
     )
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+class ConfigChangeRow(Base):
+    """One change of the guard's config (a config-topic record, a CLI change, the worker's
+    file at start or reload), with the versions around it and its sender as far as Kafka can
+    tell (``streams.audit.config_changes``). ``change_id`` is unique: a replayed record, or
+    the same file loaded by every worker, is one row."""
+
+    __tablename__ = "config_changes"
+    __table_args__ = (
+        UniqueConstraint("change_id", name="uq_config_changes_change_id"),
+        Index("ix_config_changes_agent_key", "agent_key"),
+        Index("ix_config_changes_changed_at", "changed_at"),
+    )
+
+    id: Mapped[int] = mapped_column(_Id, primary_key=True, autoincrement=True)
+    change_id: Mapped[str] = mapped_column(String)
+    source: Mapped[str] = mapped_column(String(16))  # topic, cli, file
+    action: Mapped[str] = mapped_column(String(16))  # set, removed, refused, loaded
+    agent_key: Mapped[str] = mapped_column(String)  # agent id, "*" or "(file)"
+    value: Mapped[str | None] = mapped_column(Text, nullable=True)  # the JSON block; None: removed
+    error: Mapped[str] = mapped_column(Text, server_default="")  # why a worker refused it
+    version_before: Mapped[str] = mapped_column(String, server_default="")
+    version_after: Mapped[str] = mapped_column(String, server_default="")
+    disables: Mapped[bool] = mapped_column(Boolean, server_default=false())  # off/observe for *
+    principal: Mapped[str] = mapped_column(String, server_default="")
+    client_id: Mapped[str] = mapped_column(String, server_default="")
+    sender_user: Mapped[str] = mapped_column(String, server_default="")
+    sender_host: Mapped[str] = mapped_column(String, server_default="")
+    topic: Mapped[str] = mapped_column(String, server_default="")
+    partition: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    offset: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    changed_at: Mapped[int] = mapped_column(BigInteger)  # epoch ms: record timestamp or load
+    recorded_by: Mapped[str] = mapped_column(String, server_default="")  # worker host
+    recorded_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=func.now()
+    )

@@ -12,19 +12,34 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import getpass
 import json
+import os
+import socket
 import sys
 from typing import Any
 
 from streams.cli.common import (
     EXIT_OK,
     InputError,
+    add_db_arg,
     add_topic_args,
     run_reporting_errors,
     settings_from_args,
 )
 from streams.cli.config_check import add_check_parser, run_check
+from streams.cli.query_commands import positive_int, table
+from streams.cli.times import format_ms
 from streams.core.config import ConfigError, resolve
+from streams.core.config_change import (
+    CLIENT_ID_HEADER,
+    HOST_HEADER,
+    PRINCIPAL_HEADER,
+    SOURCE_CLI,
+    SOURCE_HEADER,
+    USER_HEADER,
+    ConfigChange,
+)
 from streams.core.config_files import parse_config_text, read_config_file
 from streams.core.fleet import (
     GLOBAL_KEY,
@@ -90,7 +105,33 @@ def add_config_parser(sub: Any) -> argparse.ArgumentParser:
     )
     add_topic_args(show)
     add_check_parser(actions)
+
+    history = actions.add_parser(
+        "history",
+        help="list the config changes the workers recorded, newest first",
+        description="Every config change the workers recorded in the audit trail, newest "
+        "first: records on the config topic (set, removed, or refused as invalid), with who "
+        "sent them as far as Kafka can tell (the SASL principal, user@host and client id "
+        "that `loopguard config` attaches as record headers; self-declared, see "
+        "docs/operations.md), and the worker's --config file when it changed. VERSION is the "
+        "key's effective config version before -> after.",
+    )
+    history.add_argument("--agent", metavar="KEY", help="only changes of this agent id ('*', "
+                         "the global block; '(file)', the workers' config file)")  # fmt: skip
+    history.add_argument(
+        "--limit",
+        type=positive_int,
+        default=HISTORY_LIMIT,
+        help=f"at most this many changes, >= 1 (default {HISTORY_LIMIT})",
+    )
+    history.add_argument(
+        "--json", action="store_true", help="print JSON lines: one JSON object per change"
+    )
+    add_db_arg(history)
     return parser
+
+
+HISTORY_LIMIT = 50
 
 
 class OverrideError(InputError):
@@ -190,9 +231,35 @@ def _ensure_config_topic(settings: Any) -> None:
         admin.close()
 
 
+CLIENT_ID = "loopguard-config"
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # a container user without a passwd entry
+        return str(os.getuid())
+
+
+def sender_headers(settings: Any, client_id: str = CLIENT_ID) -> list[tuple[str, bytes]]:
+    """Who sends a config record, as record headers: the SASL principal this client
+    authenticates as (when SASL is on), the OS user, the host and the client id. Workers
+    store them with the change; they are self-declared (the broker's ACLs decide who may
+    write the config topic at all)."""
+    headers = {
+        SOURCE_HEADER: SOURCE_CLI,
+        CLIENT_ID_HEADER: client_id,
+        USER_HEADER: _user(),
+        HOST_HEADER: socket.gethostname(),
+    }
+    if settings.sasl_mechanism and settings.sasl_username:
+        headers[PRINCIPAL_HEADER] = f"User:{settings.sasl_username}"
+    return [(name, value.encode()) for name, value in headers.items()]
+
+
 def _publish(args: argparse.Namespace, value: bytes | None) -> tuple[str, Any]:
-    """Publish ``value`` (None: a tombstone) for ``args.agent_id``; the topic and where it
-    landed (the record metadata)."""
+    """Publish ``value`` (None: a tombstone) for ``args.agent_id`` with the sender headers;
+    the topic and where it landed (the record metadata)."""
     from kafka import KafkaProducer
 
     settings = settings_from_args(args)
@@ -200,16 +267,22 @@ def _publish(args: argparse.Namespace, value: bytes | None) -> tuple[str, Any]:
     producer = KafkaProducer(
         bootstrap_servers=settings.bootstrap_servers,
         acks="all",
+        client_id=CLIENT_ID,
         **settings.kafka_client_options(),
     )
     try:
         topic = settings.topics.config
-        return topic, producer.send(topic, key=args.agent_id.encode(), value=value).get(timeout=30)
+        sent = producer.send(
+            topic, key=args.agent_id.encode(), value=value, headers=sender_headers(settings)
+        )
+        return topic, sent.get(timeout=30)
     finally:
         producer.close()
 
 
 def run_config(args: argparse.Namespace) -> int:
+    if args.config_command == "history":  # the audit trail: no Kafka client involved
+        return run_history(args)
     handler = {"set": _set, "rm": _rm, "show": _show, "check": run_check}[args.config_command]
     return run_reporting_errors(f"config {args.config_command}", handler, args)
 
@@ -264,4 +337,50 @@ def _show(args: argparse.Namespace) -> int:
         print(f"{'(agents without override)':<24} config_version={versions[GLOBAL_KEY]}")
     for key in sorted(invalid):
         print(f"{key:<24} INVALID (ignored by workers): {invalid[key]}")
+    return EXIT_OK
+
+
+HISTORY_COLUMNS = ("time (UTC)", "key", "action", "source", "sender", "version", "value")
+
+
+def _history_row(change: ConfigChange) -> list[str]:
+    value = change.error if change.error else (change.value or "-")
+    if len(value) > 80:
+        value = value[:79] + "…"
+    version = f"{change.version_before or '-'} -> {change.version_after or '-'}"
+    return [
+        format_ms(change.changed_at),
+        change.agent_key,
+        change.action + (" (guarding off for all)" if change.disables else ""),
+        change.source,
+        change.sender,
+        version,
+        value,
+    ]
+
+
+def run_history(args: argparse.Namespace) -> int:
+    """``loopguard config history``: the recorded changes, newest first."""
+    from sqlalchemy import inspect
+
+    from streams.audit.config_changes import config_history
+    from streams.cli.common import TrailError, read_trail
+
+    with read_trail(args.db) as store:
+        if not inspect(store.engine).has_table("config_changes"):
+            raise TrailError(
+                "the audit trail has no config history yet: run `loopguard migrate` (or "
+                "start a worker of this version)"
+            )
+        changes = config_history(store, agent=args.agent, limit=args.limit)
+    if args.json:
+        for change in changes:
+            print(json.dumps(change.to_dict(), ensure_ascii=False, sort_keys=True))
+        return EXIT_OK
+    if not changes:
+        which = f" for {args.agent!r}" if args.agent is not None else ""
+        print(f"no config changes recorded{which}")
+        return EXIT_OK
+    for line in table(HISTORY_COLUMNS, [_history_row(c) for c in changes]):
+        print(line)
     return EXIT_OK

@@ -9,12 +9,30 @@ the tansu broker.) ``loopguard config show`` applies the same records the same w
 
 from __future__ import annotations
 
+import json
 import logging
+import socket
 import threading
+from collections.abc import Callable
 from typing import Any
 
-from streams.core.config import ConfigError
-from streams.core.fleet import parse_override_record
+from streams.core.config import ConfigError, LoopDetectionConfig
+from streams.core.config_change import (
+    CLIENT_ID_HEADER,
+    HOST_HEADER,
+    PRINCIPAL_HEADER,
+    REFUSED,
+    REMOVED,
+    SET,
+    SOURCE_CLI,
+    SOURCE_HEADER,
+    SOURCE_TOPIC,
+    USER_HEADER,
+    ConfigChange,
+    decode_headers,
+    turns_guarding_off,
+)
+from streams.core.fleet import GLOBAL_KEY, parse_override_record
 from streams.kafka.reader import TopicFollower
 
 log = logging.getLogger("loopguard.config")
@@ -60,12 +78,64 @@ class ConfigOverrides:
         return None
 
 
-class ConfigWatcher(ConfigOverrides):
-    """The config topic, followed for as long as the worker runs."""
+def change_from_record(
+    record: Any,
+    key: str,
+    before: LoopDetectionConfig | None,
+    after: LoopDetectionConfig | None,
+    error: ConfigError | None,
+    recorded_by: str = "",
+) -> ConfigChange:
+    """The :class:`ConfigChange` a config record made: its value, the key's effective config
+    version before and after (when known), its sender's headers and where it is on the topic."""
+    headers = decode_headers(getattr(record, "headers", None))
+    value = None if record.value is None else record.value.decode("utf-8", "replace")
+    action = REFUSED if error is not None else REMOVED if record.value is None else SET
+    disables = (
+        key == GLOBAL_KEY and action == SET and after is not None and turns_guarding_off(after)
+    )
+    return ConfigChange(
+        change_id=f"{record.topic}:{record.partition}:{record.offset}",
+        source=SOURCE_CLI if headers.get(SOURCE_HEADER) == SOURCE_CLI else SOURCE_TOPIC,
+        action=action,
+        agent_key=key,
+        value=value,
+        changed_at=int(record.timestamp) if record.timestamp is not None else 0,
+        version_before=before.version if before is not None else "",
+        version_after=after.version if after is not None else "",
+        error=str(error) if error is not None else "",
+        disables=disables,
+        principal=headers.get(PRINCIPAL_HEADER, ""),
+        client_id=headers.get(CLIENT_ID_HEADER, ""),
+        sender_user=headers.get(USER_HEADER, ""),
+        sender_host=headers.get(HOST_HEADER, ""),
+        topic=record.topic,
+        partition=record.partition,
+        offset=record.offset,
+        recorded_by=recorded_by,
+    )
 
-    def __init__(self, bootstrap_servers: list[str], topic: str, **kafka_options: Any) -> None:
+
+class ConfigWatcher(ConfigOverrides):
+    """The config topic, followed for as long as the worker runs.
+
+    Every record also becomes a :class:`ConfigChange` handed to ``on_change`` (the worker's
+    recorder, which must not wait); ``resolve`` gives a key's effective config, for the
+    versions before and after. A change that turns guarding off or to observe for every
+    agent is logged at WARNING with its value and sender."""
+
+    def __init__(
+        self,
+        bootstrap_servers: list[str],
+        topic: str,
+        on_change: Callable[[ConfigChange], None] | None = None,
+        **kafka_options: Any,
+    ) -> None:
         super().__init__()
         self.topic = topic
+        self.on_change = on_change
+        self.resolve: Callable[[str], LoopDetectionConfig] | None = None
+        self.host = socket.gethostname()
         self._follower = TopicFollower(
             bootstrap_servers,
             topic,
@@ -81,12 +151,55 @@ class ConfigWatcher(ConfigOverrides):
     def stop(self) -> None:
         self._follower.stop()
 
+    def _effective(self, key: str) -> LoopDetectionConfig | None:
+        if self.resolve is None:
+            return None
+        try:
+            return self.resolve(key)
+        except ConfigError:
+            return None
+
     def _on_record(self, record: Any) -> None:
         key = record_key(record)
+        before = self._effective(key)
         error = self.apply(key, record.value)
+        after = self._effective(key)
+        change = change_from_record(record, key, before, after, error, self.host)
         if error is not None:
-            log.error("ignoring invalid config override for %s: %s", key, error)
+            log.error(
+                "ignoring invalid config override for %s from %s: %s", key, change.sender, error
+            )
+        elif change.disables:
+            log.warning(
+                "config override for * turns guarding %s for every agent: %s (from %s, "
+                "%s[%d]@%d, config version %s -> %s)",
+                "OFF" if after is not None and after.enabled is False else "to OBSERVE ONLY",
+                _compact(change.value),
+                change.sender,
+                record.topic,
+                record.partition,
+                record.offset,
+                change.version_before or "?",
+                change.version_after or "?",
+            )
         else:
             log.info(
-                "config override for %s %s", key, "removed" if record.value is None else "applied"
+                "config override for %s %s (from %s, config version %s -> %s)",
+                key,
+                "removed" if record.value is None else "applied",
+                change.sender,
+                change.version_before or "?",
+                change.version_after or "?",
             )
+        if self.on_change is not None:
+            self.on_change(change)
+
+
+def _compact(value: str | None) -> str:
+    """A config value for one log line: JSON without spaces when it parses."""
+    if value is None:
+        return "(removed)"
+    try:
+        return json.dumps(json.loads(value), separators=(",", ":"), sort_keys=True)[:500]
+    except ValueError:
+        return value[:500]

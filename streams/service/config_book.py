@@ -59,3 +59,13 @@ class ConfigBook:
         if len(self._cache) > self.cache_size:
             self._cache.popitem(last=False)
         return cfg
+
+    def resolve_uncached(self, key: str) -> LoopDetectionConfig:
+        """``key``'s config (an agent id, or ``*``: agents without an override) without the
+        cache: safe from another thread (the config follower's, for the versions it records)."""
+        fleet = self.fleet
+        for override in dict.fromkeys((GLOBAL_KEY, key)):
+            block = self.overrides.get(override)
+            if block is not None:
+                fleet = fleet.with_override(override, block)
+        return fleet.for_agent(key)

@@ -46,10 +46,12 @@ import aiohttp
 from streams.audit import webhook_outbox as outbox
 from streams.audit.webhook_outbox import DROPPED, FAILED, SENT, Notice
 from streams.audit.writer import AuditWriter
+from streams.core.config_change import ConfigChange
 from streams.core.events import Action, Decision
 from streams.core.incidents import Incident
 from streams.observability.metrics import WorkerMetrics
 from streams.settings import Settings
+from streams.webhooks.config_notice import config_change_body, config_change_notice
 from streams.webhooks.incident_notice import incident_notice
 from streams.webhooks.receiver_queue import (
     DECISION_HEADER,
@@ -64,6 +66,8 @@ __all__ = [
     "NOTIFY_ACTIONS",
     "WebhookNotifier",
     "WebhookTargets",
+    "config_change_body",
+    "config_change_notice",
     "describe_url",
     "notice_for",
     "slack_body",
@@ -261,6 +265,17 @@ class WebhookNotifier:
                 len(notices) - len(new),
             )
         return await self._enqueue([n for n in notices if n.decision_id in new])
+
+    async def submit_config_change(self, change: ConfigChange) -> int:
+        """Record and queue the notice of a change that turns guarding off or to observe
+        for every agent (others are not posted); 1 when queued, 0 when not."""
+        if not change.disables or self.targets.url_for(change.agent_key) is None:
+            return 0
+        notice = config_change_notice(change)
+        if not self._first_time(notice.decision_id):
+            return 0
+        new = await self.audit.run("webhook outbox", lambda s: outbox.add(s, [notice]))
+        return await self._enqueue([notice] if notice.decision_id in new else [])
 
     def _first_time(self, decision_id: str) -> bool:
         if decision_id in self._seen:

@@ -27,9 +27,11 @@ import faust
 from faust.types import TP
 from mode import CrashingSupervisor
 
+from streams.audit.config_changes import ConfigChangeRecorder
 from streams.audit.writer import AuditWriter
 from streams.core.engine import core_build
 from streams.core.events import AgentEvent, Decision, event_kind
+from streams.core.fleet import FleetConfig
 from streams.core.run_state import ACTIVE
 from streams.kafka.config_topic import ConfigWatcher
 from streams.kafka.rekey import Rekeyer
@@ -52,6 +54,7 @@ from streams.wire.avro import (
 from streams.wire.errors import UnknownSchemaError
 from streams.wire.schema_registry import SchemaRegistry
 from streams.worker.batch_sends import BatchSends
+from streams.worker.config_audit import start_config_audit
 from streams.worker.crash_exit import CrashExit
 from streams.worker.exactly_once import (
     commit_batch,
@@ -89,6 +92,7 @@ class WorkerParts:
     rekeyer: Rekeyer
     metrics: WorkerMetrics
     webhooks: WebhookNotifier | None = None  # block/abort notifications, when URLs are set
+    fleet: FleetConfig | None = None  # the --config file, recorded as a config change
     # Held while a batch is applied and published; exactly-once commits wait for it
     # (streams.worker.exactly_once).
     commit_barrier: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -101,6 +105,7 @@ class WorkerAgents:
         self.parts = parts
         self.settings = parts.settings
         self.crashing: asyncio.Future | None = None  # held: a task nobody keeps can vanish
+        self.config_audit: ConfigChangeRecorder | None = None  # started by announce
 
     def register(self) -> None:
         app, parts = self.parts.app, self.parts
@@ -354,6 +359,15 @@ class WorkerAgents:
         )
         log.info("loopguard worker settings: %s", settings.redacted())
         log.info("detector core: %s", core_build())
+        parts = self.parts  # every config change goes to the audit trail (issue 26)
+        self.config_audit = start_config_audit(
+            parts.overrides,
+            parts.audit,
+            parts.webhooks,
+            parts.fleet or FleetConfig(),
+            settings.config_file,
+            settings.app_id,
+        )
         self.parts.overrides.start()
         await asyncio.sleep(0)
 

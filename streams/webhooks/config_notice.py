@@ -1,0 +1,75 @@
+"""The webhook notice of a config change that turns guarding off, or to observe only, for
+every agent (issue 26): Slack-compatible like a decision's notice, posted once."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from streams.audit.webhook_outbox import Notice
+from streams.core.config_change import ConfigChange
+
+
+def _esc(text: str, limit: int) -> str:
+    """Slack mrkdwn: escape the three control characters and keep within Slack's limits."""
+    clipped = text if len(text) <= limit else text[: limit - 1] + "…"
+    return clipped.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _what(change: ConfigChange) -> str:
+    try:
+        block = json.loads(change.value or "{}")
+    except ValueError:
+        block = {}
+    return "off" if isinstance(block, dict) and block.get("enabled") is False else "to observe only"
+
+
+def config_change_body(change: ConfigChange) -> dict[str, Any]:
+    """Slack's ``text`` (the notification line) plus ``blocks``: a header, the value, one
+    field each for key, sender, source and versions, and where the record is."""
+    what = _what(change)
+    versions = f"{change.version_before or '?'} -> {change.version_after or '?'}"
+    text = (
+        f"loopguard guarding turned {what} for every agent by a config change from "
+        f"{change.sender}: {change.value} (config version {versions})"
+    )
+    fields = (
+        ("Key", change.agent_key),
+        ("Sender", change.sender),
+        ("Source", change.source),
+        ("Config version", versions),
+    )
+    where = f"{change.topic}[{change.partition}]@{change.offset}" if change.topic else "-"
+    return {
+        "text": _esc(text, 3000),
+        "blocks": [
+            {
+                "type": "header",
+                "text": {"type": "plain_text", "text": f"loopguard guarding turned {what}"},
+            },
+            {"type": "section", "text": {"type": "mrkdwn", "text": _esc(change.value or "", 2900)}},
+            {
+                "type": "section",
+                "fields": [
+                    {"type": "mrkdwn", "text": f"*{label}*\n{_esc(value or '-', 1900)}"}
+                    for label, value in fields
+                ],
+            },
+            {
+                "type": "context",
+                "elements": [{"type": "mrkdwn", "text": _esc(f"config change {where}", 1900)}],
+            },
+        ],
+    }
+
+
+def config_change_notice(change: ConfigChange) -> Notice:
+    """The outbox entry of a config change; its key (``config:`` + the change id) keeps it to
+    one post whichever worker, and however many, recorded the change."""
+    return Notice(
+        decision_id=f"config:{change.change_id}",
+        run_id="",
+        agent_id=change.agent_key,
+        action="config",
+        body=json.dumps(config_change_body(change), ensure_ascii=False),
+    )
