@@ -23,6 +23,7 @@ from streams.cli.common import EXIT_ERROR, TrailError, add_db_arg
 from streams.cli.config_commands import add_config_parser, run_config
 from streams.cli.demo_command import add_demo_parser, run_demo
 from streams.cli.doctor_command import add_doctor_parser, run_doctor
+from streams.cli.incidents_command import add_incidents_parser, run_incidents
 from streams.cli.query_commands import add_query_parsers, run_history, run_migrate, run_runs
 from streams.cli.replay_commands import (
     add_export_parser,
@@ -58,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_worker_parser(sub)
     add_demo_parser(sub)
     add_query_parsers(sub)
+    add_incidents_parser(sub)
     add_tail_parser(sub)
     add_doctor_parser(sub)
     add_db_arg(add_replay_parser(sub))
@@ -83,6 +85,7 @@ COMMANDS = {
     "tail": run_tail,
     "doctor": run_doctor,
     "runs": run_runs,
+    "incidents": run_incidents,
     "migrate": run_migrate,
 }
 
