@@ -30,6 +30,7 @@ from streams.wire.schema_registry import default_registry
 from streams.worker import state_codec
 from streams.worker.agents import WorkerAgents, WorkerParts
 from streams.worker.exactly_once import exactly_once_commits
+from streams.worker.fast_failover import fast_failover
 from streams.worker.faust_patches import (
     fast_message_handoff,
     ordered_recovery_resume,
@@ -61,6 +62,7 @@ def apply_faust_patches(settings: Settings, commit_barrier: asyncio.Lock) -> Non
     check_faust_patches()  # refuses (StartupError) a Faust the patches were not written for
     set_fetch_max_wait(settings.fetch_max_wait_ms)
     ordered_recovery_resume()  # never lose events that arrive while a worker restores its tables
+    fast_failover()  # a promoted standby reads on where it was; recovery ends once read
     if settings.fast_handoff:
         fast_message_handoff()
     # Exactly-once commits only between the guarding agent's batches, buffer flushed first.
@@ -167,9 +169,7 @@ def build_worker(settings: Settings) -> faust.App:
     kafka_options = settings.kafka_client_options()
     # Per-agent overrides published at run time (`loopguard config set`): every worker reads all.
     overrides = ConfigWatcher(settings.bootstrap_servers, settings.topics.config, **kafka_options)
-    fleet = load_fleet_config(settings.config_file)
-    configs = ConfigBook(fleet, overrides)
-    overrides.resolve = configs.resolve_uncached  # versions around each recorded change
+    configs = ConfigBook(load_fleet_config(settings.config_file), overrides)
     registry = default_registry()
     metrics = WorkerMetrics()
     audit = AuditWriter(settings.db_url, metrics=metrics)
@@ -194,7 +194,6 @@ def build_worker(settings: Settings) -> faust.App:
             settings.bootstrap_servers, settings.topics.schemas, registry, **kafka_options
         ),
         overrides=overrides,
-        fleet=fleet,
         audit=audit,
         expiry=RunExpiry(settings.run_idle_ttl),
         rekeyer=Rekeyer(settings),

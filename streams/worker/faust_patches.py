@@ -47,7 +47,7 @@ from faust.transport import consumer as faust_consumer
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from mode.services import WaitResults
 
-from streams.worker import exactly_once
+from streams.worker import exactly_once, fast_failover
 
 _original = faust_aiokafka.AIOKafkaConsumerThread._create_worker_consumer
 _original_wait_first = faust_consumer.Consumer.wait_first
@@ -81,7 +81,8 @@ def patch_mismatches() -> list[str]:
     installed = importlib.metadata.version("faust-streaming")
     if installed != PATCHED_VERSION:
         problems.append(f"faust-streaming {installed} is installed, not {PATCHED_VERSION}")
-    for name, (function, expected) in {**REPLACED, **exactly_once.REPLACED}.items():
+    replaced = {**REPLACED, **exactly_once.REPLACED, **fast_failover.REPLACED}
+    for name, (function, expected) in replaced.items():
         if source_fingerprint(function) != expected:
             problems.append(f"{name} differs from the source the patch was written against")
     return problems

@@ -1,0 +1,140 @@
+"""Failover in seconds: a promoted standby starts where it is, and table recovery ends as soon
+as the changelog has been read (faust-streaming 0.15.3; issue 26).
+
+Standby offsets: with the in-memory store (``persisted_offset`` is always None) Faust forgets
+how far a standby replica had read when its partition becomes active, and recovers the active
+partition from the start of its changelog again, although the table holds it all already: a
+standby saved nothing. :func:`fast_failover` carries the standby's offset over, so the
+promoted partition reads only what the standby had not yet read (the table's data was never
+cleared: the memory store keeps every key across rebalances).
+
+Transaction markers: exactly once, a changelog partition ends with a commit marker, never a
+record, so the recovery's offsets stay one short of the end offset and Faust only notices that
+the partition is read after its changelog queue was empty for two 5 s timeouts
+(``detect_aborted_tx`` in ``Recovery._slurp_changelogs``): every rebalance that recovered
+anything took at least 10 s. A watcher (installed by the same :func:`fast_failover`) decides
+it within a fraction of a second, exactly: the consumer's position has passed the end offset
+(aiokafka steps over control batches), the fetch that got there was handed over (Faust starts
+the next fetch only after the last one's records are all queued), and the queue is drained.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from faust.tables import recovery as faust_recovery
+from faust.transport.drivers import aiokafka as faust_aiokafka
+
+log = logging.getLogger("loopguard.worker")
+
+_original_on_rebalance = faust_recovery.Recovery.on_rebalance
+_slurp = faust_recovery.Recovery._slurp_changelogs
+# What the patches depend on, fingerprinted in streams.worker.faust_patches.patch_mismatches:
+# on_rebalance is wrapped; _slurp_changelogs is not replaced, but the end watcher relies on how
+# it takes events off the queue and moves the active offsets.
+REPLACED = {
+    "Recovery.on_rebalance": (_original_on_rebalance, "aa4d997a1795ceae"),
+    "Recovery._slurp_changelogs": (getattr(_slurp, "fun", _slurp), "7825c7e50f766d5a"),
+}
+POLL_SECONDS = 0.05
+
+
+class _Fetches:
+    """How many fetches (``AIOKafkaConsumerThread.getmany`` calls) the worker has started."""
+
+    started = 0
+
+
+async def _on_rebalance(
+    self: Any, assigned: Any, revoked: Any, newly_assigned: Any, generation_id: int = 0
+) -> None:
+    """Faust's Recovery.on_rebalance; a partition that was a standby here and is now active
+    starts reading its changelog where the standby stopped."""
+    standby = {
+        tp: offset
+        for tp, offset in self.standby_offsets.items()
+        if offset is not None and tp not in revoked
+    }
+    await _original_on_rebalance(self, assigned, revoked, newly_assigned, generation_id)
+    for tp in self.active_tps:
+        if self.active_offsets.get(tp) is None and tp in standby:
+            self.active_offsets[tp] = standby[tp]
+            log.info("changelog %s was a standby here: recovery starts at %d", tp, standby[tp])
+    if getattr(self, "loopguard_end_watch", None) is None:
+        self.loopguard_end_watch = asyncio.ensure_future(_end_when_read(self))
+
+
+def _behind(recovery: Any) -> dict[Any, int]:
+    """Active changelog partitions whose applied offset is short of the highwater."""
+    offsets = recovery.active_offsets
+    return {
+        tp: highwater
+        for tp, highwater in recovery.active_highwaters.items()
+        if highwater is not None and offsets.get(tp) is not None and offsets[tp] < highwater
+    }
+
+
+async def _read_to_end(recovery: Any, behind: dict[Any, int]) -> bool:
+    """Whether every record before each partition's end offset was fetched and applied."""
+    consumer = recovery.app.consumer
+    for tp, highwater in behind.items():
+        try:
+            position = await consumer.position(tp)
+        except Exception:  # not assigned any more: a new rebalance restarts recovery
+            return False
+        if position is None or position <= highwater:  # highwater = end offset - 1
+            return False
+    fetch = _Fetches.started
+    while _Fetches.started == fetch:  # the fetch in hand is handed over before the next
+        if not recovery.in_recovery or recovery.should_stop:
+            return False
+        await asyncio.sleep(POLL_SECONDS)
+    queue = recovery.tables.changelog_queue
+    while not queue.empty():
+        if not recovery.in_recovery or recovery.should_stop:
+            return False
+        await asyncio.sleep(POLL_SECONDS)
+    await asyncio.sleep(POLL_SECONDS)  # the slurper moves the offsets of its last event
+    return queue.empty()
+
+
+async def _end_when_read(recovery: Any) -> None:
+    """While recovery runs: end it once only transaction markers are left to read."""
+    while not recovery.should_stop:
+        await asyncio.sleep(POLL_SECONDS)
+        if not recovery.in_recovery or recovery.signal_recovery_end.is_set():
+            continue
+        behind = _behind(recovery)
+        if not behind:
+            continue
+        highwaters = dict(recovery.active_highwaters)
+        try:
+            done = await _read_to_end(recovery, behind)
+        except Exception as exc:  # never let the watcher die; Faust's own 10 s path remains
+            log.warning("recovery end watcher: %r", exc)
+            continue
+        if not done or not recovery.in_recovery or highwaters != recovery.active_highwaters:
+            continue
+        for tp, highwater in _behind(recovery).items():
+            if tp in behind:
+                log.info("changelog %s read to its end: only transaction markers left", tp)
+                recovery.active_offsets[tp] = highwater
+        if recovery.in_recovery and not recovery.need_recovery():
+            recovery.flush_buffers()
+            recovery._set_recovery_ended()
+            recovery.signal_recovery_end.set()
+
+
+def fast_failover() -> None:
+    """Install both: standby offsets kept on promotion, recovery ended once read. Fetches are
+    counted by wrapping whatever getmany is installed now (faust_patches' snapshot)."""
+    inner = faust_aiokafka.AIOKafkaConsumerThread.getmany
+
+    async def getmany(self: Any, active_partitions: Any, timeout: float) -> Any:
+        _Fetches.started += 1
+        return await inner(self, active_partitions, timeout)
+
+    faust_aiokafka.AIOKafkaConsumerThread.getmany = getmany
+    faust_recovery.Recovery.on_rebalance = _on_rebalance
