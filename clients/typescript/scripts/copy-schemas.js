@@ -23,4 +23,12 @@ if (names.length === 0) {
 fs.rmSync(target, { recursive: true, force: true });
 fs.mkdirSync(target);
 for (const name of names) fs.copyFileSync(path.join(source, name), path.join(target, name));
+// Earlier versions (schemas/previous): read by the registry, written for runs without usage.
+const previousSource = path.join(source, 'previous');
+if (fs.existsSync(previousSource)) {
+  fs.mkdirSync(path.join(target, 'previous'));
+  for (const name of fs.readdirSync(previousSource).filter((n) => n.endsWith('.avsc')).sort()) {
+    fs.copyFileSync(path.join(previousSource, name), path.join(target, 'previous', name));
+  }
+}
 console.log(`copy-schemas: ${names.join(', ')}`);

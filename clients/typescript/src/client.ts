@@ -30,7 +30,7 @@
 
 import { randomUUID } from 'node:crypto';
 
-import { Kafka, type KafkaConfig, Partitioners, type Producer, logLevel } from 'kafkajs';
+import { Kafka, type KafkaConfig, type PartitionMetadata, Partitioners, type Producer, logLevel } from 'kafkajs';
 
 import { decisionIdOf, decodeControl, encodeEvent } from './codec';
 import { ControlReader, type ControlRecord } from './controlReader';
@@ -38,7 +38,7 @@ import { CodecError } from './errors';
 import { type Logger, RateLimitedLog, defaultLogger, safeLogger } from './logger';
 import { pyJsonDumps } from './pyjson';
 import { eventSchemaJson, ownSchemas } from './schemas';
-import type { AgentEvent, AgentEventInput, Decision, RunWatermark } from './types';
+import type { AgentEvent, AgentEventInput, Decision, RunWatermark, TurnUsage } from './types';
 
 /** The outcome published for a call loopguard blocked (the worker recognises it as its veto). */
 export const LOOP_VETO_RESULT = { details: { status: 'blocked', deniedReason: 'tool-loop' } } as const;
@@ -84,6 +84,18 @@ export interface GatewayClientOptions {
   clock?: () => number;
   /** Events waiting to be sent (broker away) beyond which new ones are dropped and counted (default 10000). */
   maxPendingSends?: number;
+  /**
+   * Events one produce request carries at most (default 1000). Events are sent in batches: one
+   * request at a time, carrying every event queued while the previous one was in flight (no
+   * linger timer: an event waits only for the request before it).
+   */
+  maxBatchEvents?: number;
+  /**
+   * Events of one partition a request carries at most (default: no limit). tansu reports a
+   * partition's end as the first offset of its last record batch + 1, so on tansu pass 1: each
+   * request then carries one event per partition (still one request for many runs).
+   */
+  maxEventsPerPartition?: number;
 }
 
 export interface Verdict {
@@ -127,6 +139,8 @@ export interface ClientStats {
   observed: number;
   activeRuns: number;
   controlReconnects: number;
+  /** Produce requests made for events (each carries a batch: see `maxBatchEvents`). */
+  sendRequests: number;
 }
 
 /** loopguard aborted the run; the gateway must stop it and report `decision.reason`. */
@@ -137,12 +151,30 @@ export class RunAborted extends Error {
   }
 }
 
+/** One record of a batch. */
+export interface OutRecord {
+  key: Buffer;
+  value: Buffer;
+}
+
 /** How the client reaches Kafka; replaceable for tests. */
 export interface Transport {
   /** Publish one record; resolves when acknowledged, rejects on failure. */
   send(topic: string, key: Buffer, value: Buffer): Promise<void>;
+  /**
+   * Publish records in one request, in order per key; resolves when all are acknowledged,
+   * rejects if any failed. Without it the client sends a batch's records one after another.
+   */
+  sendBatch?(topic: string, records: OutRecord[]): Promise<void>;
+  /** The partition a key goes to (for `maxEventsPerPartition`); undefined when not known. */
+  partitionOf?(topic: string, key: Buffer): number | undefined;
   close(): Promise<void>;
   readonly reconnects?: number;
+}
+
+interface Queued extends OutRecord {
+  runId: string;
+  done: () => void;
 }
 
 interface RunControl {
@@ -183,6 +215,11 @@ export class GatewayClient {
   private readonly endedRunsKept: number;
   private readonly flushTimeoutMs: number;
   private readonly pending = new Set<Promise<void>>();
+  /** Events waiting for the next request, in the order they were handed over. */
+  private queue: Queued[] = [];
+  private sending = false;
+  private readonly maxBatchEvents: number;
+  private readonly maxEventsPerPartition: number;
   private closed = false;
   /** @internal */
   readonly clock: () => number;
@@ -203,6 +240,7 @@ export class GatewayClient {
     failClosedRefusals: 0,
     aborts: 0,
     observed: 0,
+    sendRequests: 0,
   };
 
   /**
@@ -247,6 +285,8 @@ export class GatewayClient {
     this.endedRunsKept = options.endedRunsKept ?? 1000;
     this.clock = options.clock ?? Date.now;
     this.maxPendingSends = options.maxPendingSends ?? 10_000;
+    this.maxBatchEvents = Math.max(1, options.maxBatchEvents ?? 1000);
+    this.maxEventsPerPartition = Math.max(0, options.maxEventsPerPartition ?? 0);
   }
 
   // -- runs -------------------------------------------------------------------------
@@ -471,10 +511,12 @@ export class GatewayClient {
   }
 
   /**
-   * @internal Publish an encoded event under `key` (the run's session id, else its run id);
-   * never rejects (failures are logged and counted).
+   * @internal Queue an encoded event under `key` (the run's session id, else its run id) for
+   * the next batch; resolves when it is acknowledged or failed (logged and counted), never
+   * rejects. Events go out in the order they were queued (per key, which is what the broker
+   * keeps), one request at a time: a request in flight collects what arrives meanwhile.
    */
-  send(runId: string, value: Buffer, after: Promise<void>, key: string = runId): Promise<void> {
+  send(runId: string, value: Buffer, key: string = runId): Promise<void> {
     if (this.pending.size >= this.maxPendingSends) {
       this.counters.dropped++;
       const suppressed = this.limited.allow('dropped');
@@ -484,30 +526,81 @@ export class GatewayClient {
             (suppressed > 0 ? ` (${suppressed} more dropped)` : ''),
         );
       }
-      return after;
+      return Promise.resolve();
     }
-    const keyBytes = Buffer.from(key, 'utf8');
-    const sending = after
-      .then(() => this.transport.send(this.topics.events, keyBytes, value))
-      .then(
-        () => {
-          this.counters.published++;
-        },
-        (error) => {
-          this.counters.publishErrors++;
-          const text = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
-          const suppressed = this.limited.allow(`publish:${text}`);
-          if (suppressed >= 0) {
-            this.log.error(
-              `publishing an event of run ${runId} failed: ${text}` +
-                (suppressed > 0 ? ` (${suppressed} more failures not logged)` : ''),
-            );
-          }
-        },
-      );
-    this.pending.add(sending);
-    void sending.finally(() => this.pending.delete(sending));
-    return sending;
+    let done!: () => void;
+    const sent = new Promise<void>((resolve) => {
+      done = resolve;
+    });
+    this.queue.push({ runId, key: Buffer.from(key, 'utf8'), value, done });
+    this.pending.add(sent);
+    void sent.finally(() => this.pending.delete(sent));
+    if (!this.sending) {
+      this.sending = true;
+      // A microtask, not a timer: events emitted in the same tick (a refusal's call and its
+      // outcome, parallel tool calls) share the first request.
+      queueMicrotask(() => void this.pump());
+    }
+    return sent;
+  }
+
+  /** Send queued events, a batch per request, until none are left. */
+  private async pump(): Promise<void> {
+    while (this.queue.length) {
+      const batch = this.takeBatch();
+      this.counters.sendRequests++;
+      try {
+        if (this.transport.sendBatch) await this.transport.sendBatch(this.topics.events, batch);
+        else for (const record of batch) await this.transport.send(this.topics.events, record.key, record.value);
+        this.counters.published += batch.length;
+      } catch (error) {
+        this.counters.publishErrors += batch.length;
+        const text = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
+        const suppressed = this.limited.allow(`publish:${text}`);
+        if (suppressed >= 0) {
+          const runs = [...new Set(batch.map((record) => record.runId))];
+          this.log.error(
+            `publishing ${batch.length} event(s) of run(s) ${runs.slice(0, 3).join(', ')}${runs.length > 3 ? ', ...' : ''} failed: ${text}` +
+              (suppressed > 0 ? ` (${suppressed} more failures not logged)` : ''),
+          );
+        }
+      }
+      for (const record of batch) record.done();
+    }
+    this.sending = false;
+  }
+
+  /**
+   * The next request's events: the oldest queued ones, at most `maxBatchEvents`, and with
+   * `maxEventsPerPartition` at most that many of a partition (the rest keep their places, so
+   * a run's events still go out in order).
+   */
+  private takeBatch(): Queued[] {
+    const limit = this.maxEventsPerPartition;
+    const partitionOf = this.transport.partitionOf?.bind(this.transport);
+    if (!limit || !partitionOf) {
+      const batch = this.queue.slice(0, this.maxBatchEvents);
+      this.queue = this.queue.slice(batch.length);
+      return batch;
+    }
+    const batch: Queued[] = [];
+    const rest: Queued[] = [];
+    const taken = new Map<number | string, number>();
+    const blockedKeys = new Set<string>();
+    for (const record of this.queue) {
+      const keyText = record.key.toString('latin1');
+      const partition = partitionOf(this.topics.events, record.key) ?? `key:${keyText}`;
+      const count = taken.get(partition) ?? 0;
+      if (batch.length < this.maxBatchEvents && count < limit && !blockedKeys.has(keyText)) {
+        taken.set(partition, count + 1);
+        batch.push(record);
+      } else {
+        blockedKeys.add(keyText); // a key's later events wait behind the one left here
+        rest.push(record);
+      }
+    }
+    this.queue = rest;
+    return batch;
   }
 
   /** @internal */
@@ -547,7 +640,8 @@ export class GatewayRun {
   /** The most recent events this run published, in order (audits, tests). */
   readonly events: AgentEvent[] = [];
   private lastGuardedSeq = 0;
-  private chain: Promise<void> = Promise.resolve();
+  /** Usage reported since the last event that carried it (see {@link reportUsage}). */
+  private pendingUsage: { inputTokens: number; outputTokens: number; costUsd: number | null } | undefined;
 
   /** @internal use {@link GatewayClient.startRun} */
   constructor(
@@ -563,8 +657,10 @@ export class GatewayRun {
    * throw here and use no seq; sending happens in the background, in order.
    */
   emit(body: DistributiveOmit<AgentEventInput, 'runId' | 'agentId' | 'gatewayId' | 'seq' | 'eventTime'>): AgentEvent {
+    const usage = body.kind === 'tool_call' || body.kind === 'run_ended' ? this.takeUsage(body) : {};
     const event = {
       ...body,
+      ...usage,
       runId: this.runId,
       agentId: this.agentId,
       gatewayId: this.client.gatewayId,
@@ -575,7 +671,7 @@ export class GatewayRun {
     const value = encodeEvent(event);
     this.seq += 1;
     if (event.kind !== 'run_started') this.lastGuardedSeq = this.seq;
-    this.chain = this.client.send(this.runId, value, this.chain, this.sessionId || this.runId);
+    void this.client.send(this.runId, value, this.sessionId || this.runId);
     const full = withDefaults(event);
     this.events.push(full);
     if (this.events.length > EVENTS_KEPT) this.events.splice(0, this.events.length - EVENTS_KEPT);
@@ -583,10 +679,36 @@ export class GatewayRun {
   }
 
   /**
-   * Publish the call and say whether it may run; throws {@link RunAborted}. A refused call is
-   * published as finished, with the refusal as its result.
+   * Report a model turn's usage (issue 28): it goes out with the run's next tool call or its
+   * end (the events that carry a turn), added to whatever else was reported meanwhile.
+   * Negative or non-finite values are ignored.
    */
-  async beforeTool(toolName: string, args: unknown, toolCallId?: string | null): Promise<Verdict> {
+  reportUsage(usage: TurnUsage): void {
+    const tokens = (value: number | null | undefined) =>
+      typeof value === 'number' && Number.isFinite(value) && value > 0 ? Math.round(value) : 0;
+    const cost = usage.costUsd;
+    const pending = this.pendingUsage ?? { inputTokens: 0, outputTokens: 0, costUsd: null };
+    pending.inputTokens += tokens(usage.inputTokens);
+    pending.outputTokens += tokens(usage.outputTokens);
+    if (typeof cost === 'number' && Number.isFinite(cost) && cost >= 0) pending.costUsd = (pending.costUsd ?? 0) + cost;
+    this.pendingUsage = pending;
+  }
+
+  /** The usage an event carries: what was reported (and what the event names itself). */
+  private takeUsage(body: TurnUsage): TurnUsage {
+    if (body.inputTokens != null || body.outputTokens != null || body.costUsd != null) this.reportUsage(body);
+    const pending = this.pendingUsage;
+    this.pendingUsage = undefined;
+    if (!pending) return {};
+    return { inputTokens: pending.inputTokens, outputTokens: pending.outputTokens, costUsd: pending.costUsd };
+  }
+
+  /**
+   * Publish the call and say whether it may run; throws {@link RunAborted}. A refused call is
+   * published as finished, with the refusal as its result. `usage`: the model turn that asked
+   * for the call, if not reported already ({@link reportUsage}).
+   */
+  async beforeTool(toolName: string, args: unknown, toolCallId?: string | null, usage?: TurnUsage): Promise<Verdict> {
     const argsJson = pyJsonDumps(args); // may throw (circular args) before anything is published
     let timedOut = false;
     if (this.lastGuardedSeq > 0) {
@@ -608,6 +730,7 @@ export class GatewayRun {
       verdict = { allowed: true, warnings, timedOut };
     }
     if (timedOut) this.client.noteTimeout(this.runId, this.lastGuardedSeq, !block && !verdict.allowed);
+    if (usage) this.reportUsage(usage);
     this.emit({ kind: 'tool_call', toolName, argsJson, toolCallId: toolCallId ?? null });
     if (!verdict.allowed) {
       const refusal = verdict.blockedBy ? LOOP_VETO_RESULT : GUARD_TIMEOUT_RESULT;
@@ -634,8 +757,9 @@ export class GatewayRun {
     this.emit({ kind: 'compaction_retry', trigger });
   }
 
-  /** Publish RunEnded and wait (bounded) until the run's events are sent. */
-  async end(status = 'completed'): Promise<void> {
+  /** Publish RunEnded (with the usage not sent yet) and wait (bounded) until the run's events are sent. */
+  async end(status = 'completed', usage?: TurnUsage): Promise<void> {
+    if (usage) this.reportUsage(usage);
     this.emit({ kind: 'run_ended', status });
     this.client.endRun(this.runId);
     await this.client.flush();
@@ -673,6 +797,8 @@ class KafkaTransport implements Transport {
   private readonly kafka: Kafka;
   private readonly producer: Producer;
   private reader?: ControlReader;
+  private readonly partitionCounts = new Map<string, number>();
+  private readonly partitioner = Partitioners.DefaultPartitioner();
 
   constructor(
     private readonly options: GatewayClientOptions,
@@ -717,6 +843,7 @@ class KafkaTransport implements Transport {
 
   async start(onRecord: (record: ControlRecord) => void): Promise<void> {
     await this.producer.connect();
+    if (this.options.maxEventsPerPartition) await this.learnPartitions(this.topics.events);
     this.reader = new ControlReader(this.kafka, {
       topic: this.topics.control,
       logger: this.log,
@@ -728,9 +855,44 @@ class KafkaTransport implements Transport {
   }
 
   async send(topic: string, key: Buffer, value: Buffer): Promise<void> {
-    // One record per request: tansu reports a batch's end as its first offset + 1, which
-    // trips consumers when a batch holds several records.
     await this.producer.send({ topic, acks: -1, messages: [{ key, value }] });
+  }
+
+  /** One produce request: kafkajs groups the records per partition (a record batch each). */
+  async sendBatch(topic: string, records: OutRecord[]): Promise<void> {
+    await this.producer.send({ topic, acks: -1, messages: records.map(({ key, value }) => ({ key, value })) });
+  }
+
+  /** The default partitioner's choice for `key` once the topic's partition count is known. */
+  partitionOf(topic: string, key: Buffer): number | undefined {
+    const count = this.partitionCounts.get(topic);
+    if (!count) return undefined;
+    return this.partitioner({ topic, partitionMetadata: this.partitionMetadata(count), message: { key, value: null } });
+  }
+
+  private partitionMetadata(count: number): PartitionMetadata[] {
+    return Array.from({ length: count }, (_, partitionId) => ({
+      partitionId,
+      leader: 0,
+      replicas: [],
+      isr: [],
+      partitionErrorCode: 0,
+    })) as PartitionMetadata[];
+  }
+
+  /** Learn the events topic's partition count (for `maxEventsPerPartition`); best effort. */
+  async learnPartitions(topic: string): Promise<void> {
+    const admin = this.kafka.admin();
+    try {
+      await admin.connect();
+      const metadata = await admin.fetchTopicMetadata({ topics: [topic] });
+      const count = metadata.topics[0]?.partitions.length ?? 0;
+      if (count > 0) this.partitionCounts.set(topic, count);
+    } catch (error) {
+      this.log.warn(`cannot read the partitions of ${topic} (events go one per request): ${String(error)}`);
+    } finally {
+      await admin.disconnect().catch(() => undefined);
+    }
   }
 
   async close(): Promise<void> {

@@ -27,7 +27,14 @@ import {
   oneLine,
 } from './errors';
 import { pyJsonDumps } from './pyjson';
-import { type ParsedSchema, type SchemaName, type SchemaRegistry, defaultRegistry, ownSchemas } from './schemas';
+import {
+  type ParsedSchema,
+  type SchemaName,
+  type SchemaRegistry,
+  defaultRegistry,
+  ownSchemas,
+  previousSchemas,
+} from './schemas';
 import {
   ACTIONS,
   type Action,
@@ -64,8 +71,12 @@ export interface DecodeOptions {
 
 // ------------------------------------------------------------------------------ framing
 
-function encodeWith(name: SchemaName, datum: Record<string, unknown>, maxSize: number): Buffer {
-  const schema = ownSchemas()[name];
+function encodeWith(
+  name: SchemaName,
+  datum: Record<string, unknown>,
+  maxSize: number,
+  schema: ParsedSchema = ownSchemas()[name],
+): Buffer {
   explain(schema, name, datum);
   let body: Buffer;
   try {
@@ -227,6 +238,13 @@ function storableNamesProblem(record: string, ...sources: Record<string, unknown
 
 // ------------------------------------------------------------------------------ events
 
+/** A model turn's usage (issue 28), on the events that carry a turn. */
+const USAGE_FIELDS: [camel: string, wire: string, fallback: unknown][] = [
+  ['inputTokens', 'input_tokens', null],
+  ['outputTokens', 'output_tokens', null],
+  ['costUsd', 'cost_usd', null],
+];
+
 const BODY: Record<EventKind, { record: string; fields: [camel: string, wire: string, fallback: unknown][] }> = {
   tool_call: {
     record: 'ToolCall',
@@ -234,6 +252,7 @@ const BODY: Record<EventKind, { record: string; fields: [camel: string, wire: st
       ['toolName', 'tool_name', undefined],
       ['argsJson', 'args_json', '{}'],
       ['toolCallId', 'tool_call_id', null],
+      ...USAGE_FIELDS,
     ],
   },
   tool_result: {
@@ -248,11 +267,11 @@ const BODY: Record<EventKind, { record: string; fields: [camel: string, wire: st
   },
   compaction_retry: { record: 'CompactionRetry', fields: [['trigger', 'trigger', 'context_overflow']] },
   run_started: { record: 'RunStarted', fields: [['trigger', 'trigger', null]] },
-  run_ended: { record: 'RunEnded', fields: [['status', 'status', 'completed']] },
+  run_ended: { record: 'RunEnded', fields: [['status', 'status', 'completed'], ...USAGE_FIELDS] },
 };
 // Optional fields added later (issue 17): left out of a decoded event while unset, as Python's
 // event_to_dict leaves them out, so events from older gateways look as they always did.
-const OMITTED_WHEN_NULL = new Set(['trigger']);
+const OMITTED_WHEN_NULL = new Set(['trigger', 'inputTokens', 'outputTokens', 'costUsd']);
 const KIND_BY_BRANCH = new Map<string, EventKind>(
   Object.entries(BODY).map(([kind, spec]) => [`${NAMESPACE}.${spec.record}`, kind as EventKind]),
 );
@@ -268,6 +287,12 @@ export function encodeEvent(event: AgentEventInput, options: EventEncodeOptions 
   for (const [camel, wire, fallback] of spec.fields) {
     const value = source[camel];
     body[wire] = value === undefined ? fallback : value;
+  }
+  for (const [, wire] of USAGE_FIELDS) {
+    const value = body[wire];
+    if (typeof value === 'number' && (!Number.isFinite(value) || value < 0)) {
+      throw new EncodeError(`${record}.${wire} must be a finite number, 0 or more, got ${value}`);
+    }
   }
   const ids = { run_id: event.runId, agent_id: event.agentId, gateway_id: event.gatewayId };
   const session = { session_id: event.sessionId ?? null };
@@ -425,6 +450,9 @@ export function decodeDecision(data: Uint8Array, options: DecodeOptions = {}): D
 
 // ------------------------------------------------------------------------------ watermarks
 
+/** schemas/previous/RunWatermark.v3.avsc: the version before the usage fields. */
+const PREVIOUS_WATERMARK = 'RunWatermark.v3';
+
 const camelCase = (name: string) => name.replace(/_([a-z0-9])/g, (_, c: string) => c.toUpperCase());
 
 interface AvroField {
@@ -445,12 +473,16 @@ export function encodeWatermark(watermark: RunWatermark, options: EncodeOptions 
   if (!watermark || typeof watermark !== 'object') throw new EncodeError(`not a RunWatermark: ${describeValue(watermark)}`);
   if (!watermark.runId) throw new MissingRunIdError('RunWatermark');
   const source = watermark as unknown as Record<string, unknown>;
+  // A run without usage goes out in the version before the usage fields (as Python writes it),
+  // which gateways from before issue 28 read.
+  const usage = watermark.inputTokens || watermark.outputTokens || watermark.costUsd || watermark.savedTokens;
+  const schema = usage ? ownSchemas().RunWatermark : previousSchemas()[PREVIOUS_WATERMARK];
   const datum: Record<string, unknown> = {};
-  for (const field of recordFields(ownSchemas().RunWatermark)) {
+  for (const field of recordFields(schema)) {
     const value = source[camelCase(field.name)];
     datum[field.name] = value === undefined ? field.defaultValue() : value;
   }
-  return encodeWith('RunWatermark', datum, options.maxSize ?? DEFAULT_MAX_MESSAGE_SIZE);
+  return encodeWith('RunWatermark', datum, options.maxSize ?? DEFAULT_MAX_MESSAGE_SIZE, schema);
 }
 
 /** Decode a RunWatermark: every field of the schema, camelCase; longs must be safe integers. */

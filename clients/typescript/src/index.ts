@@ -17,6 +17,7 @@ export {
   type ClientStats,
   type FailMode,
   type GatewayClientOptions,
+  type OutRecord,
   type Topics,
   type Transport,
   type Verdict,

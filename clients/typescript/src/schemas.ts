@@ -140,6 +140,28 @@ export function ownSchemas(): Record<SchemaName, ParsedSchema> {
   return out;
 }
 
+let previous: Record<string, ParsedSchema> | undefined;
+
+/** Earlier versions of the project's schemas (`schemas/previous/<name>.v<N>.avsc`), by file stem. */
+export function previousSchemas(): Record<string, ParsedSchema> {
+  if (previous) return previous;
+  const dir = path.join(schemaDir(), 'previous');
+  const out: Record<string, ParsedSchema> = {};
+  const names = fs.existsSync(dir) ? fs.readdirSync(dir).filter((name) => name.endsWith('.avsc')).sort() : [];
+  for (const name of names) {
+    const file = path.join(dir, name);
+    let text: string;
+    try {
+      text = fs.readFileSync(file, 'utf8');
+    } catch (error) {
+      throw new InvalidSchemaError(`cannot read schema ${file}: ${oneLine(error)}`);
+    }
+    out[name.slice(0, -'.avsc'.length)] = parseSchemaText(text);
+  }
+  previous = out;
+  return out;
+}
+
 /** Fingerprint (hex, wire byte order) of each of the project's schemas. */
 export function fingerprints(): Record<SchemaName, string> {
   const out = {} as Record<SchemaName, string>;
@@ -156,7 +178,7 @@ export function eventSchemaJson(): string {
 
 /**
  * Fingerprint -> writer schema, plus the avsc resolver per (writer, reader) pair. Pre-loaded
- * with the project's schemas; {@link register} adds others (e.g. a newer worker's schema).
+ * with the project's schemas and their previous versions; {@link register} adds others (e.g. a newer worker's schema).
  */
 export class SchemaRegistry {
   private readonly entries = new Map<string, ParsedSchema>();
@@ -164,7 +186,7 @@ export class SchemaRegistry {
 
   constructor(schemaTexts?: Iterable<string>) {
     if (schemaTexts === undefined) {
-      for (const schema of Object.values(ownSchemas())) {
+      for (const schema of [...Object.values(ownSchemas()), ...Object.values(previousSchemas())]) {
         const key = schema.fingerprint.toString('hex');
         if (!this.entries.has(key)) this.entries.set(key, schema);
       }

@@ -24,11 +24,24 @@ export interface EventEnvelope {
 }
 
 /** The agent asked for a tool; emitted before the tool runs. */
-export interface ToolCallEvent extends EventEnvelope {
+export interface ToolCallEvent extends EventEnvelope, TurnUsage {
   kind: 'tool_call';
   toolName: string;
   argsJson: string;
   toolCallId: string | null;
+}
+
+/**
+ * What the model turn behind an event cost (issue 28): set on the first tool call of a turn
+ * and on `run_ended` (the run's last turn), left out (or null) where the gateway does not know.
+ */
+export interface TurnUsage {
+  /** Tokens the turn read (prompt, cache reads and writes included). */
+  inputTokens?: number | null;
+  /** Tokens the turn wrote. */
+  outputTokens?: number | null;
+  /** What the turn cost in US dollars. */
+  costUsd?: number | null;
 }
 
 /** A tool finished (or was refused); `error` set means it failed. */
@@ -54,7 +67,7 @@ export interface RunStartedEvent extends EventEnvelope {
   trigger?: string | null;
 }
 
-export interface RunEndedEvent extends EventEnvelope {
+export interface RunEndedEvent extends EventEnvelope, TurnUsage {
   kind: 'run_ended';
   status: string;
 }
@@ -142,4 +155,15 @@ export interface RunWatermark {
   status?: string;
   /** Events of the run the worker has applied so far. */
   eventCount?: number;
+  /** The run's usage so far (issue 28; 0 when its gateway reports none). */
+  inputTokens?: number;
+  outputTokens?: number;
+  costUsd?: number;
+  toolCalls?: number;
+  /** From its first loop decision on. */
+  loopTokens?: number;
+  loopCostUsd?: number;
+  loopCalls?: number;
+  /** Estimate of the tokens loopguard's block or abort saved. */
+  savedTokens?: number;
 }
