@@ -321,7 +321,7 @@ def cycle_decisions(
         else:
             effect = f"{edge.agent_id}'s next {edge.tool_name} will be blocked if it repeats."
         reason = (
-            f"agent_cycle: agents {loop} sent the same messages round {rounds} times with no "
+            f"agents {loop} sent the same messages round {rounds} times with no "
             f"progress; {effect}"
         )
         extra = {

@@ -34,12 +34,22 @@ from streams.audit.store import AuditStore
 from streams.core.engine import LoopGuard
 from streams.core.events import Action, Decision
 from streams.core.fleet import fleet_from_document
-from streams.devtools.demo_runs import SCENARIOS, Played, Scenario
+from streams.devtools.demo_runs import (
+    SCENARIOS,
+    TRIANGLE,
+    TRIANGLE_ROUNDS,
+    TRIANGLE_TITLE,
+    Played,
+    Scenario,
+    triangle_round,
+)
 from streams.devtools.demo_services import DATA, PIDFILE, LeftRunning, stopped_on_exit
 from streams.devtools.embedded_broker import EmbeddedBroker, free_port, port_in_use
 from streams.devtools.worker_process import CANARY_AGENT, WorkerProcess, wait_until_processing
 from streams.gateway.client import GatewayClient, GatewayRun, RunAborted
 from streams.kafka.topics import ensure_topics
+from streams.replay.agent_cycles import with_agent_cycles
+from streams.replay.compare import replay_events
 from streams.settings import DEFAULT_DB_URL, PROFILES, Settings, redact_url
 
 CONFIG_FILE = DATA / "demo-config.json"
@@ -251,6 +261,8 @@ def run_demo(db_url: str, keep_running: bool = False, web_port: int | None = Non
             for scenario in SCENARIOS:
                 played.append(_play(client, worker, scenario, tag))
                 stop.check()
+            played += _play_triangle(client, tag)
+            stop.check()
             ok = _summary(client, played, db_url)
             stop.check()
             _hint(played, db_url, broker if keep_running else None)
@@ -320,6 +332,35 @@ def _play(client: GatewayClient, worker: WorkerProcess, scenario: Scenario, tag:
     return played
 
 
+def _play_triangle(client: GatewayClient, tag: str) -> list[Played]:
+    """Three runs of three agents sending the same question round (issue 28): each run looks
+    healthy on its own; the worker sees the cycle, warns, then blocks the next send."""
+    plays = [Played(client.start_run(agent, run_id=f"{agent}-{tag}")) for agent in TRIANGLE]
+    _say(f"\n== runs {', '.join(p.run.run_id for p in plays)}: {TRIANGLE_TITLE} ==")
+
+    def taken_in(play: Played) -> None:  # the next agent answers once the worker has the send
+        client.wait_processed(play.run.run_id, play.run.seq, timeout=WAIT_BUDGET_MS / 1000)
+
+    def cycle_decisions(decisions: list[Decision]) -> int:
+        return sum(d.detector == "agent_cycle" for d in decisions)
+
+    # From warnAfter rounds on, each round with no progress brings the runs a decision.
+    warn_after = fleet_from_document(DEMO_CONFIG).for_agent(TRIANGLE[0]).agent_cycles.warn_after
+    first = plays[0].run.run_id
+    for number in range(1, TRIANGLE_ROUNDS + 1):
+        if not triangle_round(plays, taken_in):
+            break
+        if number >= warn_after:  # let it in before the next round's first send
+            wanted = number - warn_after + 1
+            client.wait_for(first, lambda ds, n=wanted: cycle_decisions(ds) >= n, timeout=30)
+    for play in plays:
+        play.run.end()
+        _say(f"  {play.run.run_id}:")
+        for line in _run_lines(play, client.decisions(play.run.run_id)):
+            _say(f"  {line}")
+    return plays
+
+
 def _audited(db_url: str, run_ids: list[str], expected: int) -> int:
     """Audit rows of these runs, once the worker has written ``expected`` (or time is up)."""
     deadline = time.monotonic() + AUDIT_TIMEOUT
@@ -333,20 +374,21 @@ def _audited(db_url: str, run_ids: list[str], expected: int) -> int:
 
 def _summary(client: GatewayClient, played: list[Played], db_url: str) -> bool:
     _say("\n== summary ==")
-    core = LoopGuard(fleet_from_document(DEMO_CONFIG))
+    core = with_agent_cycles(LoopGuard(fleet_from_document(DEMO_CONFIG)))
+    replayed = replay_events(core, [event for play in played for event in play.run.events])
     received: list[Decision] = []
     expected: list[Decision] = []
     for play in played:
         run_id = play.run.run_id
         decisions = client.decisions(run_id)
         received += decisions
-        expected += core.process_all(play.run.events)
+        expected += sorted(replayed[run_id].decisions, key=lambda d: d.seq)
         refused = f" ({play.refused} refused)" if play.refused else ""
         stopped = f", stopped at seq {play.stopped_by.seq}" if play.stopped_by else ""
         _say(f"  {run_id:<16} {play.calls:>2} tool calls{refused}{stopped}: {_counts(decisions)}")
-    same = [(d.decision_id, d.reason) for d in received] == [
+    same = sorted((d.decision_id, d.reason) for d in received) == sorted(
         (d.decision_id, d.reason) for d in expected
-    ]
+    )
     if same:
         _say(f"  {len(received)} decisions: what the detector core decides on these events")
     else:

@@ -142,3 +142,24 @@ SCENARIOS = (
     Scenario("retry", "ops", "the same call failing with the same error", same_failure),
     Scenario("storm", "researcher", "compaction after compaction, no progress", compaction_storm),
 )
+
+
+# -- loops between agents (issue 28) ----------------------------------------------------------
+
+TRIANGLE = ("planner", "researcher", "reviewer")  # planner -> researcher -> reviewer -> planner
+TRIANGLE_TITLE = "three agents pass the same question round with sessions_send, no progress"
+TRIANGLE_MESSAGE = "Can you double-check the Q3 numbers before we publish?"
+TRIANGLE_ROUNDS = 8  # at most; the default agentCycles blocks the fifth round's sends
+
+
+def triangle_round(plays: list[Played], wait: Callable[[Played], None]) -> bool:
+    """One round of the triangle: each agent forwards the same question to the next one
+    (OpenClaw's ``sessions_send`` to ``agent:<id>:main``); ``wait(play)`` lets the worker
+    take a send in before the next agent answers it. False once a send was refused."""
+    for index, play in enumerate(plays):
+        target = plays[(index + 1) % len(plays)].run.agent_id
+        args = {"sessionKey": f"agent:{target}:main", "message": TRIANGLE_MESSAGE}
+        if not play.cycle("sessions_send", args, {"status": "ok", "reply": "Passing it on."}):
+            return False
+        wait(play)
+    return True

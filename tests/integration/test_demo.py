@@ -26,6 +26,8 @@ DEMO_TIMEOUT = 300  # seconds per run; a run takes about 25 s
 TAG = re.compile(r"^== run normal-([0-9a-f]{6}) ", re.MULTILINE)
 # What the pure core decides on the demo's runs, with the gateway obeying in time.
 EXPECTED = {"normal": 0, "pingpong": 13, "compact": 1, "failing": 8, "retry": 3, "storm": 1}
+# Loops between agents (issue 28): each run of the triangle warned twice, then blocked.
+EXPECTED.update({"planner": 3, "researcher": 3, "reviewer": 3})
 
 
 def run_demo(folder: Path) -> tuple[str, str]:
@@ -79,7 +81,13 @@ def test_the_demo_prints_the_same_text_twice_and_keeps_both_runs(tmp_path: Path)
     # The error code is left out where it only repeats the detector's name.
     assert sections[6].count(" ABORT  compaction_storm (count 3)\n") == 1
     assert "compaction_storm (count 3): compaction_storm" not in sections[6]
-    assert "26 decisions: what the detector core decides on these events" in sections[7]
+    triangle = sections[7]
+    assert triangle.startswith(f"runs planner-{first_tag}, researcher-{first_tag}, reviewer-")
+    assert triangle.count(" WARN   agent_cycle") == 6 and triangle.count(" BLOCK  agent_cycle") == 3
+    assert "reviewer → planner → researcher → reviewer" in triangle
+    assert triangle.count("gateway refused sessions_send") == 1
+    sections = [*sections[:7], *sections[8:]]  # the summary is next, as before
+    assert "35 decisions: what the detector core decides on these events" in sections[7]
     assert "loopguard-data/demo-config.json" in first  # it names its config file
     assert "readiness" not in first  # no jargon: it says what it did
     # One numbering: the summary names the seq of the abort its run printed.
