@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode
 
 from streams.audit import queries
+from streams.audit.incidents import has_incident_table, list_incidents
 from streams.audit.queries import ACTION_ORDER, Chart, Overview, RunLine
+from streams.core.incidents import Incident
+from streams.web.incident_card import render_incidents_card
 from streams.web.markup import (
     action_badge,
     ago,
@@ -302,6 +305,7 @@ class StatusData:
     chart: Chart
     top_agents: list[tuple[str, int]]
     top_tools: list[tuple[str, int]]
+    incidents: list[Incident] = field(default_factory=list)  # open ones (issue 28)
 
 
 def load_status(store: Any, q: StatusQuery, now_ms: int) -> StatusData:
@@ -315,6 +319,9 @@ def load_status(store: Any, q: StatusQuery, now_ms: int) -> StatusData:
         chart=queries.decision_buckets(store, filters, now_ms),
         top_agents=queries.top_values(store, filters, "agent_id"),
         top_tools=queries.top_values(store, filters, "tool_name"),
+        incidents=list_incidents(store, open_only=True, limit=20)
+        if has_incident_table(store)
+        else [],
     )
 
 
@@ -349,7 +356,8 @@ def render_status(
             + "</section>"
         )
         body = (
-            render_filters(q, data.facets)
+            render_incidents_card(data.incidents, now_ms)
+            + render_filters(q, data.facets)
             + "<h2>Decisions over time by action</h2>"
             + render_chart(data.chart, q)
             + tops
