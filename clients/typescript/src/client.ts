@@ -211,6 +211,9 @@ export class GatewayClient {
   private readonly limited = new RateLimitedLog(60_000);
   private readonly onDecision?: (decision: Decision) => void;
   private readonly runs = new Map<string, RunControl>();
+  /** agent id + tool -> a block of that agent's next call of that tool (loops between agents). */
+  private readonly toolBlocks = new Map<string, Decision>();
+  private readonly toolBlocksSeen = new Set<string>();
   private readonly endedOrder: string[] = [];
   private readonly endedRunsKept: number;
   private readonly flushTimeoutMs: number;
@@ -407,6 +410,18 @@ export class GatewayClient {
   }
 
   private applyDecision(decision: Decision): void {
+    // A block limited to one tool (`extra.only_tool`, agent_cycle): the agent's next call of
+    // that tool, in whichever of its runs on this gateway (OpenClaw starts a run per message).
+    const onlyTool = decision.action === 'block' && decision.enforced !== false && decision.gatewayId === this.gatewayId
+      ? decision.extra?.only_tool : undefined;
+    const toolBlock = typeof onlyTool === 'string' && onlyTool !== '';
+    if (toolBlock) {
+      const id = decision.decisionId || decisionIdOf(decision);
+      if (!this.toolBlocksSeen.has(id)) {
+        this.toolBlocksSeen.add(id);
+        this.toolBlocks.set(`${decision.agentId}\u0000${onlyTool}`, decision);
+      }
+    }
     const control = this.runs.get(decision.runId);
     if (!control) {
       this.counters.otherRuns++;
@@ -422,8 +437,9 @@ export class GatewayClient {
     this.counters.decisions++;
     if (decision.enforced === false) this.logObserved(decision); // shadow mode: never acted on
     else if (decision.action === 'abort') control.abort = decision;
-    else if (decision.action === 'block') control.block = decision;
-    else control.warnings.push(decision);
+    else if (decision.action === 'block') {
+      if (!toolBlock) control.block = decision;
+    } else control.warnings.push(decision);
     this.wakeAll(control);
     if (this.onDecision) {
       try {
@@ -479,7 +495,7 @@ export class GatewayClient {
   }
 
   /** @internal Take the run's pending verdict: throws RunAborted, consumes warnings and the block. */
-  takeVerdict(runId: string): { warnings: Decision[]; block?: Decision } {
+  takeVerdict(runId: string, toolName = '', agentId = ''): { warnings: Decision[]; block?: Decision } {
     const control = this.runs.get(runId);
     if (!control) return { warnings: [] };
     if (control.abort) {
@@ -488,8 +504,13 @@ export class GatewayClient {
     }
     const warnings = control.warnings;
     control.warnings = [];
-    const block = control.block;
+    let block = control.block;
     control.block = undefined;
+    const toolKey = `${agentId}\u0000${toolName}`;
+    if (!block && toolName && this.toolBlocks.has(toolKey)) {
+      block = this.toolBlocks.get(toolKey);
+      this.toolBlocks.delete(toolKey);
+    }
     this.counters.warningsDelivered += warnings.length;
     if (block) this.counters.blocks++;
     return { warnings, block };
@@ -715,7 +736,7 @@ export class GatewayRun {
       const target = this.lastGuardedSeq;
       timedOut = !(await this.client.awaitWatermark(this.runId, target));
     }
-    const { warnings, block } = this.client.takeVerdict(this.runId); // throws RunAborted
+    const { warnings, block } = this.client.takeVerdict(this.runId, toolName, this.agentId); // throws RunAborted
     let verdict: Verdict;
     if (block) {
       verdict = { allowed: false, warnings, blockedBy: block, reason: block.reason, timedOut };
