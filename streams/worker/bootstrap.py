@@ -28,6 +28,7 @@ from streams.web import register_views
 from streams.webhooks.notifier import WebhookNotifier
 from streams.wire.schema_registry import default_registry
 from streams.worker import state_codec
+from streams.worker.agent_cycles import AgentCycles
 from streams.worker.agents import WorkerAgents, WorkerParts
 from streams.worker.exactly_once import exactly_once_commits
 from streams.worker.fast_failover import fast_failover
@@ -202,6 +203,10 @@ def build_worker(settings: Settings) -> faust.App:
     )
     agents = WorkerAgents(parts)
     agents.register()
+    # Loops between agents (issue 28): the send calls guard_runs forwards, in their own agent.
+    AgentCycles(
+        app, settings, registry, configs.for_agent, commit_barrier, metrics.observe_decisions
+    ).register()
     register_incidents(parts)  # loop incidents (issue 28), when the config turns them on
     # HTTP API, status page and /metrics, served with `loopguard worker --web-port`.
     register_views(app, settings.db_url, metrics, health=agents.health)
