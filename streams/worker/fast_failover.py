@@ -15,13 +15,21 @@ the partition is read after its changelog queue was empty for two 5 s timeouts
 anything took at least 10 s. A watcher (installed by the same :func:`fast_failover`) decides
 it within a fraction of a second, exactly: the consumer's position has passed the end offset
 (aiokafka steps over control batches), the fetch that got there was handed over (Faust starts
-the next fetch only after the last one's records are all queued), and the queue is drained.
+the next the next fetch only after the last one's records are all queued), and the queue is drained.
+
+Highwaters: exactly once, Faust takes a changelog partition's recovery target from the last
+stable offset of the consumer's last fetch response for it, which a partition just assigned
+has not had yet: -1, "nothing to recover". A replacement worker then skipped recovery, and a
+promoted standby neither read the tail it had missed nor could start from its own offset
+(Faust's consistency check: offset above highwater, crash). The targets come from a ListOffsets
+request instead, read committed like the consumer: the last stable offset.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 from faust.tables import recovery as faust_recovery
@@ -30,21 +38,32 @@ from faust.transport.drivers import aiokafka as faust_aiokafka
 log = logging.getLogger("loopguard.worker")
 
 _original_on_rebalance = faust_recovery.Recovery.on_rebalance
+_original_highwaters = faust_aiokafka.AIOKafkaConsumerThread._highwaters
 _slurp = faust_recovery.Recovery._slurp_changelogs
 # What the patches depend on, fingerprinted in streams.worker.faust_patches.patch_mismatches:
 # on_rebalance is wrapped; _slurp_changelogs is not replaced, but the end watcher relies on how
 # it takes events off the queue and moves the active offsets.
 REPLACED = {
     "Recovery.on_rebalance": (_original_on_rebalance, "aa4d997a1795ceae"),
+    "AIOKafkaConsumerThread._highwaters": (_original_highwaters, "a7f4f97d9f32aca2"),
     "Recovery._slurp_changelogs": (getattr(_slurp, "fun", _slurp), "7825c7e50f766d5a"),
 }
 POLL_SECONDS = 0.05
 
 
 class _Fetches:
-    """How many fetches (``AIOKafkaConsumerThread.getmany`` calls) the worker has started."""
+    """What the last fetch (``AIOKafkaConsumerThread.getmany``) handed over, during recovery:
+    the consumer's positions right after it (nothing is fetched between two getmany calls) and
+    whether its records are still being queued (until the fetcher asks for the next batch)."""
 
-    started = 0
+    positions: dict[Any, int] = {}
+    handing_over = False
+    started_at = 0.0  # when that fetch began (positions from before a recovery's seek are stale)
+
+
+async def _positions(consumer: Any) -> dict[Any, int]:
+    """Every assigned partition's position (runs on the consumer's thread)."""
+    return {tp: await consumer.position(tp) for tp in consumer.assignment()}
 
 
 async def _on_rebalance(
@@ -78,19 +97,12 @@ def _behind(recovery: Any) -> dict[Any, int]:
 
 async def _read_to_end(recovery: Any, behind: dict[Any, int]) -> bool:
     """Whether every record before each partition's end offset was fetched and applied."""
-    consumer = recovery.app.consumer
-    for tp, highwater in behind.items():
-        try:
-            position = await consumer.position(tp)
-        except Exception:  # not assigned any more: a new rebalance restarts recovery
-            return False
-        if position is None or position <= highwater:  # highwater = end offset - 1
-            return False
-    fetch = _Fetches.started
-    while _Fetches.started == fetch:  # the fetch in hand is handed over before the next
-        if not recovery.in_recovery or recovery.should_stop:
-            return False
-        await asyncio.sleep(POLL_SECONDS)
+    positions, handing_over = _Fetches.positions, _Fetches.handing_over  # one fetch's pair
+    # Faust stamps the recovery's start again after seeking the changelogs to their offsets.
+    if _Fetches.started_at <= (recovery._recovery_started_at or 0.0) or handing_over:
+        return False
+    if any(positions.get(tp, -1) <= hw for tp, hw in behind.items()):
+        return False  # highwater = end offset - 1: the fetches have not passed the end yet
     queue = recovery.tables.changelog_queue
     while not queue.empty():
         if not recovery.in_recovery or recovery.should_stop:
@@ -127,14 +139,28 @@ async def _end_when_read(recovery: Any) -> None:
             recovery.signal_recovery_end.set()
 
 
+async def _highwaters(self: Any, partitions: Any) -> Any:
+    """End offsets as the broker lists them, at the consumer's isolation level (read committed:
+    the last stable offset), never the last fetch response's figure."""
+    return await self._ensure_consumer().end_offsets(partitions)
+
+
 def fast_failover() -> None:
-    """Install both: standby offsets kept on promotion, recovery ended once read. Fetches are
-    counted by wrapping whatever getmany is installed now (faust_patches' snapshot)."""
+    """Install all three: standby offsets kept on promotion, recovery ended once read (fetches
+    tracked by wrapping whatever getmany is installed now: faust_patches' snapshot), listed
+    highwaters."""
     inner = faust_aiokafka.AIOKafkaConsumerThread.getmany
 
     async def getmany(self: Any, active_partitions: Any, timeout: float) -> Any:
-        _Fetches.started += 1
-        return await inner(self, active_partitions, timeout)
+        _Fetches.handing_over = False  # the fetcher queued the last batch before asking again
+        started_at = time.monotonic()
+        records = await inner(self, active_partitions, timeout)
+        if self.app.in_recovery:
+            positions = await self.call_thread(_positions, self._ensure_consumer())
+            _Fetches.positions, _Fetches.handing_over = positions, bool(records)
+            _Fetches.started_at = started_at
+        return records
 
     faust_aiokafka.AIOKafkaConsumerThread.getmany = getmany
     faust_recovery.Recovery.on_rebalance = _on_rebalance
+    faust_aiokafka.AIOKafkaConsumerThread._highwaters = _highwaters
