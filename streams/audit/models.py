@@ -14,6 +14,7 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     DateTime,
+    Float,
     Index,
     Integer,
     LargeBinary,
@@ -142,33 +143,41 @@ class WebhookDelivery(Base):
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 
 
-class IncidentRow(Base):
-    """A loop incident (issue 28, :class:`streams.core.incidents.Incident`): one signature
-    shared by many runs within a window; written idempotently from the incidents topic
-    (``streams.audit.incidents``: runs merged, a close never reopened)."""
+class ConfigChangeRow(Base):
+    """One change of the guard's config (a config-topic record, a CLI change, the worker's
+    file at start or reload), with the versions around it and its sender as far as Kafka can
+    tell (``streams.audit.config_changes``). ``change_id`` is unique: a replayed record, or
+    the same file loaded by every worker, is one row."""
 
-    __tablename__ = "incidents"
+    __tablename__ = "config_changes"
     __table_args__ = (
-        Index("ix_incidents_status", "status"),
-        Index("ix_incidents_opened_at", "opened_at"),
+        UniqueConstraint("change_id", name="uq_config_changes_change_id"),
+        Index("ix_config_changes_agent_key", "agent_key"),
+        Index("ix_config_changes_changed_at", "changed_at"),
     )
 
-    incident_id: Mapped[str] = mapped_column(String, primary_key=True)
-    signature: Mapped[str] = mapped_column(String)
-    tool: Mapped[str] = mapped_column(String)
-    kind: Mapped[str] = mapped_column(String(16))  # error | args
-    detail: Mapped[str] = mapped_column(Text)  # the normalised error or the args hash
-    status: Mapped[str] = mapped_column(String(16))  # open | closed
-    window_seconds: Mapped[int] = mapped_column(Integer)
-    opened_at: Mapped[int] = mapped_column(BigInteger)  # epoch ms, event time
-    last_window: Mapped[int] = mapped_column(BigInteger)
-    closed_at: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
-    runs: Mapped[list[str]] = mapped_column(JSON)
-    agents: Mapped[list[str]] = mapped_column(JSON)
+    id: Mapped[int] = mapped_column(_Id, primary_key=True, autoincrement=True)
+    change_id: Mapped[str] = mapped_column(String)
+    source: Mapped[str] = mapped_column(String(16))  # topic, cli, file
+    action: Mapped[str] = mapped_column(String(16))  # set, removed, refused, loaded
+    agent_key: Mapped[str] = mapped_column(String)  # agent id, "*" or "(file)"
+    value: Mapped[str | None] = mapped_column(Text, nullable=True)  # the JSON block; None: removed
+    error: Mapped[str] = mapped_column(Text, server_default="")  # why a worker refused it
+    version_before: Mapped[str] = mapped_column(String, server_default="")
+    version_after: Mapped[str] = mapped_column(String, server_default="")
+    disables: Mapped[bool] = mapped_column(Boolean, server_default=false())  # off/observe for *
+    principal: Mapped[str] = mapped_column(String, server_default="")
+    client_id: Mapped[str] = mapped_column(String, server_default="")
+    sender_user: Mapped[str] = mapped_column(String, server_default="")
+    sender_host: Mapped[str] = mapped_column(String, server_default="")
+    topic: Mapped[str] = mapped_column(String, server_default="")
+    partition: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    offset: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    changed_at: Mapped[int] = mapped_column(BigInteger)  # epoch ms: record timestamp or load
+    recorded_by: Mapped[str] = mapped_column(String, server_default="")  # worker host
     recorded_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), server_default=func.now()
     )
-    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 
 
 class QuarantinedRecord(Base):
@@ -222,38 +231,21 @@ class IncidentRow(Base):
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 
 
-class ConfigChangeRow(Base):
-    """One change of the guard's config (a config-topic record, a CLI change, the worker's
-    file at start or reload), with the versions around it and its sender as far as Kafka can
-    tell (``streams.audit.config_changes``). ``change_id`` is unique: a replayed record, or
-    the same file loaded by every worker, is one row."""
+class RunUsageRow(Base):
+    """What a run's model turns cost (issue 28), from the workers' watermarks of runs whose
+    gateway reports usage: totals, the part from the run's first loop decision on, and the
+    estimate of what stopping the loop saved (``streams.core.usage``). Monotonic per run like
+    ``processed_events``: a watermark at a lower seq never moves it back."""
 
-    __tablename__ = "config_changes"
-    __table_args__ = (
-        UniqueConstraint("change_id", name="uq_config_changes_change_id"),
-        Index("ix_config_changes_agent_key", "agent_key"),
-        Index("ix_config_changes_changed_at", "changed_at"),
-    )
+    __tablename__ = "run_usage"
 
-    id: Mapped[int] = mapped_column(_Id, primary_key=True, autoincrement=True)
-    change_id: Mapped[str] = mapped_column(String)
-    source: Mapped[str] = mapped_column(String(16))  # topic, cli, file
-    action: Mapped[str] = mapped_column(String(16))  # set, removed, refused, loaded
-    agent_key: Mapped[str] = mapped_column(String)  # agent id, "*" or "(file)"
-    value: Mapped[str | None] = mapped_column(Text, nullable=True)  # the JSON block; None: removed
-    error: Mapped[str] = mapped_column(Text, server_default="")  # why a worker refused it
-    version_before: Mapped[str] = mapped_column(String, server_default="")
-    version_after: Mapped[str] = mapped_column(String, server_default="")
-    disables: Mapped[bool] = mapped_column(Boolean, server_default=false())  # off/observe for *
-    principal: Mapped[str] = mapped_column(String, server_default="")
-    client_id: Mapped[str] = mapped_column(String, server_default="")
-    sender_user: Mapped[str] = mapped_column(String, server_default="")
-    sender_host: Mapped[str] = mapped_column(String, server_default="")
-    topic: Mapped[str] = mapped_column(String, server_default="")
-    partition: Mapped[int | None] = mapped_column(Integer, nullable=True)
-    offset: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
-    changed_at: Mapped[int] = mapped_column(BigInteger)  # epoch ms: record timestamp or load
-    recorded_by: Mapped[str] = mapped_column(String, server_default="")  # worker host
-    recorded_at: Mapped[datetime] = mapped_column(
-        DateTime(timezone=True), server_default=func.now()
-    )
+    run_id: Mapped[str] = mapped_column(String, primary_key=True)
+    last_seq: Mapped[int] = mapped_column(BigInteger)
+    input_tokens: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    output_tokens: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    cost_usd: Mapped[float] = mapped_column(Float, server_default="0")
+    tool_calls: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    loop_tokens: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    loop_cost_usd: Mapped[float] = mapped_column(Float, server_default="0")
+    loop_calls: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    saved_tokens: Mapped[int] = mapped_column(BigInteger, server_default="0")

@@ -19,7 +19,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.orm import Session
 
 from streams.audit.database import DEFAULT_URL, create_audit_engine, migrate
-from streams.audit.models import Base, DeadLetter, DecisionRow, ProcessedEvent
+from streams.audit.models import Base, DeadLetter, DecisionRow, ProcessedEvent, RunUsageRow
 from streams.audit.observed import enforced_abort_exists, reported_status
 from streams.core.events import Action, Decision
 
@@ -27,6 +27,17 @@ if TYPE_CHECKING:
     from streams.wire.avro import RunWatermark
 
 _SEVERITY_ORDER = (Action.WARN, Action.BLOCK, Action.ABORT)
+# run_usage's columns, as RunWatermark names them (issue 28)
+USAGE_COLUMNS = (
+    "input_tokens",
+    "output_tokens",
+    "cost_usd",
+    "tool_calls",
+    "loop_tokens",
+    "loop_cost_usd",
+    "loop_calls",
+    "saved_tokens",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,9 +220,47 @@ class AuditStore:
                 "status": case((new.last_seq >= t.last_seq, new.status), else_=t.status),
             },
         )
+        marks = list(watermarks)
         with self.engine.begin() as conn:
-            for wave in _in_waves(watermarks):
+            for wave in _in_waves(marks):
                 conn.execute(upsert, wave)
+            self._record_usage(conn, [m for m in marks if m.has_usage])
+
+    def _record_usage(self, conn: Any, marks: list[RunWatermark]) -> None:
+        """A run's usage (issue 28) from its watermarks: the one at the highest seq wins."""
+        if not marks:
+            return
+        u = RunUsageRow
+        ins = self._insert(RunUsageRow)
+        new = ins.excluded
+        advances = new.last_seq >= u.last_seq
+        upsert = ins.on_conflict_do_update(
+            index_elements=[u.run_id],
+            set_={
+                name: case((advances, getattr(new, name)), else_=getattr(u, name))
+                for name in (*USAGE_COLUMNS, "last_seq")
+            },
+        )
+        waves: list[list[dict[str, Any]]] = []
+        seen: dict[str, int] = {}
+        for mark in marks:
+            n = seen.get(mark.run_id, 0)
+            seen[mark.run_id] = n + 1
+            if n == len(waves):
+                waves.append([])
+            row = {name: getattr(mark, name) for name in USAGE_COLUMNS}
+            waves[n].append({"run_id": mark.run_id, "last_seq": mark.seq, **row})
+        for wave in waves:
+            conn.execute(upsert, wave)
+
+    def run_usage(self, run_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
+        """Stored usage of these runs (issue 28), by run id; runs without usage are absent."""
+        ids = list(run_ids)
+        if not ids:
+            return {}
+        with Session(self.engine) as session:
+            rows = session.scalars(select(RunUsageRow).where(RunUsageRow.run_id.in_(ids)))
+            return {row.run_id: {n: getattr(row, n) for n in USAGE_COLUMNS} for row in rows}
 
     # -- reads ----------------------------------------------------------------------------
 

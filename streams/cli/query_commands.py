@@ -128,10 +128,10 @@ def run_history(args: argparse.Namespace) -> int:
 
 
 RUN_COLUMNS = ("last decision (UTC)", "run", "agent", "gateway", "worst", "warn", "block")
-RUN_COLUMNS += ("abort", "observed", "status", "events", "detectors")
+RUN_COLUMNS += ("abort", "observed", "status", "events", "detectors", "loop tokens", "saved (est.)")
 
 
-def _run_row(s: Any) -> list[str]:
+def _run_row(s: Any, usage: dict[str, Any] | None = None) -> list[str]:
     worst = s.worst_action.value + (f" ({OBSERVE_ONLY})" if s.worst_observed else "")
     return [
         format_ms(s.last_decision_time),
@@ -146,7 +146,15 @@ def _run_row(s: Any) -> list[str]:
         _or_dash(s.status),
         _or_dash(s.events),
         ",".join(s.detectors),
+        _or_dash(usage and usage["loop_tokens"]),
+        _or_dash(usage and usage["saved_tokens"]),
     ]
+
+
+def _with_usage(row: dict[str, Any], usage: dict[str, Any] | None) -> dict[str, Any]:
+    """A run's JSON line with its usage (issue 28): ``null`` when its gateway reports none;
+    ``saved_tokens`` is an estimate (docs/reference.md, "What loops cost")."""
+    return {**row, "usage": usage}
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
@@ -172,11 +180,12 @@ def run_runs(args: argparse.Namespace) -> int:
         # One more than shown says whether the limit cut the list.
         summaries = store.runs(**filters, limit=args.limit + 1, exclude_agents=hide)
         hidden_only = not summaries and bool(hide) and bool(store.runs(**filters, limit=1))
+        usage = store.run_usage(s.run_id for s in summaries[: args.limit])
     cut = len(summaries) > args.limit
     summaries = summaries[: args.limit]
     notice = f"showing the newest {args.limit} runs; more match (--limit N shows more)"
     if args.json:
-        _say_json([s.to_dict() for s in summaries])
+        _say_json([_with_usage(s.to_dict(), usage.get(s.run_id)) for s in summaries])
         if cut:
             print(f"loopguard runs: {notice}", file=sys.stderr)
         return EXIT_OK
@@ -184,7 +193,7 @@ def run_runs(args: argparse.Namespace) -> int:
         hidden = f" but test loops of agent {CANARY_AGENT} (--all shows them)"
         print(f"no runs match{hidden if hidden_only else ''}")
         return EXIT_OK
-    for line in table(RUN_COLUMNS, [_run_row(s) for s in summaries]):
+    for line in table(RUN_COLUMNS, [_run_row(s, usage.get(s.run_id)) for s in summaries]):
         print(line)
     if cut:
         print(notice)

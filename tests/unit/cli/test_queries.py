@@ -24,6 +24,7 @@ START = 1_700_000_000_000
 def summary_json(summary) -> dict:
     data = asdict(summary)
     data["worst_action"] = data["worst_action"].value
+    data["usage"] = None  # these runs' gateways report no usage (issue 28)
     return data
 
 
@@ -173,7 +174,8 @@ def test_runs_text(filled, audit_store, capsys) -> None:
         ",".join(summary.detectors),
     ]
     compaction = next(line for line in lines if "run-compaction" in line)
-    assert compaction.endswith("post_compaction_guard")
+    # then loop tokens and the saved estimate: "-" for runs whose gateway reports no usage
+    assert compaction.split()[-3:] == ["post_compaction_guard", "-", "-"]
 
     code, out = cli(capsys, "runs", "--db", url, "--agent", "nobody")
     assert code == EXIT_OK and out.strip() == "no runs match"
