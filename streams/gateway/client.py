@@ -51,6 +51,7 @@ from streams.core.events import (
     ToolResult,
     partition_key,
 )
+from streams.core.usage import clean_cost, clean_tokens
 from streams.gateway.throttle import LogThrottle
 from streams.kafka.reader import TopicFollower
 from streams.kafka.schema_topic import publish_schema
@@ -360,6 +361,33 @@ class GatewayRun:
         self.session_id = session_id or None
         self.seq = 0
         self.events: list[AgentEvent] = []  # what this run published, in order (audits, tests)
+        # Usage reported since the last event that carried it (input, output, cost or None).
+        self._usage: tuple[int, int, float | None] | None = None
+
+    def report_usage(
+        self,
+        input_tokens: int | None = 0,
+        output_tokens: int | None = 0,
+        cost_usd: float | None = None,
+    ) -> None:
+        """A model turn's usage (issue 28): it goes out with the run's next tool call or its
+        end (the events that carry a turn), added to whatever else was reported meanwhile.
+        Negative or non-finite values count nothing."""
+        held_in, held_out, held_cost = self._usage or (0, 0, None)
+        cost = clean_cost(cost_usd) if cost_usd is not None else None
+        if cost is not None or held_cost is not None:
+            held_cost = (held_cost or 0.0) + (cost or 0.0)
+        self._usage = (
+            held_in + clean_tokens(input_tokens),
+            held_out + clean_tokens(output_tokens),
+            held_cost,
+        )
+
+    def _take_usage(self) -> dict[str, Any]:
+        usage, self._usage = self._usage, None
+        if usage is None:
+            return {}
+        return {"input_tokens": usage[0], "output_tokens": usage[1], "cost_usd": usage[2]}
 
     def emit(self, kind: type, **fields: Any) -> AgentEvent:
         self.seq += 1
@@ -376,11 +404,29 @@ class GatewayRun:
         self.events.append(event)
         return event
 
-    def before_tool(self, tool_name: str, args: Any, tool_call_id: str | None = None) -> Verdict:
-        """Publish the call and say whether it may run; raises :class:`RunAborted`."""
+    def before_tool(
+        self,
+        tool_name: str,
+        args: Any,
+        tool_call_id: str | None = None,
+        *,
+        input_tokens: int | None = None,
+        output_tokens: int | None = None,
+        cost_usd: float | None = None,
+    ) -> Verdict:
+        """Publish the call and say whether it may run; raises :class:`RunAborted`. The
+        usage arguments: the model turn that asked for the call (see :meth:`report_usage`)."""
         verdict = self.client.take_verdict(self.run_id, self.seq, tool_name, self.agent_id)
         args_json = json.dumps(args, ensure_ascii=False)
-        self.emit(ToolCall, tool_name=tool_name, args_json=args_json, tool_call_id=tool_call_id)
+        if input_tokens is not None or output_tokens is not None or cost_usd is not None:
+            self.report_usage(input_tokens, output_tokens, cost_usd)
+        self.emit(
+            ToolCall,
+            tool_name=tool_name,
+            args_json=args_json,
+            tool_call_id=tool_call_id,
+            **self._take_usage(),
+        )
         if not verdict.allowed:
             self.after_tool(tool_name, args, result=LOOP_VETO_RESULT, tool_call_id=tool_call_id)
         return verdict
@@ -405,6 +451,16 @@ class GatewayRun:
     def compaction(self, trigger: str = "context_overflow") -> None:
         self.emit(CompactionRetry, trigger=trigger)
 
-    def end(self, status: str = "completed") -> None:
-        self.emit(RunEnded, status=status)
+    def end(
+        self,
+        status: str = "completed",
+        *,
+        input_tokens: int | None = None,
+        output_tokens: int | None = None,
+        cost_usd: float | None = None,
+    ) -> None:
+        """Publish RunEnded, with the usage not sent yet (the run's last turn)."""
+        if input_tokens is not None or output_tokens is not None or cost_usd is not None:
+            self.report_usage(input_tokens, output_tokens, cost_usd)
+        self.emit(RunEnded, status=status, **self._take_usage())
         self.client.flush()
