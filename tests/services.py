@@ -181,6 +181,38 @@ def private_kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         cluster.stop(graceful=False)
 
 
+# Principals of the SASL cluster (issue 26): passwords for a throw-away loopback cluster.
+SASL_USERS = {"admin": "admin-secret", "gateway": "gateway-secret", "worker": "worker-secret"}
+
+
+@pytest.fixture(scope="session")
+def sasl_kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
+    """A private one-node KRaft cluster with a SASL_PLAINTEXT SCRAM-SHA-512 listener
+    (``sasl_bootstrap``), the StandardAuthorizer and ``admin`` as super user: started only
+    when a test asks for it, stopped when the session ends."""
+    cluster = KafkaCluster(
+        nodes=1,
+        base_port=0,
+        data_dir=tmp_path_factory.mktemp("sasl-kafka"),
+        extra_config={"group.min.session.timeout.ms": "1000"},
+        scram_users=SASL_USERS,
+    ).start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop(graceful=False)
+
+
+def sasl_env(user: str) -> dict[str, str]:
+    """The LOOPGUARD_* variables that make a worker or a command authenticate as ``user``."""
+    return {
+        "LOOPGUARD_SECURITY_PROTOCOL": "SASL_PLAINTEXT",
+        "LOOPGUARD_SASL_MECHANISM": "SCRAM-SHA-512",
+        "LOOPGUARD_SASL_USERNAME": user,
+        "LOOPGUARD_SASL_PASSWORD": SASL_USERS[user],
+    }
+
+
 @pytest.fixture(scope="session", params=chosen_brokers())
 def broker(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory

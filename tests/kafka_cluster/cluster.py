@@ -402,6 +402,8 @@ class KafkaCluster:
         heap_mb: int = 512,
         extra_config: dict[str, str] | None = None,
         jvm_opts: list[str] | None = None,
+        scram_users: dict[str, str] | None = None,
+        super_users: tuple[str, ...] = ("admin",),
     ) -> None:
         if nodes < 1:
             raise ClusterError("nodes must be >= 1")
@@ -412,18 +414,21 @@ class KafkaCluster:
         self.version = version
         self.heap_mb = heap_mb
         self.extra_config = dict(extra_config or {})
+        # SASL (see SASL_DOC): users -> passwords, made at format time (--add-scram)
+        self.scram_users = dict(scram_users or {})
+        self.super_users = tuple(super_users)
         env_opts = os.environ.get("LOOPGUARD_KAFKA_JVM_OPTS", "").split()
         self.jvm_opts = [*JVM_OPTS, *env_opts, *(jvm_opts or [])]
         self._requested_nodes = nodes
         self._state_version: str | None = None
         self.cluster_id = ""
-        self.ports: list[int] = []  # client ports, then controller ports
+        self.ports: list[int] = []  # client ports, controller ports, then SASL ports if any
         self._procs: dict[int, subprocess.Popen[bytes]] = {}
         self._pids: dict[int, int] = {}
         self._down: set[int] = set()  # nodes stopped or killed on purpose
         self._load_state()
         if not self.ports and base_port:
-            self.ports = [base_port + i for i in range(2 * nodes)]
+            self.ports = [base_port + i for i in range(self._port_count())]
 
     # ----------------------------------------------------------------- public API
 
@@ -433,7 +438,20 @@ class KafkaCluster:
 
     @property
     def controller_ports(self) -> list[int]:
-        return self.ports[self.nodes :]
+        return self.ports[self.nodes : 2 * self.nodes]
+
+    @property
+    def sasl_ports(self) -> list[int]:
+        """The SASL_PLAINTEXT (SCRAM-SHA-512) client listeners; empty without ``scram_users``."""
+        return self.ports[2 * self.nodes : 3 * self.nodes]
+
+    @property
+    def sasl_bootstrap(self) -> str:
+        """Bootstrap servers of the SASL listeners: where authenticated clients connect."""
+        return ",".join(f"127.0.0.1:{p}" for p in self.sasl_ports)
+
+    def _port_count(self) -> int:
+        return (3 if self.scram_users else 2) * self.nodes
 
     @property
     def bootstrap(self) -> str:
@@ -474,9 +492,9 @@ class KafkaCluster:
         java = find_java()
         self.fetch()
         if not self.base_port:
-            self.ports = _free_ports(2 * self.nodes)
+            self.ports = _free_ports(self._port_count())
         else:
-            self.ports = [self.base_port + i for i in range(2 * self.nodes)]
+            self.ports = [self.base_port + i for i in range(self._port_count())]
         taken = [p for p in self.ports if not _port_free(p)]
         if taken:
             raise ClusterError(
@@ -666,8 +684,32 @@ class KafkaCluster:
                 for key in ("min.insync.replicas", "transaction.state.log.min.isr",
                             "share.coordinator.state.topic.min.isr"):  # fmt: skip
                     props[key] = self.extra_config.get(key, "1")
+            if self.scram_users:
+                props.update(self._sasl_props(i))
             text = "".join(f"{k}={v}\n" for k, v in props.items())
             (ndir / "server.properties").write_text(text)
+
+    def _sasl_props(self, i: int) -> dict[str, str]:
+        """A SASL_PLAINTEXT listener with SCRAM-SHA-512 for clients, the StandardAuthorizer
+        (no ACL, no access) and the super users. The PLAINTEXT and CONTROLLER listeners stay
+        for inter-broker traffic and the readiness probes, as User:ANONYMOUS, a super user:
+        loopback only, and no test client is given their ports."""
+        sasl = f"SASL_PLAINTEXT://127.0.0.1:{self.sasl_ports[i]}"
+        supers = ";".join(f"User:{name}" for name in ("ANONYMOUS", *self.super_users))
+        return {
+            "listeners": f"PLAINTEXT://127.0.0.1:{self.broker_ports[i]},{sasl},"
+            f"CONTROLLER://127.0.0.1:{self.controller_ports[i]}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.broker_ports[i]},{sasl}",
+            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,"
+            "SASL_PLAINTEXT:SASL_PLAINTEXT",
+            "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+            "listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config": (
+                "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+            ),
+            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "allow.everyone.if.no.acl.found": "false",
+            "super.users": supers,
+        }
 
     def _classpath(self) -> str:
         return str(self.libs / "*")
@@ -681,6 +723,8 @@ class KafkaCluster:
                 "-cp", self._classpath(), "kafka.tools.StorageTool", "format",
                 "-t", self.cluster_id, "-c", str(self.node_dir(i) / "server.properties"),
             ]  # fmt: skip
+            for name, password in self.scram_users.items():  # SCRAM users exist from the start
+                cmd += ["--add-scram", f"SCRAM-SHA-512=[name={name},password={password}]"]
             procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
         try:
             for i, proc in enumerate(procs):
@@ -754,6 +798,7 @@ class KafkaCluster:
             "nodes": self.nodes,
             "ports": self.ports,
             "cluster_id": self.cluster_id,
+            "sasl": bool(self.scram_users),
             "pids": {str(i): pid for i, pid in self._pids.items() if self.running(i)},
             "down": sorted(self._down),
         }
