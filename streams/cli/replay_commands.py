@@ -37,6 +37,7 @@ from streams.replay.compare import (
     replay_selection,
 )
 from streams.replay.event_file import write_event_lines, write_events_atomically
+from streams.replay.incidents import with_incidents
 from streams.replay.publish import publish_decisions
 from streams.replay.report import Replayed, print_report, report_dict
 from streams.replay.sources import (
@@ -283,7 +284,10 @@ def _replay(args: argparse.Namespace) -> int:
 
         started = time.monotonic()
         done = replay_selection(
-            lambda: with_agent_cycles(LoopGuard(fleet)), make_stats, source, selection
+            lambda: with_incidents(with_agent_cycles(LoopGuard(fleet)), fleet.incidents),
+            make_stats,
+            source,
+            selection,
         )
         guard, runs, stats = done.guard, done.runs, done.stats
         scope = list(args.run) if args.run else sorted(runs)
@@ -306,10 +310,19 @@ def _replay(args: argparse.Namespace) -> int:
         args.publish_to,
         time.monotonic() - started,
     )
+    incidents = guard.incidents()  # loop incidents of the replayed events (issue 28)
     if args.json:
-        print(json.dumps(report_dict(replayed, code), ensure_ascii=False))
+        doc = report_dict(replayed, code)
+        doc["incidents"] = [incident.to_dict() for incident in incidents]
+        print(json.dumps(doc, ensure_ascii=False))
     else:
         print_report(replayed)
+        for incident in incidents:
+            print(
+                f"incident {incident.incident_id} ({incident.status}): {incident.tool} "
+                f"{incident.kind} {incident.detail!r}, {len(incident.runs)} runs of "
+                f"{len(incident.agents)} agents"
+            )
     return code
 
 

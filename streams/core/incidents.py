@@ -46,17 +46,17 @@ _NORMALISERS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"[a-z][a-z0-9+.-]*://\S+"), "<url>"),
     (re.compile(r"(?:[a-z]:)?(?:[\\/][\w.@~-]+){2,}[\\/]?"), "<path>"),
     (re.compile(r"\b(?:0x)?(?=[0-9a-f]*\d)[0-9a-f]{6,}\b"), "<hex>"),
-    (re.compile(r"\b[a-z]+[-_]?\d[\w-]*"), "<id>"),
-    (re.compile(r"\d+(\.\d+)?"), "<n>"),
+    (re.compile(r"\b\d+(?:\.\d+)?\b"), "<n>"),
+    (re.compile(r"\b(?=[\w-]*\d)[\w-]+"), "<id>"),  # any other word with a digit in it
     (re.compile(r"\s+"), " "),
 )
 
 
 def normalise_error(text: str) -> str:
     """An error message with what differs between occurrences of one failure replaced:
-    lowercased; timestamps ``<ts>``, UUIDs and word-number ids ``<id>``, URLs ``<url>``,
-    paths ``<path>``, hex strings ``<hex>``, other numbers ``<n>``; whitespace collapsed;
-    at most 200 characters."""
+    lowercased; timestamps ``<ts>``, UUIDs ``<id>``, URLs ``<url>``, paths ``<path>``, hex
+    strings ``<hex>``, numbers ``<n>``, any other word holding a digit ``<id>``; whitespace
+    collapsed; at most 200 characters."""
     out = text.lower()
     for pattern, placeholder in _NORMALISERS:
         out = pattern.sub(placeholder, out)

@@ -67,10 +67,11 @@ def test_errors_differing_only_in_ids_times_and_paths_normalise_alike():
     assert normalise_error("session 0a1b2c3d4e5f not found") == "session <hex> not found"
     uuid = "run 550e8400-e29b-41d4-a716-446655440000 gone"
     assert normalise_error(uuid) == "run <id> gone"
-    assert (
-        normalise_error("timeout   after\n30s on https://x.io/v1?q=2")
-        == "timeout after <n>s on <url>"
-    )
+    spaced = "timeout   after\n30s on https://x.io/v1?q=2"
+    assert normalise_error(spaced) == "timeout after <id> on <url>"
+    # an id whose random part starts with letters or with digits normalises alike
+    assert normalise_error("req_abcdef12 failed") == normalise_error("req_0a1b2c3d failed")
+    assert normalise_error("req_abcdef12 failed") == "<id> failed"
     assert normalise_error("permission denied") != normalise_error("file not found")
 
 
