@@ -9,8 +9,10 @@ from typing import Any
 from urllib.parse import urlencode
 
 from streams.audit import queries
+from streams.audit.config_changes import latest_change
 from streams.audit.incidents import has_incident_table, list_incidents
 from streams.audit.queries import ACTION_ORDER, Chart, Overview, RunLine
+from streams.core.config_change import ConfigChange
 from streams.core.incidents import Incident
 from streams.web.incident_card import render_incidents_card
 from streams.web.markup import (
@@ -104,6 +106,29 @@ def render_db_card(db_url: str, overview: Overview | None, error: str | None, no
             ),
         ]
     return f'<div class="card" id="db-health"><h2>Audit database</h2>{definition_list(items)}</div>'
+
+
+def render_config_card(change: ConfigChange | None, now_ms: int) -> str:
+    """The newest config change: who, when, what, the version it brought (issue 26); a
+    change that turned guarding off or to observe for every agent is shown as bad."""
+    if change is None:
+        items = [("latest change", "none recorded")]
+    else:
+        css = "state-bad" if change.disables else "state-ok"
+        what = change.action + (
+            " (guarding off or observe-only for all)" if change.disables else ""
+        )
+        value = change.error or change.value or "(removed)"
+        items = [
+            ("latest change", f'<span class="{css}" id="config-action">{esc(what)}</span>'),
+            ("key", esc(change.agent_key)),
+            ("by", esc(change.sender)),
+            ("when", esc(f"{when(change.changed_at)} ({ago(change.changed_at, now_ms)})")),
+            ("value", esc(value if len(value) <= 200 else value[:199] + "…")),
+            ("version", esc(f"{change.version_before or '-'} → {change.version_after or '-'}")),
+            ("source", esc(change.source)),
+        ]
+    return f'<div class="card" id="config-change"><h2>Config</h2>{definition_list(items)}</div>'
 
 
 def render_filters(q: StatusQuery, facets: Mapping[str, list[str]]) -> str:
@@ -306,6 +331,7 @@ class StatusData:
     top_agents: list[tuple[str, int]]
     top_tools: list[tuple[str, int]]
     incidents: list[Incident] = field(default_factory=list)  # open ones (issue 28)
+    latest_config: ConfigChange | None = None  # the newest config change (issue 26)
 
 
 def load_status(store: Any, q: StatusQuery, now_ms: int) -> StatusData:
@@ -319,6 +345,7 @@ def load_status(store: Any, q: StatusQuery, now_ms: int) -> StatusData:
         chart=queries.decision_buckets(store, filters, now_ms),
         top_agents=queries.top_values(store, filters, "agent_id"),
         top_tools=queries.top_values(store, filters, "tool_name"),
+        latest_config=latest_change(store),
         incidents=list_incidents(store, open_only=True, limit=20)
         if has_incident_table(store)
         else [],
@@ -341,6 +368,7 @@ def render_status(
         '<section class="cards">'
         + render_worker_card(snapshot, health, now_ms)
         + render_db_card(db_url, data.overview if data else None, db_error, now_ms)
+        + (render_config_card(data.latest_config, now_ms) if data else "")
         + "</section>"
     )
     if data is None:

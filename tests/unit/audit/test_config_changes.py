@@ -193,3 +193,14 @@ def test_config_history_errors_in_one_line(tmp_path, capsys) -> None:
     assert "no audit trail" in err and "Traceback" not in err and len(err.splitlines()) == 1
     with pytest.raises(SystemExit):
         main(["config", "history", "--limit", "0"])
+
+
+def test_the_status_page_shows_the_latest_change_escaped() -> None:
+    from streams.web.status_page import render_config_card
+
+    c = change(3, disables=True, value='{"enabled":false}', sender_user="<b>ops</b>")
+    card = render_config_card(c, now_ms=c.changed_at + 60_000)
+    assert 'id="config-change"' in card and "state-bad" in card
+    assert "&lt;b&gt;ops&lt;/b&gt;@?" in card and "<b>ops" not in card
+    assert "1 min" in card or "60" in card or "ago" in card
+    assert "none recorded" in render_config_card(None, 0)
