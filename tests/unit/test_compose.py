@@ -35,6 +35,12 @@ DOCKERFILE = COMPOSE_DIR / "Dockerfile"
 
 # What an operator's compose/.env provides (only the required variables; the rest default).
 TEST_ENV = {"POSTGRES_PASSWORD": "pw-from-dot-env", "GRAFANA_ADMIN_PASSWORD": "gf-from-dot-env"}
+# The Kafka principals' passwords (SASL/SCRAM, issue 26): one per principal, all required.
+KAFKA_PASSWORDS = {
+    f"KAFKA_{who.upper()}_PASSWORD": f"{who}-from-dot-env"
+    for who in ("controller", "broker", "admin", "worker", "gateway")
+}
+TEST_ENV.update(KAFKA_PASSWORDS)
 
 # ------------------------------------------------------------------ Compose interpolation
 
@@ -332,8 +338,11 @@ def test_worker_settings(worker_settings, services):
     assert worker_settings.partitions == int(
         environment(services["topics"])["LOOPGUARD_PARTITIONS"]
     )
-    assert worker_settings.security_protocol == "PLAINTEXT"
-    assert worker_settings.sasl_mechanism == ""  # optional, empty unless .env sets it
+    # the bundled cluster takes SASL/SCRAM only; workers are the `worker` principal
+    assert worker_settings.security_protocol == "SASL_PLAINTEXT"
+    assert worker_settings.sasl_mechanism == "SCRAM-SHA-512"
+    assert worker_settings.sasl_username == "worker"
+    assert worker_settings.sasl_password == KAFKA_PASSWORDS["KAFKA_WORKER_PASSWORD"]
     assert worker_settings.db_url.startswith("postgresql+psycopg://")
 
 
@@ -394,10 +403,13 @@ def test_postgres_password_is_required():
         interpolate_tree(load_raw(), {})
     example = dict(re.findall(r"^([A-Z_][A-Z0-9_]*)=(.*)$", ENV_EXAMPLE.read_text(), re.MULTILINE))
     assert example["POSTGRES_PASSWORD"] == ""  # the example holds no secret...
-    assert example["LOOPGUARD_SASL_PASSWORD"] == ""
+    for name in KAFKA_PASSWORDS:
+        assert example[name] == "", name
+        with pytest.raises(MissingVariable, match=name):  # each one is required
+            interpolate_tree(load_raw(), {k: v for k, v in TEST_ENV.items() if k != name})
     with pytest.raises(MissingVariable):  # ...so a copied example refuses to start as-is
         interpolate_tree(load_raw(), example)
-    for name in ("SECURITY_PROTOCOL", "SASL_MECHANISM", "SASL_USERNAME", "SASL_PASSWORD"):
+    for name in ("SECURITY_PROTOCOL", "SASL_MECHANISM", "SASL_USERNAME"):
         assert f"LOOPGUARD_{name}" in example
 
 
@@ -409,7 +421,11 @@ def test_no_secret_literal_in_compose():
     raw = load_raw()
     for name, svc in raw["services"].items():
         for key, value in environment(svc).items():
-            if _SECRET_KEY.search(key):
+            if "JAAS" in key:  # a JAAS line: every password in it is a ${VARIABLE}
+                for secret in re.findall(r'(?:password|user_\w+)="([^"]*)"', value):
+                    match = _PURE_REFERENCE.fullmatch(secret)
+                    assert match and match["op"] not in (":-", "-"), f"{name}.{key}"
+            elif _SECRET_KEY.search(key):
                 match = _PURE_REFERENCE.fullmatch(value)
                 assert match, f"{name}.{key} must be a ${{VARIABLE}}, not a literal"
                 if match["op"] in (":-", "-"):
@@ -417,7 +433,8 @@ def test_no_secret_literal_in_compose():
             for userinfo in re.finditer(r"://([^/@:]*):([^/@]*)@", mask_references(value)):
                 assert userinfo[2] == "{ref}", f"{name}.{key}: password in the URL"
     text = mask_references(COMPOSE_FILE.read_text(encoding="utf-8"))
-    literal = re.search(r"(?i)password[\"']?\s*[=:]\s*(?!\{ref\})[^\s\"']", text)
+    # a password is a ${VARIABLE}, or a shell variable of a job set from one
+    literal = re.search(r"(?i)password[\"']?\s*[=:]\s*(?!\{ref\}|\$[A-Za-z_{])[^\s\"']", text)
     assert not literal, literal
 
 
@@ -573,3 +590,107 @@ def test_compose_runs_the_kafka_version_and_settings_the_tests_run_on(services):
     assert "min.insync.replicas=2" in script
     events_size = 2 * Settings().max_message_bytes
     assert re.search(rf"create loopguard\.events .* max\.message\.bytes={events_size}\b", script)
+
+
+# ------------------------------------------------ the control plane: SASL and ACLs (issue 26)
+
+
+def kafka_properties(env: dict[str, str]) -> dict[str, str]:
+    """server.properties as the apache/kafka image writes it from KAFKA_* variables:
+    ``___`` is ``-``, ``__`` is ``_``, ``_`` is ``.``, lower case."""
+    props = {}
+    for key, value in env.items():
+        if key.startswith("KAFKA_"):
+            name = key[len("KAFKA_") :].replace("___", "-").replace("__", "\0")
+            props[name.replace("_", ".").replace("\0", "_").lower()] = value
+    return props
+
+
+def test_every_listener_authenticates_and_the_authorizer_is_on(services):
+    for name, svc in kafka_services(services).items():
+        props = kafka_properties(environment(svc))
+        protocols = dict(p.split(":") for p in props["listener.security.protocol.map"].split(","))
+        bound = listeners(props["listeners"])
+        assert {protocols[listener] for listener in bound} == {"SASL_PLAINTEXT"}, name
+        assert props["sasl.enabled.mechanisms"] == "SCRAM-SHA-512"
+        assert props["sasl.mechanism.inter.broker.protocol"] == "SCRAM-SHA-512"
+        controller = props["controller.listener.names"].lower()
+        assert props["sasl.mechanism.controller.protocol"] == "PLAIN"
+        assert props[f"listener.name.{controller}.sasl.enabled.mechanisms"] == "PLAIN"
+        for listener in bound:  # each SASL listener has its login module
+            mechanism = "plain" if listener.lower() == controller else "scram-sha-512"
+            jaas = props[f"listener.name.{listener.lower()}.{mechanism}.sasl.jaas.config"]
+            assert jaas.endswith(";") and " required" in jaas
+        inter = props["inter.broker.listener.name"].lower()
+        assert 'username="broker"' in props[f"listener.name.{inter}.scram-sha-512.sasl.jaas.config"]
+        assert (
+            'username="controller"' in props[f"listener.name.{controller}.plain.sasl.jaas.config"]
+        )
+        assert props["authorizer.class.name"].endswith("metadata.authorizer.StandardAuthorizer")
+        assert props["allow.everyone.if.no.acl.found"] == "false"
+        supers = set(props["super.users"].split(";"))
+        assert supers == {"User:controller", "User:broker", "User:admin"}  # never a client
+        assert svc["depends_on"]["kafka-format"]["condition"] == "service_completed_successfully"
+        health = " ".join(svc["healthcheck"]["test"])
+        assert "--command-config" in health and "SASL_PLAINTEXT" in health
+
+
+def test_scram_users_are_made_at_format_time_for_every_node(services):
+    job = services["kafka-format"]
+    script = argv(job)[-1]
+    env = environment(job)
+    volumes = {v.split(":")[1]: v.split(":")[0] for v in job["volumes"]}
+    for name, svc in kafka_services(services).items():
+        node = environment(svc)["KAFKA_NODE_ID"]
+        data = next(v.split(":")[0] for v in svc["volumes"] if v.endswith(":/var/lib/kafka/data"))
+        assert volumes[f"/format/{node}"] == data, name
+        assert env["CLUSTER_ID"] == environment(svc)["CLUSTER_ID"]
+    users = set(re.findall(r"SCRAM-SHA-512=\[name=(\w+),password=\$(\w+)\]", script))
+    assert {user for user, _ in users} == {"broker", "admin", "worker", "gateway"}
+    for user, variable in users:  # each from its own required variable
+        assert env[variable] == KAFKA_PASSWORDS[f"KAFKA_{user.upper()}_PASSWORD"]
+    assert "--ignore-formatted" in script and "set -euo pipefail" in script
+    assert job.get("restart") == "no"
+
+
+def acl_job_rules(services) -> set[tuple[str, ...]]:
+    """The ``acl PRINCIPAL PERMISSION TYPE NAME PATTERN OP...`` lines of the acls job, one
+    tuple per operation, with Kafka's operation names as streams.kafka.acls spells them."""
+    job = services["acls"]
+    env = environment(job)
+    rules = set()
+    for line in argv(job)[-1].splitlines():
+        match = re.match(r"\s*acl\s+(User:.+)$", line)
+        if match:
+            principal, permission, kind, name, pattern, *ops = shlex.split(
+                shell_expand(match[1], env)
+            )
+            for op in ops:
+                upper = re.sub(r"(?<!^)(?=[A-Z])", "_", op).upper()
+                rules.add((principal, kind, name, pattern, upper, permission))
+    return rules
+
+
+def test_the_acls_job_grants_what_streams_kafka_acls_says(services, worker_settings):
+    from streams.kafka.acls import fleet_acls
+
+    expected = {
+        (r.principal, r.resource_type, r.resource_name, r.pattern, r.operation, r.permission)
+        for r in fleet_acls(worker_settings.topics, worker_settings.app_id, "gateway", "worker")
+    }
+    assert acl_job_rules(services) == expected
+    # nobody but the admin super user writes the config topic
+    config = worker_settings.topics.config
+    writers = [
+        r for r in expected if r[1] == "TOPIC" and r[4] == "WRITE" and r[5] == "ALLOW"
+        and (r[2] == config or (r[3] == "PREFIXED" and config.startswith(r[2])))
+    ]  # fmt: skip
+    for principal, *_ in writers:
+        assert (principal, "TOPIC", config, "LITERAL", "WRITE", "DENY") in expected
+    job = services["acls"]
+    assert job["depends_on"]["topics"]["condition"] == "service_completed_successfully"
+    for worker in worker_services(services).values():
+        assert worker["depends_on"]["acls"]["condition"] == "service_completed_successfully"
+    for name in ("topics", "acls"):  # both as the admin principal
+        script = argv(services[name])[-1]
+        assert 'username="admin"' in script and "--command-config /tmp/admin.properties" in script
