@@ -132,6 +132,9 @@ class Settings:
     run_idle_ttl: float = 3600.0
     # A crashed agent stops the worker; a stop that hangs (Faust #324) ends after this.
     crash_exit_seconds: float = 15.0
+    # SIGTERM/SIGINT: the worker exits within this many seconds whatever its stop waits for
+    # (streams.worker.shutdown); a second signal ends it at once.
+    shutdown_timeout: float = 30.0
     audit_batch: int = 500
     fetch_max_wait_ms: int = PROFILES["kafka"].fetch_max_wait_ms
     batch_size: int = 500
@@ -218,6 +221,7 @@ class Settings:
             max_message_bytes=_int("MAX_MESSAGE_BYTES", cls.max_message_bytes),
             run_idle_ttl=_float("RUN_IDLE_TTL", cls.run_idle_ttl),
             crash_exit_seconds=_float("CRASH_EXIT_SECONDS", cls.crash_exit_seconds),
+            shutdown_timeout=_float("SHUTDOWN_TIMEOUT", cls.shutdown_timeout),
             audit_batch=_int("AUDIT_BATCH", cls.audit_batch),
             fetch_max_wait_ms=_int("FETCH_MAX_WAIT_MS", profile.fetch_max_wait_ms),
             batch_size=_int("BATCH_SIZE", cls.batch_size),

@@ -50,7 +50,38 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-__all__ = ["CONTENT_TYPE", "METRIC_NAMES", "OTHER", "WorkerMetrics", "dead_letter_kind"]
+__all__ = [
+    "CONTENT_TYPE",
+    "METRIC_NAMES",
+    "OTHER",
+    "WorkerMetrics",
+    "dead_letter_kind",
+    "unread_records",
+]
+
+
+def unread_records(consumer: Any, topic: str) -> int:
+    """Records on ``topic``'s partitions assigned to ``consumer`` (a Faust consumer) that it
+    has not read yet, as :meth:`WorkerMetrics.sample_consumer_lag` counts them; /healthz
+    reports the control topic's as the audit agent's backlog (issue 26)."""
+    total = 0
+    read = getattr(consumer, "_read_offset", {})
+    committed = getattr(consumer, "_committed_offset", {})
+    try:
+        assigned = [tp for tp in consumer.assignment() if tp.topic == topic]
+    except Exception:  # noqa: BLE001 - consumer not started / restarting
+        return 0
+    for tp in assigned:
+        try:
+            end = consumer.highwater(tp)
+        except Exception:  # noqa: BLE001 - not fetched yet / consumer restarting
+            continue
+        last_read = read.get(tp)
+        position = last_read + 1 if last_read is not None else committed.get(tp)
+        if end is not None and position is not None:
+            total += max(0, end - position)
+    return total
+
 
 #: What ``/metrics`` answers with: Prometheus' text exposition format 0.0.4.
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"

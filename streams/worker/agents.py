@@ -28,7 +28,7 @@ from faust.types import TP
 from mode import CrashingSupervisor
 
 from streams.audit.config_changes import ConfigChangeRecorder
-from streams.audit.writer import AuditWriter
+from streams.audit.writer import AuditWriter, RecordRefused
 from streams.core.engine import core_build
 from streams.core.events import AgentEvent, Decision, event_kind
 from streams.core.fleet import FleetConfig
@@ -36,7 +36,7 @@ from streams.core.run_state import ACTIVE
 from streams.kafka.config_topic import ConfigWatcher
 from streams.kafka.rekey import Rekeyer
 from streams.kafka.schema_topic import SchemaTopic
-from streams.observability.metrics import WorkerMetrics
+from streams.observability.metrics import WorkerMetrics, unread_records
 from streams.service.processor import EventProcessor
 from streams.settings import Settings
 from streams.state.expiry import RunExpiry
@@ -283,9 +283,13 @@ class WorkerAgents:
                     decisions.append(message)
                 else:
                     watermarks.append(message)
-            await self.parts.audit.write_decisions(decisions)
+            # A decision the database refused is quarantined, not posted (issue 26).
+            _, stored = await self.parts.audit.store_decisions(decisions)
             if self.parts.webhooks is not None:  # queues; never waits for an endpoint
-                await self.parts.webhooks.submit(decisions)
+                try:
+                    await self.parts.webhooks.submit(stored)
+                except RecordRefused as exc:  # the outbox refused them: the trail goes on
+                    log.error("webhook outbox refused %d notices: %s", len(stored), exc.error)
             await self.parts.audit.write_progress(watermarks)  # `loopguard runs` shows it
 
     async def audit_dead_letters(self, stream: faust.StreamT) -> None:
@@ -333,16 +337,35 @@ class WorkerAgents:
         metrics.set_runs(len(self.parts.runs))
 
     def health(self) -> dict[str, Any]:
-        """/healthz: "stalled" (503) when events wait and none was taken in for a while; read
-        from the metrics the worker keeps anyway (lag sampled every LAG_SAMPLE_SECONDS)."""
+        """/healthz: "stalled" (503) when events wait and none was taken in for a while: the
+        worker is not guarding; "degraded" (200) when it guards but the audit trail lags or
+        fails (decisions still flow; the audit agent catches up from the control topic).
+        Read from what the worker keeps anyway (lag sampled every LAG_SAMPLE_SECONDS, the
+        audit writer's last write, error and pending records)."""
         seen = self.parts.metrics.snapshot()
         lag, idle = seen["lag_total"], seen["last_event_age_seconds"]
         stalled = lag > 0 and (idle is None or idle > STALL_SECONDS)
+        audit = self.parts.audit.health()
+        control = self.parts.control_topic.get_topic_name()
+        audit["unread"] = unread_records(self.parts.app.consumer, control)
+        audit["backlog"] += audit["unread"]
+        if stalled:
+            status = "stalled"
+        elif audit["status"] != "ok":
+            status = "degraded"
+        else:
+            status = "ok"
         return {
-            "status": "stalled" if stalled else "ok",
+            "status": status,
             "consumer_lag": lag,
             "last_event_age_seconds": idle,
             "broker_profile": self.settings.profile,
+            "processing": {
+                "status": "stalled" if stalled else "ok",
+                "last_event_age_seconds": idle,
+                "consumer_lag": lag,
+            },
+            "audit": audit,
         }
 
     async def announce(self) -> None:

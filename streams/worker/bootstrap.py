@@ -30,6 +30,7 @@ from streams.wire.schema_registry import default_registry
 from streams.worker import state_codec
 from streams.worker.agent_cycles import AgentCycles
 from streams.worker.agents import WorkerAgents, WorkerParts
+from streams.worker.audit_release import audit_never_holds_a_stop
 from streams.worker.exactly_once import exactly_once_commits
 from streams.worker.fast_failover import fast_failover
 from streams.worker.faust_patches import (
@@ -201,6 +202,8 @@ def build_worker(settings: Settings) -> faust.App:
         metrics=metrics,
         webhooks=WebhookNotifier.from_settings(settings, audit, metrics),
     )
+    # A stop or a rebalance never waits for the audit agents' database writes (issue 26).
+    audit_never_holds_a_stop({settings.topics.control, settings.topics.deadletter})
     agents = WorkerAgents(parts)
     agents.register()
     # Loops between agents (issue 28): the send calls guard_runs forwards, in their own agent.

@@ -1,0 +1,45 @@
+"""A stop or a rebalance never waits for the audit database.
+
+Before it stops, and before it gives up partitions in a rebalance, Faust waits until every
+message an agent has taken is acknowledged (``Consumer.wait_empty``). The audit agents take
+control-topic records and acknowledge them only once the database has them, so with the
+database away, read-only or refusing, that wait never ended: SIGTERM left a worker that
+guarded nothing and held its port for minutes, and a rebalance stalled every partition of
+the worker, guard included (issue 26). Here the audit topics' messages are left out of that
+wait: they stay unacknowledged, so their offsets are not committed and whoever owns the
+partitions next reads and writes them again (writes are idempotent). The guard's own
+messages are still waited for.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Collection
+from typing import Any
+
+from faust.transport import consumer as faust_consumer
+
+_original_wait_empty = faust_consumer.Consumer.wait_empty
+
+
+def release_audit_messages(consumer: Any, audit_topics: Collection[str]) -> int:
+    """Leave the audit topics' unacknowledged messages out of ``consumer``'s wait; returns
+    how many were left out."""
+    unacked = consumer._unacked_messages  # noqa: SLF001 - Faust 0.15.3's tracking set
+    held = [m for m in list(unacked) if m.topic in audit_topics and not m.acked]
+    for message in held:
+        unacked.discard(message)
+    return len(held)
+
+
+def audit_never_holds_a_stop(audit_topics: Collection[str]) -> None:
+    """Patch ``Consumer.wait_empty`` (idempotent): the audit topics' messages are released
+    first (see the module's docstring)."""
+    topics = frozenset(audit_topics)
+
+    @functools.wraps(_original_wait_empty)
+    async def wait_empty(self: Any) -> None:
+        release_audit_messages(self, topics)
+        await _original_wait_empty(self)
+
+    faust_consumer.Consumer.wait_empty = wait_empty  # type: ignore[method-assign]
