@@ -25,6 +25,10 @@ DEFAULT_LIMIT = 50  # as `loopguard runs`
 MAX_LIMIT = 10_000
 STATUS_LIMIT = 100
 DEFAULT_REFRESH = 30
+#: The latest time a ``since``/``until`` may name: 9999-12-31T23:59:59.999Z, the end of what
+#: a datetime (and so the page's chart and timestamps) can show. Beyond it: 400, not a 500.
+MAX_EPOCH_MS = 253_402_300_799_999
+SHOWN_CHARS = 40  # of a bad value, in the one-line error
 #: The status page's time filter: label, span in ms (None: everything in the trail).
 WINDOWS: dict[str, int | None] = {
     "15m": 15 * 60_000,
@@ -47,18 +51,26 @@ def summary_dict(summary: Any) -> dict[str, Any]:
     return summary.to_dict()
 
 
-def _int_param(query: Any, name: str, default: int | None, low: int, high: int | None) -> Any:
+def _shown(text: str) -> str:
+    return text if len(text) <= SHOWN_CHARS else f"{text[:SHOWN_CHARS]}... ({len(text)} chars)"
+
+
+def _int_param(query: Any, name: str, default: int | None, low: int, high: int) -> Any:
     text = query.get(name)
     if text is None or text == "":
         return default
     try:
         value = int(text)
-    except ValueError:
-        raise BadRequest(f"{name}: expected a whole number, got {text!r}") from None
-    if value < low or (high is not None and value > high):
-        bound = f"between {low} and {high}" if high is not None else f">= {low}"
-        raise BadRequest(f"{name}: must be {bound}, got {value}")
+    except ValueError:  # also a number too long to read (Python's int digits limit)
+        raise BadRequest(f"{name}: expected a whole number, got {_shown(text)!r}") from None
+    if value < low or value > high:
+        raise BadRequest(f"{name}: must be between {low} and {high}, got {_shown(str(value))}")
     return value
+
+
+def _time_param(query: Any, name: str) -> int | None:
+    """An epoch-ms bound (``since``/``until``): 0 up to :data:`MAX_EPOCH_MS`."""
+    return _int_param(query, name, None, 0, MAX_EPOCH_MS)
 
 
 def _check_known(query: Any, known: tuple[str, ...]) -> None:
@@ -78,8 +90,8 @@ def runs_filters(query: Any) -> dict[str, Any]:
         "gateway": query.get("gateway") or None,
         "detector": query.get("detector") or None,
         "severity": severity,
-        "since_ms": _int_param(query, "since", None, 0, None),
-        "until_ms": _int_param(query, "until", None, 0, None),
+        "since_ms": _time_param(query, "since"),
+        "until_ms": _time_param(query, "until"),
         "limit": _int_param(query, "limit", DEFAULT_LIMIT, 0, MAX_LIMIT),
     }
 
@@ -142,8 +154,8 @@ def status_query(query: Any) -> StatusQuery:
     window = query.get("window") or DEFAULT_WINDOW
     if window not in WINDOWS:
         raise BadRequest(f"window: expected one of {', '.join(WINDOWS)}, got {window!r}")
-    since = _int_param(query, "since", None, 0, None)
-    until = _int_param(query, "until", None, 0, None)
+    since = _time_param(query, "since")
+    until = _time_param(query, "until")
     if since is not None and until is not None and until <= since:
         raise BadRequest("until: must be after since")
     return StatusQuery(

@@ -15,6 +15,9 @@ from faust import web
 from streams.audit import queries
 from streams.observability.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from streams.observability.metrics import WorkerMetrics
+from streams.web import access as web_access
+from streams.web.access import WebAccess
+from streams.web.login import register_login
 from streams.web.markup import HTML_HEADERS, STATIC_PREFIX
 from streams.web.params import BadRequest, runs_filters, status_query, summary_dict
 from streams.web.run_page import render_run
@@ -87,6 +90,7 @@ def register_views(
     *,
     health: HealthProvider | None = None,
     clock_ms: Callable[[], int] | None = None,
+    access: WebAccess | None = None,
 ) -> WorkerMetrics:
     """Add the loopguard pages to a Faust app's web server; returns the metrics it serves.
 
@@ -96,6 +100,8 @@ def register_views(
     than ``ok``/``degraded`` makes ``/healthz`` answer 503; a provider that raises does too.
     ``clock_ms``: wall clock in epoch ms that time windows ("15m") count back from; tests
     pin it so a window does not drift past fixtures during a long run.
+    ``access``: Host names, token (:mod:`streams.web.access`); open to localhost if not given.
+    Only views named ``loopguard-*`` are served: Faust's built-in routes answer 404.
     """
     from sqlalchemy.exc import SQLAlchemyError
 
@@ -105,7 +111,9 @@ def register_views(
     started = time.time()
     now = clock_ms if clock_ms is not None else (lambda: int(time.time() * 1000))
     served = metrics if metrics is not None else WorkerMetrics()
-    shown_url = redact_url(db_url)
+    checks = access if access is not None else WebAccess()
+    web_access.install(app, checks)
+    register_login(app, checks)
 
     async def db_state() -> str:
         try:

@@ -25,6 +25,7 @@ from streams.service.processor import EventProcessor
 from streams.settings import Settings
 from streams.state.expiry import RunExpiry
 from streams.web import register_views
+from streams.web.access import WebAccess
 from streams.webhooks.notifier import WebhookNotifier
 from streams.wire.schema_registry import default_registry
 from streams.worker import state_codec
@@ -212,5 +213,11 @@ def build_worker(settings: Settings) -> faust.App:
     ).register()
     register_incidents(parts)  # loop incidents (issue 28), when the config turns them on
     # HTTP API, status page and /metrics, served with `loopguard worker --web-port`.
-    register_views(app, settings.db_url, metrics, health=agents.health)
+    register_views(
+        app,
+        settings.db_url,
+        metrics,
+        health=agents.health,
+        access=WebAccess.from_settings(settings),  # Host names, token (issue 26)
+    )
     return app
