@@ -15,6 +15,8 @@ agent,tool,enforced}``                                    "false": observe-only 
 ``loopguard_dead_letters_total{kind}``         counter    messages parked, by error kind
 ``loopguard_consumer_lag{partition}``          gauge      events not yet read, per partition
 ``loopguard_runs_in_table``                    gauge      runs held in this worker's table
+``loopguard_runs_cap``                         gauge      LOOPGUARD_MAX_RUNS (0: no cap)
+``loopguard_runs_evicted_total{reason}``       counter    runs evicted at the cap, by class
 ``loopguard_audit_backlog``                    gauge      audit records waiting for the DB
 ``loopguard_audit_records_written_total``      counter    rows the audit trail accepted
 ``loopguard_audit_write_errors_total``         counter    failed audit writes (retried)
@@ -116,6 +118,8 @@ METRIC_NAMES = (
     "loopguard_dead_letters",
     "loopguard_consumer_lag",
     "loopguard_runs_in_table",
+    "loopguard_runs_cap",
+    "loopguard_runs_evicted",
     "loopguard_audit_backlog",
     "loopguard_audit_records_written",
     "loopguard_audit_write_errors",
@@ -206,6 +210,15 @@ class WorkerMetrics:
         )
         self.runs_in_table = Gauge(
             "loopguard_runs_in_table", "Runs held in this worker's state table.", registry=r
+        )
+        self.runs_cap = Gauge(
+            "loopguard_runs_cap", "Most runs this worker holds (0: no cap).", registry=r
+        )
+        self.runs_evicted = Counter(
+            "loopguard_runs_evicted",
+            "Runs evicted from the table at the cap, by class (ended, idle, enforced).",
+            ["reason"],
+            registry=r,
         )
         self.audit_backlog = Gauge(
             "loopguard_audit_backlog",
@@ -325,6 +338,13 @@ class WorkerMetrics:
     def set_runs(self, n: int) -> None:
         """Runs currently held in this worker's table."""
         self.runs_in_table.set(n)
+
+    def set_runs_cap(self, cap: int) -> None:
+        self.runs_cap.set(cap)
+
+    def runs_evicted_for(self, reason: str, n: int = 1) -> None:
+        """``n`` runs evicted at the cap; ``reason``: their class (streams.state.expiry)."""
+        self.runs_evicted.labels(reason=reason).inc(n)
 
     def observe_latency(self, seconds: float) -> None:
         """Processing time of one event, in seconds."""

@@ -39,7 +39,7 @@ from streams.kafka.schema_topic import SchemaTopic
 from streams.observability.metrics import WorkerMetrics, unread_records
 from streams.service.processor import EventProcessor
 from streams.settings import Settings
-from streams.state.expiry import RunExpiry
+from streams.state.expiry import RunExpiry, eviction_class
 from streams.state.state_format import encode as encode_state
 from streams.webhooks.notifier import WebhookNotifier
 from streams.wire.avro import (
@@ -300,10 +300,16 @@ class WorkerAgents:
         """Drop state of runs that ended or went idle (see streams.state.expiry), and say so.
 
         In session scope a session's latest run is kept, ended or not, until it is idle like an
-        active run: the session's next run seeds from it."""
+        active run: the session's next run seeds from it.
+
+        Then, past ``LOOPGUARD_MAX_RUNS``, evict runs as ``RunExpiry.evictions`` orders them
+        (ended, idle, then enforced ones; least recently active first), the same way."""
         runs, sessions, expiry = self.parts.runs, self.parts.sessions, self.parts.expiry
-        now = time.time()
+        now, cap = time.time(), self.settings.max_runs
         dropped: Counter[str] = Counter()
+        evicted: Counter[str] = Counter()
+        classes: dict[Any, str] = {}  # the runs kept: their eviction class
+        held: dict[Any, tuple[Any, bool]] = {}  # and their state, and whether a session's latest
         written: set[TP] = set()
         # Between batches: exactly once, the deletions are committed here on their own (no
         # event's offsets carry them), and a half-published batch must not go with them.
@@ -321,8 +327,31 @@ class WorkerAgents:
                         del sessions[session_key]
                     expiry.forget(run_id)
                     dropped[reason] += 1
+                elif cap > 0:
+                    classes[run_id] = eviction_class(state, kept)
+                    held[run_id] = (state, latest)
+            for run_id, why in expiry.evictions(classes, cap):
+                state, latest = held[run_id]
+                written.add(runs.changelog_tp(run_id, state))
+                del runs[run_id]
+                if latest:
+                    del sessions[state.session_id.encode()]
+                expiry.forget(run_id)
+                evicted[why] += 1
             await commit_outside_batches(self.parts.app, written)
         expiry.retain(set(runs.keys()))
+        self.parts.metrics.set_runs_cap(cap)
+        for why, n in evicted.items():
+            self.parts.metrics.runs_evicted_for(why, n)
+        if evicted and expiry.cap_warning_due(now):
+            log.warning(
+                "at the runs cap (LOOPGUARD_MAX_RUNS=%d): evicted %d runs (%s); %d runs in this "
+                "worker's table (this warning at most once a minute)",
+                cap,
+                evicted.total(),
+                ", ".join(f"{n} {why}" for why, n in sorted(evicted.items())),
+                len(runs),
+            )
         if dropped:
             log.info(
                 "expired %d runs (%s); %d runs in this worker's table",

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from streams.state.expiry import RunExpiry
+from core_helpers import Run, text_result
+
+from streams.core.config import resolve
+from streams.core.run_state import RunState
+from streams.state.expiry import CAP_WARNING_SECONDS, RunExpiry, eviction_class
 
 T0 = 1_800_000_000.0  # wall-clock seconds
 TTL = 60.0
@@ -110,3 +114,89 @@ def test_least_recent_names_the_runs_seen_longest_ago() -> None:
     expiry.touch(b"c", T0 + 10)  # seen again: now the most recent
     assert expiry.least_recent(2) == [b"a", b"d"]
     assert expiry.least_recent(0) == [] and len(expiry.least_recent(10)) == 4
+
+
+# ------------------------------------------------------------------ the cap on runs held
+
+
+def run_state(run_id: str, cycles: int = 0, end: bool = False) -> RunState:
+    """A real run: ``cycles`` identical read calls with the same result (10 warn, more block
+    and abort under the default thresholds), ended if ``end``."""
+    run = Run(None, run_id=run_id)
+    for _ in range(cycles):
+        run.make_call("read", {"path": "a"})
+        run.make_result("read", {"path": "a"}, text_result("same"))
+    if end:
+        run.make_end()
+    state, cfg = RunState(run_id), resolve({"enabled": True})
+    for event in run.events:
+        state.apply(event, cfg)
+    return state
+
+
+def test_each_run_falls_in_one_eviction_class() -> None:
+    assert eviction_class(run_state("fresh", 2)) == "idle"
+    assert eviction_class(run_state("done", 2, end=True)) == "ended"
+    looping = run_state("looping", 40)
+    assert looping.blocks > 0 or looping.recent  # a warning/block in force
+    assert eviction_class(looping) == "enforced"
+    assert eviction_class(run_state("looped-then-ended", 40, end=True)) == "enforced"
+    # The latest run of a session in session scope seeds the next one: idle, not ended.
+    assert eviction_class(run_state("session-latest", 2, end=True), kept=True) == "idle"
+
+
+def test_eviction_takes_ended_then_idle_then_enforced_least_recent_first() -> None:
+    expiry = RunExpiry(TTL)
+    classes = {
+        b"enforced-old": "enforced",
+        b"idle-new": "idle",
+        b"ended-new": "ended",
+        b"idle-old": "idle",
+        b"ended-old": "ended",
+    }
+    for i, key in enumerate(
+        (b"enforced-old", b"idle-old", b"ended-old", b"idle-new", b"ended-new")
+    ):
+        expiry.touch(key, T0 + i)
+    assert expiry.evictions(classes, 5) == []
+    assert expiry.evictions(classes, 4) == [(b"ended-old", "ended")]
+    assert expiry.evictions(classes, 2) == [
+        (b"ended-old", "ended"),
+        (b"ended-new", "ended"),
+        (b"idle-old", "idle"),
+    ]
+    # A run with a warning/block in force goes only when nothing else is left.
+    assert [key for key, _ in expiry.evictions(classes, 1)] == [
+        b"ended-old",
+        b"ended-new",
+        b"idle-old",
+        b"idle-new",
+    ]
+    assert expiry.evictions(classes, 0) == []  # 0: no cap
+
+
+def test_eviction_is_the_same_whatever_the_table_order() -> None:
+    """Ties (same class, same last activity) go by run id: the same table and clock always
+    choose the same runs, however the table iterates."""
+    keys = [f"run-{i:03d}".encode() for i in range(50)]
+    chosen = []
+    for order in (keys, list(reversed(keys)), keys[25:] + keys[:25]):
+        expiry = RunExpiry(TTL)
+        for key in order:
+            expiry.touch(key, T0)  # all at once: only the run id tells them apart
+        chosen.append(expiry.evictions({key: "idle" for key in order}, 40))
+    assert chosen[0] == chosen[1] == chosen[2] == [(key, "idle") for key in keys[:10]]
+
+
+def test_a_run_never_touched_counts_as_least_recent() -> None:
+    expiry = RunExpiry(TTL)
+    expiry.touch(b"seen", T0)
+    assert expiry.evictions({b"seen": "idle", b"recovered": "idle"}, 1) == [(b"recovered", "idle")]
+
+
+def test_the_cap_warning_comes_at_most_once_a_minute() -> None:
+    expiry = RunExpiry(TTL)
+    assert expiry.cap_warning_due(T0)
+    assert not expiry.cap_warning_due(T0 + 10)
+    assert not expiry.cap_warning_due(T0 + CAP_WARNING_SECONDS - 1)
+    assert expiry.cap_warning_due(T0 + CAP_WARNING_SECONDS)
