@@ -22,7 +22,7 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, and_, case, distinct, false, func, select
 
-from streams.audit.models import DeadLetter, DecisionRow, ProcessedEvent
+from streams.audit.models import DeadLetter, DecisionRow, ProcessedEvent, RunUsageRow
 from streams.audit.observed import enforced_abort_exists, reported_status
 from streams.audit.store import AuditStore, RunProgress
 from streams.core.events import Action, Decision
@@ -120,6 +120,7 @@ class Timeline:
     run_id: str
     progress: RunProgress | None
     decisions: list[Decision] = field(default_factory=list)
+    usage: dict[str, Any] | None = None  # run_usage's columns (issue 28), when it reported some
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +129,9 @@ class Overview:
     dead_letters: int
     runs_tracked: int
     last_decision_time: int | None
+    loop_tokens: int = 0  # tokens runs spent while looping (issue 28)
+    saved_tokens: int = 0  # the estimate of what blocks and aborts saved
+    usage_runs: int = 0  # runs whose gateways report usage
 
 
 def _rank() -> Any:
@@ -325,7 +329,8 @@ def run_timeline(store: AuditStore, run_id: str) -> Timeline:
         enforced_abort = any(d.enforced and d.action is Action.ABORT for d in decisions)
         status = reported_status(progress.status, enforced_abort)
         progress = replace(progress, status=status or "")
-    return Timeline(run_id=run_id, progress=progress, decisions=decisions)
+    usage = store.run_usage([run_id]).get(run_id)
+    return Timeline(run_id=run_id, progress=progress, decisions=decisions, usage=usage)
 
 
 def trail_overview(store: AuditStore) -> Overview:
@@ -334,11 +339,18 @@ def trail_overview(store: AuditStore) -> Overview:
         decisions, last = conn.execute(select(func.count(), func.max(DecisionRow.event_time))).one()
         dead = conn.execute(select(func.count()).select_from(DeadLetter)).scalar_one()
         runs = conn.execute(select(func.count()).select_from(ProcessedEvent)).scalar_one()
+        u = RunUsageRow
+        usage_runs, loop_tokens, saved = conn.execute(
+            select(func.count(), func.sum(u.loop_tokens), func.sum(u.saved_tokens))
+        ).one()
     return Overview(
         decisions=int(decisions),
         dead_letters=int(dead),
         runs_tracked=int(runs),
         last_decision_time=None if last is None else int(last),
+        loop_tokens=int(loop_tokens or 0),
+        saved_tokens=int(saved or 0),
+        usage_runs=int(usage_runs),
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 from urllib.parse import quote, urlencode
 
 from streams.audit import queries
@@ -60,6 +61,34 @@ def render_seq_strip(timeline: Timeline) -> str:
     return "".join(parts)
 
 
+def usage_items(usage: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """The run's usage (issue 28): totals, while looping, and what stopping it saved (an
+    estimate: docs/reference.md, "What loops cost"); nothing when its gateway reports none."""
+    if not usage:
+        return []
+    tokens = usage["input_tokens"] + usage["output_tokens"]
+    cost = f", ${usage['cost_usd']:.4f}" if usage["cost_usd"] else ""
+    loop_cost = f", ${usage['loop_cost_usd']:.4f}" if usage["loop_cost_usd"] else ""
+    return [
+        (
+            "tokens",
+            esc(
+                f"{tokens:,} ({usage['input_tokens']:,} in, {usage['output_tokens']:,} out"
+                f"{cost}) over {usage['tool_calls']} calls"
+            ),
+        ),
+        (
+            "while looping",
+            f'<span id="loop-tokens">{usage["loop_tokens"]:,}</span>'
+            + esc(f" tokens{loop_cost}, {usage['loop_calls']} calls"),
+        ),
+        (
+            "saved by block/abort (est.)",
+            f'<span id="saved-tokens">{usage["saved_tokens"]:,}</span> tokens',
+        ),
+    ]
+
+
 def render_run(timeline: Timeline, *, app_id: str, now_ms: int) -> str:
     """One run's page: its progress and its decisions in order; every value escaped."""
     progress = timeline.progress
@@ -94,6 +123,7 @@ def render_run(timeline: Timeline, *, app_id: str, now_ms: int) -> str:
         ]
     else:
         items.append(("progress", "no progress record for this run"))
+    items += usage_items(timeline.usage)
     start = progress.first_event_time if progress else decisions[0].event_time if decisions else 0
     rows = []
     for d in decisions:

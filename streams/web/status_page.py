@@ -82,6 +82,20 @@ def render_worker_card(
     )
 
 
+def loop_cost_items(overview: Overview) -> list[tuple[str, str]]:
+    """What loops cost (issue 28), once some gateway reports usage: tokens spent while
+    looping and the estimate of what blocks and aborts saved (docs/reference.md)."""
+    if not overview.usage_runs:
+        return []
+    return [
+        ("tokens while looping", f'<span id="loop-tokens">{overview.loop_tokens:,}</span>'),
+        (
+            "saved by block/abort (est.)",
+            f'<span id="saved-tokens">{overview.saved_tokens:,}</span> tokens',
+        ),
+    ]
+
+
 def render_db_card(db_url: str, overview: Overview | None, error: str | None, now_ms: int) -> str:
     if error is not None or overview is None:
         items = [
@@ -95,6 +109,7 @@ def render_db_card(db_url: str, overview: Overview | None, error: str | None, no
             ("decisions", esc(str(overview.decisions))),
             ("dead letters", esc(str(overview.dead_letters))),
             ("runs tracked", esc(str(overview.runs_tracked))),
+            *loop_cost_items(overview),
             (
                 "last decision",
                 esc(
