@@ -23,6 +23,7 @@ import type {
   BeforeToolCallEvent,
   BeforeToolCallResult,
   CompactionContext,
+  LlmOutputEvent,
   ModelCallStartedEvent,
   PluginLogger,
   SessionContext,
@@ -61,6 +62,34 @@ export interface RunLike {
   ): Promise<void>;
   compaction(trigger?: string): Promise<void>;
   end(status?: string): Promise<void>;
+  /** A model turn's usage, sent with the run's next tool call or its end (issue 28; optional). */
+  reportUsage?(usage: TurnUsage): void;
+}
+
+/** A model turn's usage as the loopguard client takes it. */
+export interface TurnUsage {
+  inputTokens?: number | null;
+  outputTokens?: number | null;
+  costUsd?: number | null;
+}
+
+/**
+ * The usage of OpenClaw's `llm_output` event: `usage.input` plus the cache reads and writes
+ * (tokens the turn read), `usage.output`; the cost where the assistant message carries one
+ * (`lastAssistant.usage.cost.total`, as OpenClaw's providers fill it). Undefined when absent.
+ */
+export function usageOfLlmOutput(event: LlmOutputEvent | undefined): TurnUsage | undefined {
+  const usage = event?.usage;
+  if (!usage || typeof usage !== 'object') return undefined;
+  const n = (value: unknown) => (typeof value === 'number' && Number.isFinite(value) && value > 0 ? value : 0);
+  let inputTokens = n(usage.input) + n(usage.cacheRead) + n(usage.cacheWrite);
+  const outputTokens = n(usage.output);
+  if (!inputTokens && !outputTokens) inputTokens = n(usage.total); // only a total: count it as read
+  const last = event?.lastAssistant as { usage?: { cost?: { total?: unknown } } } | undefined;
+  const cost = last?.usage?.cost?.total;
+  const costUsd = typeof cost === 'number' && Number.isFinite(cost) && cost >= 0 ? cost : null;
+  if (!inputTokens && !outputTokens && costUsd === null) return undefined;
+  return { inputTokens, outputTokens, costUsd };
 }
 
 export interface ClientLike {
@@ -124,6 +153,8 @@ interface RunEntry {
   /** What started the run (the agent hooks' `trigger`: user, heartbeat, cron, ...), once seen. */
   trigger?: string;
   run?: RunLike;
+  /** Usage reported before the loopguard run started (handed to it when it does). */
+  pendingUsage?: TurnUsage[];
   /** Set once loopguard aborted the run: every further call is refused with this. */
   aborted?: { reason: string; errorCode: string };
   /** Tool calls this plugin refused (their outcome was published by the client already). */
@@ -368,6 +399,7 @@ export class LoopguardGuard {
       const sessionId = entry.sessionKey ?? entry.sessionId ?? null;
       const trigger = entry.trigger ?? null;
       entry.run = this.client.startRun({ agentId: entry.agentId, runId: entry.key, sessionId, trigger });
+      for (const usage of entry.pendingUsage?.splice(0) ?? []) entry.run.reportUsage?.(usage);
       this.trace({ event: 'run_started', runId: entry.key, agentId: entry.agentId, sessionKey: entry.sessionKey, trigger });
     } catch (error) {
       this.log.warn(`loopguard: cannot start run ${entry.key}: ${errorText(error)}`);
@@ -541,6 +573,25 @@ export class LoopguardGuard {
 
   async modelCallStarted(event: ModelCallStartedEvent, ctx: AgentContext | undefined): Promise<void> {
     this.runSeen(event?.runId ?? ctx?.runId, { ...ctx, sessionKey: event?.sessionKey ?? ctx?.sessionKey, sessionId: event?.sessionId ?? ctx?.sessionId });
+  }
+
+  /**
+   * OpenClaw's `llm_output` (after each model call): its usage goes out with the run's next
+   * tool call, or with the run's end for the last turn (issue 28).
+   */
+  async llmOutput(event: LlmOutputEvent, ctx: AgentContext | undefined): Promise<void> {
+    try {
+      const usage = usageOfLlmOutput(event);
+      const key = this.keyFor(event?.runId ?? ctx?.runId, { ...ctx, sessionId: event?.sessionId ?? ctx?.sessionId });
+      if (!usage || !key) return;
+      const entry = this.entryFor(key, ctx);
+      if (entry.ended) return;
+      if (entry.run?.reportUsage) entry.run.reportUsage(usage);
+      else if (!entry.run) (entry.pendingUsage ??= []).push(usage);
+      this.trace({ event: 'usage', runId: key, ...usage });
+    } catch (error) {
+      this.log.error(`loopguard: llm_output failed: ${errorText(error)}`);
+    }
   }
 
   async agentEnd(event: AgentEndEvent, ctx: AgentContext | undefined): Promise<void> {

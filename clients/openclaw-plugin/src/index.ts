@@ -105,6 +105,7 @@ export function registerHooks(api: PluginApi, guard: LoopguardGuard): void {
   api.on('after_tool_call', (event, ctx) => guard.afterToolCall(event, ctx));
   api.on('model_call_started', (event, ctx) => guard.modelCallStarted(event, ctx));
   api.on('agent_end', (event, ctx) => guard.agentEnd(event, ctx));
+  api.on('llm_output', (event, ctx) => guard.llmOutput(event, ctx));
   api.on('before_compaction', (event, ctx) => guard.beforeCompaction(event, ctx));
   api.on('after_compaction', (event, ctx) => guard.afterCompaction(event, ctx));
   api.on('session_start', (event, ctx) => guard.sessionStart(event, ctx));

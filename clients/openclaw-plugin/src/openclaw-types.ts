@@ -6,7 +6,7 @@
  *   `PluginHookBeforeToolCallEvent`, `PluginHookBeforeToolCallResult`, `PluginHookAfterToolCallEvent`,
  *   `PluginHookAgentContext`, `PluginHookAgentEndEvent`, `PluginHookBeforeCompactionEvent`,
  *   `PluginHookAfterCompactionEvent`, `PluginHookSessionContext`, `PluginHookSessionStartEvent`,
- *   `PluginHookSessionEndEvent`, `PluginHookModelCallStartedEvent`)
+ *   `PluginHookSessionEndEvent`, `PluginHookModelCallStartedEvent`, `PluginHookLlmOutputEvent`)
  * - agent events: dist/plugin-entry-*.d.ts (`AgentEventPayload`, `api.runtime.events.onAgentEvent`)
  * - registration: docs/plugins/hooks.md, docs/plugins/hooks/reference.md (`api.on(name, handler, opts)`)
  *
@@ -66,6 +66,16 @@ export interface AgentEndEvent {
   success: boolean;
   error?: string;
   durationMs?: number;
+}
+
+/** `llm_output` (PluginHookLlmOutputEvent): after a model call, with its usage when known. */
+export interface LlmOutputEvent {
+  runId?: string;
+  sessionId?: string;
+  provider?: string;
+  model?: string;
+  lastAssistant?: unknown;
+  usage?: { input?: number; output?: number; cacheRead?: number; cacheWrite?: number; total?: number };
 }
 
 export interface ModelCallStartedEvent {

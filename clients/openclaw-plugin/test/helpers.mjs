@@ -59,6 +59,9 @@ export class ScriptedClient {
       async end(status = 'completed') {
         client.published.push({ runId, kind: 'run_ended', status });
       },
+      reportUsage(usage) {
+        client.published.push({ runId, kind: 'usage', ...usage });
+      },
     };
   }
   async close() {

@@ -309,4 +309,21 @@ describe(`loopguard plugin through OpenClaw ${openclaw.version}'s hook runner`, 
     assert.equal(connects, 1);
     assert.deepEqual(client.kinds('run-p'), ['run_started', 'tool_call', 'tool_call']);
   });
+  test('llm_output usage is handed to the loopguard run (issue 28): cache reads count as read, the cost where the message has one', async () => {
+    const { client, runner } = await setup();
+    await call(runner, 'run-u', 1);
+    await eventually(() => assert.ok(client.kinds('run-u').includes('tool_call')));
+    const usage = { input: 1000, output: 40, cacheRead: 500, cacheWrite: 0, total: 1540 };
+    const lastAssistant = { role: 'assistant', usage: { cost: { total: 0.0123 } } };
+    await runner.runLlmOutput(
+      { runId: 'run-u', sessionId: 's-run-u', provider: 'p', model: 'm', assistantTexts: [], lastAssistant, usage },
+      ctxOf('run-u'),
+    );
+    await eventually(() => assert.ok(client.kinds('run-u').includes('usage')));
+    const reported = client.published.find((e) => e.runId === 'run-u' && e.kind === 'usage');
+    assert.deepEqual(
+      { inputTokens: reported.inputTokens, outputTokens: reported.outputTokens, costUsd: reported.costUsd },
+      { inputTokens: 1500, outputTokens: 40, costUsd: 0.0123 },
+    );
+  });
 });

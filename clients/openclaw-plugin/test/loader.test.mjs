@@ -9,7 +9,7 @@ import path from 'node:path';
 import { test } from 'node:test';
 
 const PLUGIN_DIR = path.resolve(import.meta.dirname, '..');
-const HOOKS = ['after_compaction', 'after_tool_call', 'agent_end', 'before_compaction', 'before_tool_call', 'gateway_start', 'gateway_stop', 'model_call_started', 'session_end', 'session_start'];
+const HOOKS = ['after_compaction', 'after_tool_call', 'agent_end', 'before_compaction', 'before_tool_call', 'gateway_start', 'gateway_stop', 'llm_output', 'model_call_started', 'session_end', 'session_start'];
 
 function inspect(entry) {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'loopguard-openclaw-loader-'));
@@ -42,10 +42,11 @@ test('OpenClaw loads the plugin from plugins.load.paths and registers every hook
   assert.ok(!r.json.diagnostics.some((d) => d.level === 'error'), JSON.stringify(r.json.diagnostics));
 });
 
-test('without conversation access OpenClaw withholds agent_end only (the plugin then ends runs from lifecycle events)', () => {
+test('without conversation access OpenClaw withholds agent_end and llm_output only (runs then end from lifecycle events, and report no usage)', () => {
   const r = inspect({ enabled: true, config: { brokers: '127.0.0.1:9' } });
   assert.equal(r.status, 0, r.stderr);
-  assert.deepEqual(r.json.typedHooks.map((h) => h.name).sort(), HOOKS.filter((h) => h !== 'agent_end'));
+  const conversation = ['agent_end', 'llm_output'];
+  assert.deepEqual(r.json.typedHooks.map((h) => h.name).sort(), HOOKS.filter((h) => !conversation.includes(h)));
   assert.ok(r.json.diagnostics.some((d) => /agent_end/.test(d.message)));
 });
 
