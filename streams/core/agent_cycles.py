@@ -36,7 +36,10 @@ CHAIN_ARG = "chainId"  # a chain id a gateway put in the args it published inste
 # ``agent:<agentId>:<rest>``: OpenClaw's session keys name their agent.
 AGENT_SESSION_KEY = re.compile(r"^agent:([^:]+):.+$")
 MAX_CYCLE_AGENTS = 16  # longest cycle looked for: bounds the search on a big fleet graph
-MAX_EDGES = 4096  # edges kept per cycle key; the oldest go first
+# Kept per cycle key, the oldest going first: a graph's changelog record stays near 150 KB
+# at most (17 agents talking to each other make 272 edges).
+MAX_EDGES = 1024
+MAX_RUNS = 4096  # runs whose last applied seq is kept (redeliveries), the oldest going first
 # extra["only_tool"]: the block refuses the run's next call of this tool (not any tool).
 ONLY_TOOL = "only_tool"
 
@@ -179,11 +182,15 @@ class CycleGraph:
         for key in [k for k, e in self.edges.items() if e.event_time < oldest]:
             del self.edges[key]
         if len(self.edges) > MAX_EDGES:
-            ordered = sorted(self.edges.items(), key=lambda item: item[1].event_time)
+            ordered = sorted(self.edges.items(), key=lambda item: (item[1].event_time, item[0]))
             for key, _ in ordered[: len(self.edges) - MAX_EDGES]:
                 del self.edges[key]
         for run in [r for r, (_, t) in self.applied.items() if t < oldest]:
             del self.applied[run]
+        if len(self.applied) > MAX_RUNS:
+            ordered = sorted(self.applied.items(), key=lambda item: (item[1][1], item[0]))
+            for run, _ in ordered[: len(self.applied) - MAX_RUNS]:
+                del self.applied[run]
         senders = {e.agent_id for e in self.edges.values()}
         for session in [s for s, agent in self.sessions.items() if agent not in senders]:
             del self.sessions[session]
@@ -263,7 +270,6 @@ def apply_send(graph: CycleGraph, event: AgentEvent, config_for: ConfigFor) -> l
     done = graph.applied.get(env.run_id)
     if done is not None and done[0] >= env.seq:
         return []
-    graph.forget_before(env.event_time - settings.window_seconds * 1000)
     graph.applied[env.run_id] = [env.seq, env.event_time]
     if env.session_id:
         graph.sessions[env.session_id] = env.agent_id
@@ -271,7 +277,10 @@ def apply_send(graph: CycleGraph, event: AgentEvent, config_for: ConfigFor) -> l
     if send is None or send.target == send.agent_id:
         return []
     key = (send.agent_id, send.target)
+    oldest = env.event_time - settings.window_seconds * 1000
     edge = graph.edges.get(key)
+    if edge is not None and edge.event_time < oldest:
+        edge = None  # out of the window: this send starts the edge afresh
     repeats = edge.repeats + 1 if edge and edge.message_hash == send.message_hash else 1
     graph.edges[key] = Edge(
         send.message_hash,
@@ -283,6 +292,7 @@ def apply_send(graph: CycleGraph, event: AgentEvent, config_for: ConfigFor) -> l
         env.gateway_id,
         send.tool_name,
     )
+    graph.forget_before(oldest)
     back = graph.path(send.target, send.agent_id)
     if back is None:
         return []
@@ -321,8 +331,7 @@ def cycle_decisions(
         else:
             effect = f"{edge.agent_id}'s next {edge.tool_name} will be blocked if it repeats."
         reason = (
-            f"agents {loop} sent the same messages round {rounds} times with no "
-            f"progress; {effect}"
+            f"agents {loop} sent the same messages round {rounds} times with no progress; {effect}"
         )
         extra = {
             "agents": json.dumps(agents),

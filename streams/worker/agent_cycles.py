@@ -16,6 +16,7 @@ gateways read them from the control topic like every other decision.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -71,6 +72,7 @@ class AgentCycles:
         self.config_for = config_for
         self.commit_barrier = commit_barrier
         self.on_decisions = on_decisions
+        self.crashing: asyncio.Future | None = None  # held: a task nobody keeps can vanish
         raw = {
             "key_type": bytes,
             "value_type": bytes,
@@ -112,6 +114,14 @@ class AgentCycles:
             if app.in_transaction:
                 await commit_batch(app.consumer)
 
+    def check_delivery(self, delivery: asyncio.Future) -> None:
+        """A decision or graph the producer gave up on stops the worker (its supervisor
+        restarts it from the last commit), as the guarding agent's records do."""
+        if delivery.cancelled() or delivery.exception() is None:
+            return
+        log.error("agent cycles: a record was not delivered: %r", delivery.exception())
+        self.crashing = asyncio.ensure_future(self.app.crash(delivery.exception()))
+
     async def apply_batch(self, messages: list[Any]) -> None:
         """Each touched graph is written once (to its source partition's changelog), after
         the batch's decisions, all in the source's transaction."""
@@ -146,6 +156,7 @@ class AgentCycles:
         send = app.producer.send
         for topic, key, value, partition, source in records:
             tid = source_transaction(app, source)
-            await send(topic, key, value, partition, None, None, transactional_id=tid)
+            delivery = await send(topic, key, value, partition, None, None, transactional_id=tid)
+            delivery.add_done_callback(self.check_delivery)
         if found and self.on_decisions is not None:
             self.on_decisions(found)

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from streams.core import agent_cycles
 from streams.core.agent_cycles import (
     DETECTOR,
     ONLY_TOOL,
@@ -108,6 +109,19 @@ def test_sends_older_than_the_window_are_forgotten():
     assert go_round(g, runs, 1) == []
     runs.time += 61_000  # windowSeconds: 60
     assert go_round(g, runs, 1) == []  # the first round is gone: this is round one again
+    assert {e.repeats for e in g.graphs["gateway:gw-1"].edges.values()} == {1}
+    assert go_round(g, runs, 1) != []  # and the next one the second
+
+
+def test_a_graph_keeps_its_newest_edges_and_runs_only(monkeypatch):
+    monkeypatch.setattr(agent_cycles, "MAX_EDGES", 3)
+    monkeypatch.setattr(agent_cycles, "MAX_RUNS", 2)
+    g, runs = guard(), Runs()
+    for n in range(6):
+        g.process(runs.send(f"agent-{n}", "hub", "x"))
+    graph = g.graphs["gateway:gw-1"]
+    assert set(graph.edges) == {("agent-3", "hub"), ("agent-4", "hub"), ("agent-5", "hub")}
+    assert set(graph.applied) == {"run-agent-4", "run-agent-5"}
 
 
 def test_chain_ids_key_separate_graphs():
