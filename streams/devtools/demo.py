@@ -34,7 +34,9 @@ from streams.audit.store import AuditStore
 from streams.core.engine import LoopGuard
 from streams.core.events import Action, Decision
 from streams.core.fleet import fleet_from_document
+from streams.devtools.demo_incident import play_incident
 from streams.devtools.demo_runs import (
+    INCIDENT_SETTINGS,
     SCENARIOS,
     TRIANGLE,
     TRIANGLE_ROUNDS,
@@ -53,7 +55,7 @@ from streams.replay.compare import replay_events
 from streams.settings import DEFAULT_DB_URL, PROFILES, Settings, redact_url
 
 CONFIG_FILE = DATA / "demo-config.json"
-DEMO_CONFIG = {"tools": {"loopDetection": {"enabled": True}}}
+DEMO_CONFIG = {"tools": {"loopDetection": {"enabled": True, "incidents": INCIDENT_SETTINGS}}}
 # The gateway waits this long for the worker's verdict before each tool call. Generous: the
 # demo shows what loopguard decides, never what a slow machine lets through.
 WAIT_BUDGET_MS = 30_000
@@ -264,6 +266,8 @@ def run_demo(db_url: str, keep_running: bool = False, web_port: int | None = Non
             played += _play_triangle(client, tag)
             stop.check()
             ok = _summary(client, played, db_url)
+            stop.check()
+            ok = play_incident(client, tag, db_url, _say) and ok  # issue 28, after the summary
             stop.check()
             _hint(played, db_url, broker if keep_running else None)
             if keep_running:

@@ -163,3 +163,22 @@ def triangle_round(plays: list[Played], wait: Callable[[Played], None]) -> bool:
             return False
         wait(play)
     return True
+
+
+# -- a loop incident across several runs (issue 28) -------------------------------------------
+
+INCIDENT_AGENTS = ("support", "billing", "ops")
+INCIDENT_RUNS = 6
+INCIDENT_TITLE = "six runs of three agents retry a payments API that is down"
+# 3 runs of 3 agents in one minute: the six runs are one incident even when a minute ends
+# while they play (the window holding three of them opens it, the next one continues it).
+INCIDENT_SETTINGS = {"enabled": True, "windowSeconds": 60, "minRuns": 3, "minAgents": 3}
+
+
+def upstream_outage(play: Played, number: int) -> None:
+    """The payments API answers 503 whatever is asked; the agent retries the same call, and
+    each run's error names its own request id (one signature once normalised)."""
+    args = {"url": "https://payments.example.invalid/v2/charges", "order": f"A-{number}"}
+    error = f"payments API returned 503 Service Unavailable (request req_{7000 + number})"
+    for _ in range(6):
+        play.cycle("http_request", args, None, error=error)
