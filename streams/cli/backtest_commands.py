@@ -41,6 +41,7 @@ from streams.cli.replay_commands import (
 from streams.replay.backtest import CONFIG, TRAIL, Baseline, PairedGuard, backtest, cached
 from streams.replay.backtest_report import Backtested, backtest_dict, print_backtest
 from streams.replay.compare import INCOMPLETE, NOT_FOUND, compare_with_audit, replay_events
+from streams.replay.incidents import with_incidents
 from streams.replay.sources import FileSource, ReadStats, SourceError, TopicSource, progress_line
 
 COMPARE_PROGRESS_RUNS = 1_000  # a progress line per this many runs compared (trail queries)
@@ -142,7 +143,8 @@ def _backtest(args: argparse.Namespace) -> int:
     check_range(args)
     if args.from_file and args.from_offset:
         raise InputError("--from-offset applies to the events topic, not to --from-file")
-    candidate = LoopGuard(load_fleet_arg(args.config, "--config config"))
+    fleet = load_fleet_arg(args.config, "--config config")
+    candidate = LoopGuard(fleet)
     selection = selection_from_args(args)
     reader = None
     if args.from_file:
@@ -156,6 +158,7 @@ def _backtest(args: argparse.Namespace) -> int:
         guard: Any = candidate
         if baseline_guard is not None:
             guard = PairedGuard(candidate, baseline_guard)
+        guard = with_incidents(guard, fleet.incidents)  # the candidate's loop incidents
         stats = ReadStats(progress_every=args.progress)
         stats.progress_line = lambda: progress_line(
             "backtest", stats, reader, f", {len(candidate.runs)} runs so far"
@@ -180,10 +183,19 @@ def _backtest(args: argparse.Namespace) -> int:
     done = Backtested(
         source.describe(), args.config, baseline, stats, result, time.monotonic() - started
     )
+    incidents = guard.incidents()
     if args.json:
-        print(json.dumps(backtest_dict(done, code), ensure_ascii=False))  # one JSON line
+        doc = backtest_dict(done, code)
+        doc["incidents"] = [incident.to_dict() for incident in incidents]
+        print(json.dumps(doc, ensure_ascii=False))  # one JSON line
     else:
         print_backtest(done)
+        for incident in incidents:
+            print(
+                f"incident {incident.incident_id} ({incident.status}): {incident.tool} "
+                f"{incident.kind} {incident.detail!r}, {len(incident.runs)} runs of "
+                f"{len(incident.agents)} agents"
+            )
     return code
 
 
