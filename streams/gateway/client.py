@@ -211,8 +211,10 @@ class GatewayClient:
             if decision.enforced:  # shadow mode's decisions are only logged (below)
                 if only_tool := self._tool_block_of(decision):
                     # a loop between agents (issue 28): the agent's next call of that tool,
-                    # in whichever of its runs comes (OpenClaw starts a run per message)
-                    self._tool_blocks[(decision.agent_id, only_tool)] = decision
+                    # in whichever of its runs comes (OpenClaw starts a run per message);
+                    # never the run's next call whatever the tool, nor another gateway's
+                    if decision.gateway_id == self.gateway_id:
+                        self._tool_blocks[(decision.agent_id, only_tool)] = decision
                 elif decision.action is Action.ABORT:
                     control.abort = decision
                 elif decision.action is Action.BLOCK:
@@ -226,12 +228,10 @@ class GatewayClient:
             self.on_decision(decision)
 
     def _tool_block_of(self, decision: Decision) -> str:
-        """The tool a block is limited to (``extra["only_tool"]``), if it is one for this
-        gateway's agents; "" for every other decision."""
+        """The tool a block is limited to (``extra["only_tool"]``); "" for every other
+        decision."""
         raw = decision.extra.get("only_tool")
         if decision.action is not Action.BLOCK or not raw:
-            return ""
-        if decision.gateway_id != self.gateway_id:
             return ""
         try:
             tool = json.loads(raw)

@@ -412,10 +412,10 @@ export class GatewayClient {
   private applyDecision(decision: Decision): void {
     // A block limited to one tool (`extra.only_tool`, agent_cycle): the agent's next call of
     // that tool, in whichever of its runs on this gateway (OpenClaw starts a run per message).
-    const onlyTool = decision.action === 'block' && decision.enforced !== false && decision.gatewayId === this.gatewayId
-      ? decision.extra?.only_tool : undefined;
+    // Never a block of the run's next call, whatever the tool; another gateway's agents' own.
+    const onlyTool = decision.action === 'block' && decision.enforced !== false ? decision.extra?.only_tool : undefined;
     const toolBlock = typeof onlyTool === 'string' && onlyTool !== '';
-    if (toolBlock) {
+    if (toolBlock && decision.gatewayId === this.gatewayId) {
       const id = decision.decisionId || decisionIdOf(decision);
       if (!this.toolBlocksSeen.has(id)) {
         this.toolBlocksSeen.add(id);

@@ -95,6 +95,26 @@ describe('GatewayClient / GatewayRun', () => {
     assert.equal(client.stats().blocks, 1);
   });
 
+  it('a block limited to one tool (agent_cycle) refuses the agent\'s next call of it, in whichever run', async () => {
+    const { client } = makeClient({ waitBudgetMs: 0 });
+    const first = client.startRun({ agentId: 'agent', runId: 'run-c1' });
+    const extra = { detector: 'agent_cycle', extra: { only_tool: 'sessions_send', agents: ['agent', 'b', 'c'] } };
+    client.ingestControl(decisionFor('run-c1', 3, 'block', extra));
+    client.ingestControl(decisionFor('run-c1', 3, 'block', extra)); // redelivered: one block
+    assert.equal((await first.beforeTool('read', { path: 'x' })).allowed, true); // other tools run
+    first.end();
+    // OpenClaw starts a run per message: the agent's next run's send is the one refused
+    const next = client.startRun({ agentId: 'agent', runId: 'run-c2' });
+    const refused = await next.beforeTool('sessions_send', { sessionKey: 'agent:b:main', message: 'm' });
+    assert.equal(refused.allowed, false);
+    assert.equal(refused.blockedBy?.detector, 'agent_cycle');
+    assert.equal((await next.beforeTool('sessions_send', { sessionKey: 'agent:b:main', message: 'm' })).allowed, true);
+    // another agent's sends, and another gateway's blocks, are not this agent's
+    const other = client.startRun({ agentId: 'other', runId: 'run-c3' });
+    client.ingestControl(decisionFor('run-c3', 1, 'block', { ...extra, gatewayId: 'gw-elsewhere' }));
+    assert.equal((await other.beforeTool('sessions_send', { agentId: 'b', message: 'm' })).allowed, true);
+  });
+
   it('an abort throws RunAborted before anything is published, and keeps throwing', async () => {
     const { client, transport } = makeClient({ waitBudgetMs: 0 });
     const run = client.startRun({ agentId: 'agent', runId: 'run-x' });
