@@ -34,6 +34,7 @@ from streams.audit.store import AuditStore
 from streams.core.engine import LoopGuard
 from streams.core.events import Action, Decision
 from streams.core.fleet import fleet_from_document
+from streams.devtools.demo_cost import play_loop_cost
 from streams.devtools.demo_incident import play_incident
 from streams.devtools.demo_runs import (
     INCIDENT_SETTINGS,
@@ -268,6 +269,8 @@ def run_demo(db_url: str, keep_running: bool = False, web_port: int | None = Non
             ok = _summary(client, played, db_url)
             stop.check()
             ok = play_incident(client, tag, db_url, _say) and ok  # issue 28, after the summary
+            stop.check()
+            ok = play_loop_cost(client, tag, db_url, _say) and ok  # issue 28: what loops cost
             stop.check()
             _hint(played, db_url, broker if keep_running else None)
             if keep_running:

@@ -182,3 +182,20 @@ def upstream_outage(play: Played, number: int) -> None:
     error = f"payments API returned 503 Service Unavailable (request req_{7000 + number})"
     for _ in range(6):
         play.cycle("http_request", args, None, error=error)
+
+
+# -- a run's loop cost (issue 28) ---------------------------------------------------------------
+
+LOOP_COST_TITLE = "a run's loop cost: the agent polls a finished process, 12k tokens a turn"
+# One model turn of the polling agent: its context (read) and its short answer (written).
+LOOP_COST_TURN = (12_000, 150, 0.0375)
+
+
+def polling_loop(play: Played) -> None:
+    """openclaw#16808's shape: the agent polls the same background process over and over and
+    every poll is a model turn re-reading its whole context; the gateway reports each turn's
+    usage with the call it led to."""
+    args = {"action": "poll", "sessionId": "deploy-42"}
+    for _ in range(40):  # the default config aborts it at its 30th identical poll
+        play.run.report_usage(*LOOP_COST_TURN)
+        play.cycle("process", args, {"details": {"status": "completed", "exitCode": 0}})
