@@ -57,7 +57,11 @@ from streams.settings import Settings, Topics  # noqa: E402
 PARTITIONS = 4
 PREFIX = "loopguard"  # the worker's default (LOOPGUARD_TOPIC_PREFIX unset)
 TOPICS = Topics.with_prefix(PREFIX)
-TS_DIR = Path(__file__).resolve().parent.parent / "clients" / "typescript"
+# LOOPGUARD_BENCH_TS_DIR: another build of the client (e.g. an older commit's, to compare).
+TS_DIR = Path(
+    os.environ.get("LOOPGUARD_BENCH_TS_DIR")
+    or Path(__file__).resolve().parent.parent / "clients" / "typescript"
+)
 TS_BENCH = TS_DIR / "build" / "test" / "bench-wait.js"
 
 
@@ -178,6 +182,8 @@ def typescript_phase(bootstrap: str, prefix: str, budget: float, args: argparse.
     cmd += ["--rate", f"{args.rate / n:g}", "--runs", str(args.runs // n)]
     cmd += ["--seconds", str(args.seconds), "--warmup", str(args.warmup)]
     cmd += ["--wait-budget-ms", f"{budget:g}"]
+    if args.broker == "tansu" and not os.environ.get("LOOPGUARD_BENCH_TS_DIR"):
+        cmd += ["--max-events-per-partition", "1"]  # tansu's end offsets (docs/design.md)
     procs = [
         subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for _ in range(n)
@@ -197,6 +203,12 @@ def typescript_phase(bootstrap: str, prefix: str, budget: float, args: argparse.
         achieved_rate=round(sum(r["achievedRate"] for r in reports)),
         timeouts=sum(r["timedOut"] for r in reports),
         publish_errors=sum(r["stats"]["publishErrors"] for r in reports),
+        # produce requests per event published (1.0: one request per event, issue 24)
+        requests_per_event=round(
+            sum(r["stats"].get("sendRequests", r["stats"]["published"]) for r in reports)
+            / max(sum(r["stats"]["published"] for r in reports), 1),
+            3,
+        ),
         cpu_ms_per_call=round(sum(r["cpuSeconds"] for r in reports) * 1000 / max(calls, 1), 2),
         event_loop_delay_p99_ms=round(max(r["eventLoopDelayMs"]["p99"] for r in reports), 1),
         processes=n,

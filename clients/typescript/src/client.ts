@@ -26,6 +26,10 @@
  * not wait (only RunStarted was published, and it never draws a decision). On timeout,
  * `failMode` 'open' lets the call run (counted in `stats().waitTimeouts`, logged), 'closed'
  * refuses it like a block, with `reason` saying loopguard did not answer.
+ *
+ * Sends are batched (issue 24): one produce request in flight, the next carrying every event
+ * queued meanwhile, no linger timer; a run's events keep their order. A model turn's usage
+ * (`run.reportUsage`, issue 28) rides on the run's next tool call or its end.
  */
 
 import { randomUUID } from 'node:crypto';

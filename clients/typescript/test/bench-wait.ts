@@ -33,6 +33,7 @@ async function main(): Promise<void> {
       seconds: { type: 'string', default: '10' },
       warmup: { type: 'string', default: '2' },
       'wait-budget-ms': { type: 'string', default: '50' },
+      'max-events-per-partition': { type: 'string', default: '0' },
     },
   });
   if (!values.brokers) throw new Error('--brokers is required');
@@ -50,6 +51,7 @@ async function main(): Promise<void> {
     waitBudgetMs: budget,
     failMode: 'open',
     logger,
+    maxEventsPerPartition: Number(values['max-events-per-partition']),
   });
   const latencies: number[] = [];
   /** How late each measured call started against its slot (event loop or CPU starvation). */
