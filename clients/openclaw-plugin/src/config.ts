@@ -18,6 +18,8 @@ export interface LoopguardPluginConfig {
   reconnectMs: number;
   /** On an abort decision, also abort the OpenClaw run (else: block each further call). */
   abortStopsRun: boolean;
+  /** Events of one partition a produce request carries at most (client option; 0: no limit, 1 on tansu). */
+  maxEventsPerPartition: number;
 }
 
 export const DEFAULTS = {
@@ -27,6 +29,7 @@ export const DEFAULTS = {
   connectWaitMs: 3000,
   reconnectMs: 10_000,
   abortStopsRun: true,
+  maxEventsPerPartition: 0,
 };
 
 function int(value: unknown, fallback: number, min: number, max: number): number {
@@ -63,6 +66,7 @@ export function resolveConfig(raw: Record<string, unknown> | undefined): { confi
       connectWaitMs: int(input.connectWaitMs, DEFAULTS.connectWaitMs, 0, 60_000),
       reconnectMs: int(input.reconnectMs, DEFAULTS.reconnectMs, 100, 3_600_000),
       abortStopsRun: typeof input.abortStopsRun === 'boolean' ? input.abortStopsRun : DEFAULTS.abortStopsRun,
+      maxEventsPerPartition: int(input.maxEventsPerPartition, DEFAULTS.maxEventsPerPartition, 0, 1_000_000),
     },
     warnings,
   };

@@ -105,6 +105,8 @@ export interface ConnectOptions {
   failMode: FailMode;
   logger: PluginLogger;
   onDecision: (decision: DecisionLike) => void;
+  /** Events of one partition a produce request carries at most (0: no limit). */
+  maxEventsPerPartition?: number;
 }
 
 export interface GuardDeps {
@@ -264,6 +266,7 @@ export class LoopguardGuard {
           failMode: this.config.failMode,
           logger: this.log,
           onDecision: (d) => this.onDecision(d),
+          maxEventsPerPartition: this.config.maxEventsPerPartition,
         });
         if (this.closed) {
           await client.close().catch(() => undefined);

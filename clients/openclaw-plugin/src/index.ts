@@ -56,6 +56,7 @@ export async function connectLoopguardClient(options: ConnectOptions): Promise<C
     failMode: options.failMode,
     logger: options.logger,
     onDecision: options.onDecision,
+    maxEventsPerPartition: options.maxEventsPerPartition ?? 0,
     controlTopicWaitMs: 10_000,
     // bounded connection attempts: the plugin retries by itself (reconnectMs)
     kafka: { connectionTimeout: 3000, retry: { retries: 2, initialRetryTime: 200, maxRetryTime: 1000 }, logLevel: 0 },
