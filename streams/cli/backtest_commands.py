@@ -38,6 +38,7 @@ from streams.cli.replay_commands import (
     open_events_topic,
     selection_from_args,
 )
+from streams.replay.agent_cycles import with_agent_cycles
 from streams.replay.backtest import CONFIG, TRAIL, Baseline, PairedGuard, backtest, cached
 from streams.replay.backtest_report import Backtested, backtest_dict, print_backtest
 from streams.replay.compare import INCOMPLETE, NOT_FOUND, compare_with_audit, replay_events
@@ -107,14 +108,14 @@ def _baseline(args: argparse.Namespace) -> tuple[Baseline, Any, Any]:
     if args.baseline_config:
         fleet = load_fleet_arg(args.baseline_config, "--baseline-config config")
         described = f"decisions of config {args.baseline_config} on the same events"
-        return Baseline(CONFIG, described), LoopGuard(fleet), None
+        return Baseline(CONFIG, described), with_agent_cycles(LoopGuard(fleet)), None
     if args.from_file and missing_sqlite_file(args.db) is not None:
         current = os.environ.get("LOOPGUARD_CONFIG") or ""
         fleet = load_fleet_arg(current, "LOOPGUARD_CONFIG config")
         named = current or "the built-in defaults, LOOPGUARD_CONFIG being unset"
         described = f"decisions of the current config ({named}) on the same events"
         reason = f"no audit trail at {redact_url(args.db)}"
-        return Baseline(CONFIG, described, reason), LoopGuard(fleet), None
+        return Baseline(CONFIG, described, reason), with_agent_cycles(LoopGuard(fleet)), None
     store = read_trail(args.db)
     return (
         Baseline(TRAIL, f"decisions recorded in the audit trail {redact_url(args.db)}"),
@@ -144,7 +145,7 @@ def _backtest(args: argparse.Namespace) -> int:
     if args.from_file and args.from_offset:
         raise InputError("--from-offset applies to the events topic, not to --from-file")
     fleet = load_fleet_arg(args.config, "--config config")
-    candidate = LoopGuard(fleet)
+    candidate = with_agent_cycles(LoopGuard(fleet))  # and loops between agents (issue 28)
     selection = selection_from_args(args)
     reader = None
     if args.from_file:

@@ -55,6 +55,13 @@ class PairedGuard:
             self.decisions.setdefault(decision.run_id, []).append(decision)
         return self.candidate.process(event)
 
+    def finish(self) -> list[Decision]:
+        """Decisions made over many runs once everything is read (agent cycles,
+        streams.replay.agent_cycles): the baseline's kept, the candidate's returned."""
+        for decision in self.baseline.finish() if hasattr(self.baseline, "finish") else []:
+            self.decisions.setdefault(decision.run_id, []).append(decision)
+        return self.candidate.finish() if hasattr(self.candidate, "finish") else []
+
     def history(self, run_id: str) -> list[Decision]:
         """The baseline's decisions for a run, in the shape of ``AuditStore.history``."""
         return self.decisions.get(run_id, [])
