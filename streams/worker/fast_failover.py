@@ -23,6 +23,13 @@ has not had yet: -1, "nothing to recover". A replacement worker then skipped rec
 promoted standby neither read the tail it had missed nor could start from its own offset
 (Faust's consistency check: offset above highwater, crash). The targets come from a ListOffsets
 request instead, read committed like the consumer: the last stable offset.
+
+Transactional producers: Faust stops the producer of a revoked partition only if the partition
+is not a standby in the new assignment, and with standby replicas a partition that leaves a
+worker usually stays there as a standby. Its producer lived on, was fenced by the new owner's,
+and when the partition came back (the other worker killed: failover) Faust reused the fenced
+producer and the worker crashed (ProducerFenced). Every producer of a partition that is not
+active here any more is stopped at each rebalance.
 """
 
 from __future__ import annotations
@@ -33,12 +40,14 @@ import time
 from typing import Any
 
 from faust.tables import recovery as faust_recovery
+from faust.transport import consumer as faust_consumer
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
 log = logging.getLogger("loopguard.worker")
 
 _original_on_rebalance = faust_recovery.Recovery.on_rebalance
 _original_highwaters = faust_aiokafka.AIOKafkaConsumerThread._highwaters
+_original_transactions_rebalance = faust_consumer.TransactionManager.on_rebalance
 _slurp = faust_recovery.Recovery._slurp_changelogs
 # What the patches depend on, fingerprinted in streams.worker.faust_patches.patch_mismatches:
 # on_rebalance is wrapped; _slurp_changelogs is not replaced, but the end watcher relies on how
@@ -46,6 +55,7 @@ _slurp = faust_recovery.Recovery._slurp_changelogs
 REPLACED = {
     "Recovery.on_rebalance": (_original_on_rebalance, "aa4d997a1795ceae"),
     "AIOKafkaConsumerThread._highwaters": (_original_highwaters, "a7f4f97d9f32aca2"),
+    "TransactionManager.on_rebalance": (_original_transactions_rebalance, "2c190b35003af25c"),
     "Recovery._slurp_changelogs": (getattr(_slurp, "fun", _slurp), "7825c7e50f766d5a"),
 }
 POLL_SECONDS = 0.05
@@ -145,10 +155,23 @@ async def _highwaters(self: Any, partitions: Any) -> Any:
     return await self._ensure_consumer().end_offsets(partitions)
 
 
+async def _transactions_on_rebalance(
+    self: Any, assigned: Any, revoked: Any, newly_assigned: Any
+) -> None:
+    """Faust's TransactionManager.on_rebalance, first stopping every transactional producer
+    of a partition this worker no longer owns as active."""
+    keep = self._tps_to_transactional_ids(assigned)
+    stale = sorted(set(self.producer._transaction_producers) - keep)
+    if stale:
+        log.info("stopping the transactional producers of partitions gone: %s", stale)
+        await self._stop_transactions(stale)
+    await _original_transactions_rebalance(self, assigned, revoked, newly_assigned)
+
+
 def fast_failover() -> None:
-    """Install all three: standby offsets kept on promotion, recovery ended once read (fetches
+    """Install all four: standby offsets kept on promotion, recovery ended once read (fetches
     tracked by wrapping whatever getmany is installed now: faust_patches' snapshot), listed
-    highwaters."""
+    highwaters, stale transactional producers stopped."""
     inner = faust_aiokafka.AIOKafkaConsumerThread.getmany
 
     async def getmany(self: Any, active_partitions: Any, timeout: float) -> Any:
@@ -164,3 +187,4 @@ def fast_failover() -> None:
     faust_aiokafka.AIOKafkaConsumerThread.getmany = getmany
     faust_recovery.Recovery.on_rebalance = _on_rebalance
     faust_aiokafka.AIOKafkaConsumerThread._highwaters = _highwaters
+    faust_consumer.TransactionManager.on_rebalance = _transactions_on_rebalance
