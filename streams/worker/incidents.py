@@ -29,7 +29,6 @@ import json
 import logging
 import time
 from datetime import timedelta
-from typing import Any
 
 import faust
 from faust.types import TP
@@ -313,8 +312,3 @@ def register_incidents(parts: WorkerParts) -> IncidentAgents | None:
         startup.window_seconds,
     )
     return agents
-
-
-def incident_state(agents: IncidentAgents) -> dict[str, Any]:
-    """What this worker holds (for logs and debugging): open incidents by signature."""
-    return {key.decode(): json.loads(value) for key, value in agents.opened.items()}
