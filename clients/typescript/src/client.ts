@@ -95,6 +95,12 @@ export interface GatewayClientOptions {
    */
   maxBatchEvents?: number;
   /**
+   * Produce requests in flight at once (default 5, as Kafka's max.in.flight per connection). A
+   * run's next event waits until the request holding its previous one is answered, so its
+   * events stay in order; other runs' events go in the next free request.
+   */
+  maxInFlightRequests?: number;
+  /**
    * Events of one partition a request carries at most (default: no limit). tansu reports a
    * partition's end as the first offset of its last record batch + 1, so on tansu pass 1: each
    * request then carries one event per partition (still one request for many runs).
@@ -224,7 +230,11 @@ export class GatewayClient {
   private readonly pending = new Set<Promise<void>>();
   /** Events waiting for the next request, in the order they were handed over. */
   private queue: Queued[] = [];
-  private sending = false;
+  private pumpScheduled = false;
+  private inFlight = 0;
+  /** Keys with an event in a request that has not been answered yet. */
+  private readonly inFlightKeys = new Set<string>();
+  private readonly maxInFlightRequests: number;
   private readonly maxBatchEvents: number;
   private readonly maxEventsPerPartition: number;
   private closed = false;
@@ -293,6 +303,7 @@ export class GatewayClient {
     this.clock = options.clock ?? Date.now;
     this.maxPendingSends = options.maxPendingSends ?? 10_000;
     this.maxBatchEvents = Math.max(1, options.maxBatchEvents ?? 1000);
+    this.maxInFlightRequests = Math.max(1, options.maxInFlightRequests ?? 5);
     this.maxEventsPerPartition = Math.max(0, options.maxEventsPerPartition ?? 0);
   }
 
@@ -560,63 +571,73 @@ export class GatewayClient {
     this.queue.push({ runId, key: Buffer.from(key, 'utf8'), value, done });
     this.pending.add(sent);
     void sent.finally(() => this.pending.delete(sent));
-    if (!this.sending) {
-      this.sending = true;
+    if (!this.pumpScheduled) {
+      this.pumpScheduled = true;
       // A microtask, not a timer: events emitted in the same tick (a refusal's call and its
       // outcome, parallel tool calls) share the first request.
-      queueMicrotask(() => void this.pump());
+      queueMicrotask(() => {
+        this.pumpScheduled = false;
+        this.pump();
+      });
     }
     return sent;
   }
 
-  /** Send queued events, a batch per request, until none are left. */
-  private async pump(): Promise<void> {
-    while (this.queue.length) {
+  /** Start requests for the queued events while fewer than `maxInFlightRequests` are out. */
+  private pump(): void {
+    while (this.queue.length && this.inFlight < this.maxInFlightRequests) {
       const batch = this.takeBatch();
-      this.counters.sendRequests++;
-      try {
-        if (this.transport.sendBatch) await this.transport.sendBatch(this.topics.events, batch);
-        else for (const record of batch) await this.transport.send(this.topics.events, record.key, record.value);
-        this.counters.published += batch.length;
-      } catch (error) {
-        this.counters.publishErrors += batch.length;
-        const text = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
-        const suppressed = this.limited.allow(`publish:${text}`);
-        if (suppressed >= 0) {
-          const runs = [...new Set(batch.map((record) => record.runId))];
-          this.log.error(
-            `publishing ${batch.length} event(s) of run(s) ${runs.slice(0, 3).join(', ')}${runs.length > 3 ? ', ...' : ''} failed: ${text}` +
-              (suppressed > 0 ? ` (${suppressed} more failures not logged)` : ''),
-          );
-        }
-      }
-      for (const record of batch) record.done();
+      if (!batch.length) return; // every queued key waits for a request in flight
+      this.inFlight++;
+      for (const record of batch) this.inFlightKeys.add(record.key.toString('latin1'));
+      void this.request(batch).finally(() => {
+        this.inFlight--;
+        for (const record of batch) this.inFlightKeys.delete(record.key.toString('latin1'));
+        for (const record of batch) record.done();
+        this.pump();
+      });
     }
-    this.sending = false;
+  }
+
+  /** One produce request for `batch`; failures are counted and logged, never thrown. */
+  private async request(batch: Queued[]): Promise<void> {
+    this.counters.sendRequests++;
+    try {
+      if (this.transport.sendBatch) await this.transport.sendBatch(this.topics.events, batch);
+      else for (const record of batch) await this.transport.send(this.topics.events, record.key, record.value);
+      this.counters.published += batch.length;
+    } catch (error) {
+      this.counters.publishErrors += batch.length;
+      const text = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
+      const suppressed = this.limited.allow(`publish:${text}`);
+      if (suppressed >= 0) {
+        const runs = [...new Set(batch.map((record) => record.runId))];
+        this.log.error(
+          `publishing ${batch.length} event(s) of run(s) ${runs.slice(0, 3).join(', ')}${runs.length > 3 ? ', ...' : ''} failed: ${text}` +
+            (suppressed > 0 ? ` (${suppressed} more failures not logged)` : ''),
+        );
+      }
+    }
   }
 
   /**
-   * The next request's events: the oldest queued ones, at most `maxBatchEvents`, and with
-   * `maxEventsPerPartition` at most that many of a partition (the rest keep their places, so
-   * a run's events still go out in order).
+   * The next request's events: the oldest queued ones whose key has nothing in flight, at most
+   * `maxBatchEvents`, and with `maxEventsPerPartition` at most that many of a partition (the
+   * rest keep their places, so a run's events still go out in order).
    */
   private takeBatch(): Queued[] {
     const limit = this.maxEventsPerPartition;
-    const partitionOf = this.transport.partitionOf?.bind(this.transport);
-    if (!limit || !partitionOf) {
-      const batch = this.queue.slice(0, this.maxBatchEvents);
-      this.queue = this.queue.slice(batch.length);
-      return batch;
-    }
+    const partitionOf = limit ? this.transport.partitionOf?.bind(this.transport) : undefined;
     const batch: Queued[] = [];
     const rest: Queued[] = [];
     const taken = new Map<number | string, number>();
     const blockedKeys = new Set<string>();
     for (const record of this.queue) {
       const keyText = record.key.toString('latin1');
-      const partition = partitionOf(this.topics.events, record.key) ?? `key:${keyText}`;
+      const partition = partitionOf ? (partitionOf(this.topics.events, record.key) ?? `key:${keyText}`) : 0;
       const count = taken.get(partition) ?? 0;
-      if (batch.length < this.maxBatchEvents && count < limit && !blockedKeys.has(keyText)) {
+      const free = !blockedKeys.has(keyText) && !this.inFlightKeys.has(keyText);
+      if (free && batch.length < this.maxBatchEvents && (!limit || count < limit)) {
         taken.set(partition, count + 1);
         batch.push(record);
       } else {

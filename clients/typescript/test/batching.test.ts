@@ -38,7 +38,7 @@ function client(transport: BatchingTransport, options = {}) {
 describe('batched sends', () => {
   it('sends what arrives while a request is in flight in one next request, in order per run', async () => {
     const transport = new BatchingTransport();
-    const c = client(transport);
+    const c = client(transport, { maxInFlightRequests: 1 });
     transport.hold = true;
     const first = c.startRun({ agentId: 'a', runId: 'run-0' }); // request 1 (held)
     await new Promise((resolve) => setImmediate(resolve));
@@ -54,6 +54,25 @@ describe('batched sends', () => {
       const seqs = transport.events().filter((e) => e.runId === run.runId).map((e) => Number(e.seq));
       assert.deepEqual(seqs, [1, 2, 3, 4]);
     }
+  });
+
+  it("with requests in flight for its key, a run's next event waits; other keys take a free request", async () => {
+    const transport = new BatchingTransport();
+    const c = client(transport); // 5 requests in flight at most
+    transport.hold = true;
+    const runs = [1, 2, 3].map((i) => c.startRun({ agentId: 'a', runId: `run-${i}` }));
+    await new Promise((resolve) => setImmediate(resolve));
+    for (const run of runs) await run.beforeTool('exec', {}); // keys in flight: all queued
+    const other = c.startRun({ agentId: 'a', runId: 'run-9' }); // a free key: its own request
+    await new Promise((resolve) => setImmediate(resolve));
+    assert.equal(c.stats().sendRequests, 2);
+    transport.release();
+    assert.ok(await c.flush(5000));
+    for (const run of [...runs, other]) {
+      const seqs = transport.events().filter((e) => e.runId === run.runId).map((e) => Number(e.seq));
+      assert.deepEqual(seqs, run === other ? [1] : [1, 2]);
+    }
+    assert.deepEqual(transport.requests.map((r) => r.seqs.length).sort(), [1, 3, 3]);
   });
 
   it('events emitted in the same tick share a request (no timer)', async () => {
