@@ -36,6 +36,7 @@ CORE_MODULES = [
     "streams/core/reorder.py",
     "streams/core/recent_decisions.py",
     "streams/core/session.py",
+    "streams/core/usage.py",
     "streams/core/run_state.py",
     "streams/core/engine.py",
 ]
