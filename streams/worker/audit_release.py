@@ -22,13 +22,19 @@ from faust.transport import consumer as faust_consumer
 _original_wait_empty = faust_consumer.Consumer.wait_empty
 
 
-def release_audit_messages(consumer: Any, audit_topics: Collection[str]) -> int:
+def release_audit_messages(
+    consumer: Any, audit_topics: Collection[str], stopping: bool = False
+) -> int:
     """Leave the audit topics' unacknowledged messages out of ``consumer``'s wait; returns
-    how many were left out."""
+    how many were left out. ``stopping``: also make sure no later acknowledgement (a
+    cancelled ``take`` acknowledges its batch) gets their offsets committed."""
     unacked = consumer._unacked_messages  # noqa: SLF001 - Faust 0.15.3's tracking set
     held = [m for m in list(unacked) if m.topic in audit_topics and not m.acked]
     for message in held:
         unacked.discard(message)
+        if stopping:
+            # Consumer.ack skips a message already marked: its offset is never committed.
+            message.acked = True
     return len(held)
 
 
@@ -39,7 +45,8 @@ def audit_never_holds_a_stop(audit_topics: Collection[str]) -> None:
 
     @functools.wraps(_original_wait_empty)
     async def wait_empty(self: Any) -> None:
-        release_audit_messages(self, topics)
+        stopping = bool(getattr(self.app, "should_stop", False))  # not a rebalance
+        release_audit_messages(self, topics, stopping=stopping)
         await _original_wait_empty(self)
 
     faust_consumer.Consumer.wait_empty = wait_empty  # type: ignore[method-assign]

@@ -25,6 +25,16 @@ def test_only_the_audit_topics_unacknowledged_messages_are_released() -> None:
     consumer = SimpleNamespace(_unacked_messages={guard, audit, done})
     assert release_audit_messages(consumer, {"lg.control", "lg.deadletter"}) == 1
     assert consumer._unacked_messages == {guard, done}
+    assert not audit.acked  # a rebalance: still acknowledged (and committed) once written
+
+
+def test_on_a_stop_a_released_message_can_no_longer_be_committed() -> None:
+    """Faust's take() acknowledges its batch when its agent is cancelled by the stop: the
+    stop's last commit took records the database never had (lost from the trail)."""
+    audit = Message("lg.control")
+    consumer = SimpleNamespace(_unacked_messages={audit})
+    assert release_audit_messages(consumer, {"lg.control"}, stopping=True) == 1
+    assert audit.acked  # Consumer.ack skips it: never in the offsets it commits
 
 
 def test_the_patched_wait_ends_while_an_audit_message_stays_unacknowledged(monkeypatch) -> None:
@@ -40,6 +50,6 @@ def test_the_patched_wait_ends_while_an_audit_message_stays_unacknowledged(monke
     monkeypatch.setattr(audit_release, "_original_wait_empty", original)
     audit_release.audit_never_holds_a_stop({"lg.control"})
     held = Message("lg.control")
-    consumer = SimpleNamespace(_unacked_messages={held})
+    consumer = SimpleNamespace(_unacked_messages={held}, app=SimpleNamespace(should_stop=False))
     asyncio.run(faust_consumer.Consumer.wait_empty(consumer))  # type: ignore[arg-type]
     assert not held.acked  # left unacknowledged: not committed, read again by the next owner
