@@ -127,7 +127,15 @@ def run_history(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-RUN_COLUMNS = ("last decision (UTC)", "run", "agent", "gateway", "worst", "warn", "block")
+RUN_COLUMNS: tuple[str, ...] = (
+    "last decision (UTC)",
+    "run",
+    "agent",
+    "gateway",
+    "worst",
+    "warn",
+    "block",
+)
 RUN_COLUMNS += ("abort", "observed", "status", "events", "detectors", "loop tokens", "saved (est.)")
 
 

@@ -139,8 +139,7 @@ def _check_usage(record: str, body: Mapping[str, Any]) -> None:
         if isinstance(value, int) and not isinstance(value, bool) and value < 0:
             raise EncodeError(f"{record}.{name} must be 0 or more, got {value}")
     cost = body.get("cost_usd")
-    numeric = isinstance(cost, int | float) and not isinstance(cost, bool)
-    if numeric and (not math.isfinite(cost) or cost < 0):
+    if isinstance(cost, int | float) and (not math.isfinite(cost) or cost < 0):
         raise EncodeError(f"{record}.cost_usd must be a finite number, 0 or more, got {cost}")
 
 
