@@ -178,6 +178,8 @@ export interface Transport {
   sendBatch?(topic: string, records: OutRecord[]): Promise<void>;
   /** The partition a key goes to (for `maxEventsPerPartition`); undefined when not known. */
   partitionOf?(topic: string, key: Buffer): number | undefined;
+  /** The topic's partition count, when known (lets a batch stop looking once each is full). */
+  partitionCount?(topic: string): number | undefined;
   close(): Promise<void>;
   readonly reconnects?: number;
 }
@@ -185,6 +187,9 @@ export interface Transport {
 interface Queued extends OutRecord {
   runId: string;
   done: () => void;
+  /** The key as text (the in-flight and ordering checks), and its partition once computed. */
+  keyText: string;
+  partition?: number | string;
 }
 
 interface RunControl {
@@ -568,7 +573,7 @@ export class GatewayClient {
     const sent = new Promise<void>((resolve) => {
       done = resolve;
     });
-    this.queue.push({ runId, key: Buffer.from(key, 'utf8'), value, done });
+    this.queue.push({ runId, key: Buffer.from(key, 'utf8'), value, done, keyText: key });
     this.pending.add(sent);
     void sent.finally(() => this.pending.delete(sent));
     if (!this.pumpScheduled) {
@@ -589,10 +594,10 @@ export class GatewayClient {
       const batch = this.takeBatch();
       if (!batch.length) return; // every queued key waits for a request in flight
       this.inFlight++;
-      for (const record of batch) this.inFlightKeys.add(record.key.toString('latin1'));
+      for (const record of batch) this.inFlightKeys.add(record.keyText);
       void this.request(batch).finally(() => {
         this.inFlight--;
-        for (const record of batch) this.inFlightKeys.delete(record.key.toString('latin1'));
+        for (const record of batch) this.inFlightKeys.delete(record.keyText);
         for (const record of batch) record.done();
         this.pump();
       });
@@ -628,23 +633,34 @@ export class GatewayClient {
   private takeBatch(): Queued[] {
     const limit = this.maxEventsPerPartition;
     const partitionOf = limit ? this.transport.partitionOf?.bind(this.transport) : undefined;
+    const partitions = partitionOf ? this.transport.partitionCount?.(this.topics.events) : undefined;
     const batch: Queued[] = [];
     const rest: Queued[] = [];
     const taken = new Map<number | string, number>();
+    let fullPartitions = 0;
     const blockedKeys = new Set<string>();
-    for (const record of this.queue) {
-      const keyText = record.key.toString('latin1');
-      const partition = partitionOf ? (partitionOf(this.topics.events, record.key) ?? `key:${keyText}`) : 0;
+    const queue = this.queue;
+    let index = 0;
+    for (; index < queue.length; index++) {
+      // Nothing more can join (the batch is full, or every partition is): the rest stays as is.
+      if (batch.length >= this.maxBatchEvents || (partitions && fullPartitions >= partitions)) break;
+      const record = queue[index];
+      const keyText = record.keyText;
+      if (partitionOf && record.partition === undefined) {
+        record.partition = partitionOf(this.topics.events, record.key) ?? `key:${keyText}`;
+      }
+      const partition = record.partition ?? 0;
       const count = taken.get(partition) ?? 0;
-      const free = !blockedKeys.has(keyText) && !this.inFlightKeys.has(keyText);
-      if (free && batch.length < this.maxBatchEvents && (!limit || count < limit)) {
+      if (!blockedKeys.has(keyText) && !this.inFlightKeys.has(keyText) && (!limit || count < limit)) {
         taken.set(partition, count + 1);
+        if (limit && count + 1 === limit) fullPartitions++;
         batch.push(record);
       } else {
         blockedKeys.add(keyText); // a key's later events wait behind the one left here
         rest.push(record);
       }
     }
+    for (; index < queue.length; index++) rest.push(queue[index]);
     this.queue = rest;
     return batch;
   }
@@ -907,6 +923,10 @@ class KafkaTransport implements Transport {
   /** One produce request: kafkajs groups the records per partition (a record batch each). */
   async sendBatch(topic: string, records: OutRecord[]): Promise<void> {
     await this.producer.send({ topic, acks: -1, messages: records.map(({ key, value }) => ({ key, value })) });
+  }
+
+  partitionCount(topic: string): number | undefined {
+    return this.partitionCounts.get(topic);
   }
 
   /** The default partitioner's choice for `key` once the topic's partition count is known. */
