@@ -14,6 +14,7 @@ messages are still waited for.
 from __future__ import annotations
 
 import functools
+import weakref
 from collections.abc import Collection
 from typing import Any
 
@@ -42,11 +43,16 @@ def audit_never_holds_a_stop(audit_topics: Collection[str]) -> None:
     """Patch ``Consumer.wait_empty`` (idempotent): the audit topics' messages are released
     first (see the module's docstring)."""
     topics = frozenset(audit_topics)
+    stopped: weakref.WeakSet[Any] = weakref.WeakSet()  # consumers whose stop waited once
 
     @functools.wraps(_original_wait_empty)
     async def wait_empty(self: Any) -> None:
         stopping = bool(getattr(self.app, "should_stop", False))  # not a rebalance
+        if stopping and self in stopped:
+            return
         release_audit_messages(self, topics, stopping=stopping)
+        if stopping:
+            stopped.add(self)
         await _original_wait_empty(self)
 
     faust_consumer.Consumer.wait_empty = wait_empty  # type: ignore[method-assign]

@@ -219,7 +219,7 @@ def test_a_sqlite_file_read_only_at_start_is_written_once_writable_without_a_res
     pipeline = pipeline_factory(migrated_db_url, config=ENABLED)
     port = free_port()
     with immutable(migrated_db_url) as writable:
-        worker = pipeline.start_worker(web_port=port)
+        worker = pipeline.start_worker(web_port=port, LOOPGUARD_SHUTDOWN_TIMEOUT="3600")
         client = pipeline.client(wait_budget_ms=IN_TIME_BUDGET_MS)
         pipeline.wait_ready(client)
         sentinel = guarded_sentinel(client)
@@ -229,6 +229,9 @@ def test_a_sqlite_file_read_only_at_start_is_written_once_writable_without_a_res
         trail_equals_published(pipeline, {sentinel})
     assert worker.alive  # the same process: no restart needed
     health_when(port, lambda code, body: code == 200 and body.get("status") == "ok")
+    # After write errors, a SIGTERM'd worker on Kafka (exactly once) failed its consumer's stop
+    # on a second commit ("Not in the middle of a transaction") and lingered until killed.
+    assert stopped(worker) == 0, pipeline.worker_logs(20_000)
 
 
 def test_an_unreachable_postgresql_at_start_guards_degraded_and_stops_on_sigterm(
