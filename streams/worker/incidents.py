@@ -257,12 +257,14 @@ class IncidentAgents:
         await self.sender.send(self.incidents_topic.get_topic_name(), records)
 
     async def close_quiet(self) -> None:
-        """Close the incidents whose quiet window has passed (wall clock, minus lateness)."""
+        """Close the incidents whose quiet window has passed (wall clock, minus lateness),
+        on the signal partitions this worker owns (a standby copy is its owner's to close)."""
         now = int(time.time() * 1000) - LATENESS_MS
+        owned = self.owned()
         due = [
             close(incident)
-            for incident in (Incident.from_dict(json.loads(v)) for v in self.opened.values())
-            if due_to_close(incident, now)
+            for key, value in list(self.opened.items())
+            if key in owned and due_to_close(incident := Incident.from_dict(json.loads(value)), now)
         ]
         if due:
             app = self.parts.app
@@ -275,7 +277,17 @@ class IncidentAgents:
                     del self.opened[key]
                 await commit_outside_batches(app, written)
             await self.publish(due)
-        self.metrics.set_open(len(self.opened))
+        self.metrics.set_open(len(owned) - len(due))
+
+    def owned(self) -> set[bytes]:
+        """Keys of the open-incidents table on signal partitions actively assigned here."""
+        app, topic = self.parts.app, self.signals_topic.get_topic_name()
+        actives = app.assignor.assigned_actives()
+        return {
+            key
+            for key in list(self.opened.keys())
+            if TP(topic, app.producer.key_partition(topic, key).partition) in actives
+        }
 
     # -- the record ----------------------------------------------------------------------
 
