@@ -313,8 +313,13 @@ class WorkerAgents:
         written: set[TP] = set()
         # Between batches: exactly once, the deletions are committed here on their own (no
         # event's offsets carry them), and a half-published batch must not go with them.
+        # Only runs of partitions active here: the table also holds standby copies of other
+        # workers' runs (LOOPGUARD_STANDBY_REPLICAS), which their owners expire.
+        owned = self.parts.app.assignor.assigned_actives()
         async with self.parts.commit_barrier:
             for run_id, state in list(runs.items()):
+                if runs.changelog_tp(run_id, state) not in owned:
+                    continue
                 session_key = state.session_id.encode()
                 latest = bool(session_key) and sessions.get(session_key) == run_id
                 kept = latest and self.parts.processor.config_for(state.agent_id).session_scope

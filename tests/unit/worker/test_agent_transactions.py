@@ -103,7 +103,10 @@ def worker(block: dict) -> tuple[WorkerAgents, Producer]:
     producer = Producer()
     app = SimpleNamespace(
         conf=SimpleNamespace(id="lg"),
-        assignor=SimpleNamespace(group_for_topic=lambda topic: 0),
+        assignor=SimpleNamespace(
+            group_for_topic=lambda topic: 0,
+            assigned_actives=lambda: {TP("lg-runs-changelog", p) for p in PARTITIONS.values()},
+        ),
         producer=producer,
         in_transaction=True,
     )
@@ -187,6 +190,19 @@ def test_expired_state_is_committed_in_its_partitions_transaction_at_once() -> N
     assert agents.parts.runs == {} and agents.parts.sessions == {}
     # No event will carry partition 2's offsets: the deletion's transaction is committed now.
     assert producer.log == [("commit", "lg-0-2"), ("begin", "lg-0-2")]
+
+
+def test_the_expiry_sweep_leaves_a_standby_copy_to_its_owner() -> None:
+    agents, _ = worker(BLOCK)
+    agents.parts.app.assignor.assigned_actives = set  # the run's partition is a standby here
+
+    async def scenario() -> None:
+        await agents.guard_batch(batch(session_run()))  # the run ended: its owner may drop it
+        agents.parts.expiry.last_touched[b"run-b"] -= 1.0
+        await agents.expire_runs()
+
+    asyncio.run(scenario())
+    assert b"run-b" in agents.parts.runs  # no tombstone from a copy that may be behind
 
 
 class AckingStream:
