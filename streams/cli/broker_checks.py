@@ -15,7 +15,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from streams.settings import Settings
+from streams.settings import Settings, redact_urls
 from streams.worker.startup import quiet
 
 PROBE_TIMEOUT = 5.0  # seconds; a reachable broker answers InitProducerId in milliseconds
@@ -82,7 +82,8 @@ def profile_mismatch(settings: Settings) -> str | None:
     if refusal is None:
         return None
     return (
-        f"broker {settings.broker} refuses transactions ({refusal}), so it cannot run the "
+        f"broker {redact_urls(settings.broker)} refuses transactions ({refusal}), so it cannot "
+        "run the "
         f"{settings.profile} profile's exactly once; for the embedded tansu broker "
         "(`loopguard demo`'s) use --broker-profile tansu"
     )

@@ -15,7 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from streams.settings import DEFAULT_DB_URL, Settings, Topics
+from streams.settings import DEFAULT_DB_URL, Settings, Topics, redact_urls
 
 if TYPE_CHECKING:  # deferred at run time (SQLAlchemy)
     from streams.audit.store import AuditStore
@@ -96,7 +96,7 @@ def run_reporting_errors(
         return EXIT_ERROR
     except KafkaError as exc:
         print(
-            f"loopguard {command}: broker {args.broker}: {exc} (check --broker / "
+            f"loopguard {command}: broker {redact_urls(args.broker)}: {exc} (check --broker / "
             "LOOPGUARD_BROKER and that Kafka is running there)",
             file=sys.stderr,
         )

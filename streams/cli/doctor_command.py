@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from streams.cli.common import EXIT_ERROR, EXIT_OK, add_db_arg, add_topic_args, settings_from_args
+from streams.settings import redact_urls
 
 OK, FAIL, SKIP = "ok", "FAIL", "skip"
 CHECK_TIMEOUT = 3.0  # seconds per broker or database call
@@ -108,8 +109,9 @@ def check_broker(settings: Any) -> tuple[Check, list[str] | None]:
             finally:
                 admin.close()
     except (KafkaError, OSError) as exc:
-        return Check("broker", FAIL, f"{settings.broker} does not answer: {exc}"), None
-    return Check("broker", OK, f"{settings.broker} answers ({len(topics)} topics)"), topics
+        return Check("broker", FAIL, f"{redact_urls(settings.broker)} does not answer: {exc}"), None
+    shown = redact_urls(settings.broker)
+    return Check("broker", OK, f"{shown} answers ({len(topics)} topics)"), topics
 
 
 def check_profile(settings: Any) -> Check:

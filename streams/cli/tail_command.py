@@ -24,6 +24,7 @@ from streams.cli.common import (
 )
 from streams.cli.query_commands import positive_int
 from streams.cli.times import format_ms
+from streams.settings import redact_urls
 
 TOPIC_WAIT = 10.0  # seconds to wait for a control topic that workers have not created yet
 
@@ -100,7 +101,8 @@ def _tail(args: argparse.Namespace) -> int:
     )
     if not follower.open(wait=TOPIC_WAIT):
         print(
-            f"loopguard tail: topic {settings.topics.control} not found on {args.broker} "
+            f"loopguard tail: topic {settings.topics.control} not found on "
+            f"{redact_urls(args.broker)} "
             "(has a worker run there? check --topic-prefix)",
             file=sys.stderr,
         )

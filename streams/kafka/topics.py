@@ -14,7 +14,7 @@ from kafka import KafkaConsumer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.errors import KafkaError, TopicAlreadyExistsError
 
-from streams.settings import Settings
+from streams.settings import Settings, redact_urls
 
 log = logging.getLogger("loopguard.topics")
 
@@ -72,7 +72,8 @@ def connect_admin(settings: Settings, deadline: float) -> KafkaAdminClient:
             return admin_client(settings, deadline - time.monotonic())
         except KafkaError as exc:
             if time.monotonic() > deadline:
-                raise RuntimeError(f"broker {settings.broker} unreachable: {exc}") from None
+                shown = redact_urls(settings.broker)
+                raise RuntimeError(f"broker {shown} unreachable: {exc}") from None
             time.sleep(0.2)
 
 
