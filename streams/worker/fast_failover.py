@@ -1,5 +1,6 @@
-"""Failover in seconds: a promoted standby starts where it is, and table recovery ends as soon
-as the changelog has been read (faust-streaming 0.15.3; issue 26).
+"""Failover in seconds: a promoted standby starts where it is, a kept partition is not read
+again, and table recovery ends as soon as the changelog has been read (faust-streaming 0.15.3;
+issue 26).
 
 Standby offsets: with the in-memory store (``persisted_offset`` is always None) Faust forgets
 how far a standby replica had read when its partition becomes active, and recovers the active
@@ -8,14 +9,20 @@ standby saved nothing. :func:`fast_failover` carries the standby's offset over, 
 promoted partition reads only what the standby had not yet read (the table's data was never
 cleared: the memory store keeps every key across rebalances).
 
+Kept partitions: likewise Faust forgets that a partition it keeps across a rebalance is up to
+date (its active offset is where its last recovery stopped, not what the worker wrote since),
+and re-read each kept partition's changelog at every rebalance: everything the worker had
+written since it started. A partition kept active after a finished recovery starts at its
+highwater.
+
 Transaction markers: exactly once, a changelog partition ends with a commit marker, never a
 record, so the recovery's offsets stay one short of the end offset and Faust only notices that
 the partition is read after its changelog queue was empty for two 5 s timeouts
 (``detect_aborted_tx`` in ``Recovery._slurp_changelogs``): every rebalance that recovered
 anything took at least 10 s. A watcher (installed by the same :func:`fast_failover`) decides
-it within a fraction of a second, exactly: the consumer's position has passed the end offset
-(aiokafka steps over control batches), the fetch that got there was handed over (Faust starts
-the next the next fetch only after the last one's records are all queued), and the queue is drained.
+it within a fraction of a second, exactly: the consumer's position after the last fetch has
+passed the end offset (aiokafka steps over control batches), that fetch's records were all
+queued (Faust asks for the next batch only then), and the queue is drained.
 
 Highwaters: exactly once, Faust takes a changelog partition's recovery target from the last
 stable offset of the consumer's last fetch response for it, which a partition just assigned
@@ -48,6 +55,7 @@ log = logging.getLogger("loopguard.worker")
 _original_on_rebalance = faust_recovery.Recovery.on_rebalance
 _original_highwaters = faust_aiokafka.AIOKafkaConsumerThread._highwaters
 _original_transactions_rebalance = faust_consumer.TransactionManager.on_rebalance
+_original_build_offsets = faust_recovery.Recovery._build_offsets
 _slurp = faust_recovery.Recovery._slurp_changelogs
 # What the patches depend on, fingerprinted in streams.worker.faust_patches.patch_mismatches:
 # on_rebalance is wrapped; _slurp_changelogs is not replaced, but the end watcher relies on how
@@ -55,6 +63,7 @@ _slurp = faust_recovery.Recovery._slurp_changelogs
 REPLACED = {
     "Recovery.on_rebalance": (_original_on_rebalance, "aa4d997a1795ceae"),
     "AIOKafkaConsumerThread._highwaters": (_original_highwaters, "a7f4f97d9f32aca2"),
+    "Recovery._build_offsets": (_original_build_offsets, "27eec86be06cb51f"),
     "TransactionManager.on_rebalance": (_original_transactions_rebalance, "2c190b35003af25c"),
     "Recovery._slurp_changelogs": (getattr(_slurp, "fun", _slurp), "7825c7e50f766d5a"),
 }
@@ -80,7 +89,13 @@ async def _on_rebalance(
     self: Any, assigned: Any, revoked: Any, newly_assigned: Any, generation_id: int = 0
 ) -> None:
     """Faust's Recovery.on_rebalance; a partition that was a standby here and is now active
-    starts reading its changelog where the standby stopped."""
+    starts reading its changelog where the standby stopped, one that stays active here (its
+    recovery had finished) at its end."""
+    settled = not self.in_recovery and (self._recovery_ended_at or 0.0) > getattr(
+        self, "loopguard_rebalanced_at", 0.0
+    )
+    kept = set(self.active_tps) - set(revoked) if settled else set()
+    self.loopguard_rebalanced_at = time.monotonic()
     standby = {
         tp: offset
         for tp, offset in self.standby_offsets.items()
@@ -91,6 +106,7 @@ async def _on_rebalance(
         if self.active_offsets.get(tp) is None and tp in standby:
             self.active_offsets[tp] = standby[tp]
             log.info("changelog %s was a standby here: recovery starts at %d", tp, standby[tp])
+    self.loopguard_kept = kept & self.active_tps
     if getattr(self, "loopguard_end_watch", None) is None:
         self.loopguard_end_watch = asyncio.ensure_future(_end_when_read(self))
 
@@ -155,6 +171,18 @@ async def _highwaters(self: Any, partitions: Any) -> Any:
     return await self._ensure_consumer().end_offsets(partitions)
 
 
+async def _build_offsets(self: Any, consumer: Any, tps: Any, destination: Any, title: str) -> None:
+    """Faust's Recovery._build_offsets; a partition kept active starts at its highwater (built
+    just before): this worker wrote everything in its changelog since its last recovery."""
+    await _original_build_offsets(self, consumer, tps, destination, title)
+    if title != "active":
+        return
+    for tp in getattr(self, "loopguard_kept", set()) & set(tps):
+        highwater = self.active_highwaters.get(tp)
+        if highwater is not None and highwater > (destination.get(tp) or -1):
+            destination[tp] = highwater
+
+
 async def _transactions_on_rebalance(
     self: Any, assigned: Any, revoked: Any, newly_assigned: Any
 ) -> None:
@@ -169,9 +197,9 @@ async def _transactions_on_rebalance(
 
 
 def fast_failover() -> None:
-    """Install all four: standby offsets kept on promotion, recovery ended once read (fetches
-    tracked by wrapping whatever getmany is installed now: faust_patches' snapshot), listed
-    highwaters, stale transactional producers stopped."""
+    """Install all five: standby offsets kept on promotion, kept partitions not re-read,
+    recovery ended once read (fetches tracked by wrapping whatever getmany is installed now:
+    faust_patches' snapshot), listed highwaters, stale transactional producers stopped."""
     inner = faust_aiokafka.AIOKafkaConsumerThread.getmany
 
     async def getmany(self: Any, active_partitions: Any, timeout: float) -> Any:
@@ -186,5 +214,6 @@ def fast_failover() -> None:
 
     faust_aiokafka.AIOKafkaConsumerThread.getmany = getmany
     faust_recovery.Recovery.on_rebalance = _on_rebalance
+    faust_recovery.Recovery._build_offsets = _build_offsets
     faust_aiokafka.AIOKafkaConsumerThread._highwaters = _highwaters
     faust_consumer.TransactionManager.on_rebalance = _transactions_on_rebalance

@@ -2,11 +2,12 @@
 
 On the 3-node Kafka cluster, with the kafka profile's defaults (one table standby replica,
 exactly once): two workers of one app, each active for half the partitions and standby for
-the other half; a few thousand open runs are loaded, a looping run is warned, then the worker
-that guards it is SIGKILLed. The survivor must take its partitions over with the runs' states
-(the warned run goes on to its block at the call the pure core says, not to a fresh warning),
-guard a new looping run there, and have started its recovery from its standby copy, not from
-the start of the changelog. How long it took is bench/failover_bench.py's job, not a test's.
+the other half; a few thousand open runs are loaded, two looping runs are warned (one on each
+worker), then the second worker is SIGKILLed. The survivor must take its partitions over with
+the runs' states (each warned run goes on to its block at the call the pure core says, not to a
+fresh warning: the one that moved and the one whose partition the survivor kept without reading
+it again), guard a new looping run there, and have started its recovery from its standby copy,
+not from the start of the changelog. How long it took is bench/failover_bench.py's job.
 """
 
 from __future__ import annotations
@@ -100,14 +101,19 @@ def test_a_standby_takes_over_a_killed_worker_with_its_runs_state(
                 producer.send(events_topic, key=run_id.encode(), value=encode_event(event))
         producer.flush()
 
-        # The warned run, on a partition of the second worker (the one started without the
-        # canary), is published up to its warning; the rest comes after the kill.
-        victim = pipeline.workers[1]
+        # Two warned runs, one on a partition of the second worker (started without the canary,
+        # the one killed: its runs move), one on a partition the first keeps; each published up
+        # to its first warning, the rest after the kill.
+        victim, survivor = pipeline.workers[1], pipeline.workers[0]
         victim_partitions = owned(victim)
-        warned = next(
-            r for i in range(1000) if partition_of(r := f"warned-{i}") in victim_partitions
-        )
-        events = looping_run(warned, 22)  # warned from call 11, blocked at 21 and 22
+        warned = [
+            next(r for i in range(1000) if partition_of(r := f"{name}-{i}") in partitions)
+            for name, partitions in (
+                ("warned-moved", victim_partitions),
+                ("warned-kept", owned(survivor)),
+            )
+        ]
+        events = [e for run_id in warned for e in looping_run(run_id, 22)]  # blocked at 21, 22
         want = expected(events)
         warn_seq = min(d.seq for d in want.values() if d.action is Action.WARN)
         block_seq = min(d.seq for d in want.values() if d.action is Action.BLOCK)
@@ -117,11 +123,10 @@ def test_a_standby_takes_over_a_killed_worker_with_its_runs_state(
                 client.publish(event)
         client.flush()
         before = [d for d in want.values() if d.seq <= warn_seq]
-        got = wait_for_decisions(client, [warned], len(before))
+        got = wait_for_decisions(client, warned, len(before))
         assert set(got) == {d.decision_id for d in before}, pipeline.worker_logs()
 
         victim.kill()  # SIGKILL: no commit, no leaving the group
-        survivor = pipeline.workers[0]
         wait_until(
             lambda: sorted(owned(survivor)) == list(range(PARTITIONS)),
             "the survivor owns every partition",
@@ -137,13 +142,16 @@ def test_a_standby_takes_over_a_killed_worker_with_its_runs_state(
             client.publish(event)
         client.flush()
 
-        got = wait_for_decisions(client, [warned], len(want))
+        got = wait_for_decisions(client, warned, len(want))
         assert got == want, (
             f"missing {sorted(set(want) - set(got))[:4]}, extra {sorted(set(got) - set(want))[:4]}"
             f"\n{pipeline.worker_logs()}"
         )
-        blocks = sorted(d.seq for d in got.values() if d.action is Action.BLOCK)
-        assert blocks[0] == block_seq  # the state held: the block, at the core's call
+        for run_id in warned:  # the states held: each run blocked at the core's call
+            blocks = sorted(
+                d.seq for d in got.values() if d.run_id == run_id and d.action is Action.BLOCK
+            )
+            assert blocks[0] == block_seq, run_id
         want_fresh = expected(fresh_events)
         assert wait_for_decisions(client, [fresh], len(want_fresh)) == want_fresh
         assert any(d.action is Action.BLOCK for d in want_fresh.values())
