@@ -16,6 +16,10 @@ final partitions (start-up, joins and rebalances stay outside) until every parti
 committed to its end: events committed in between / time. Every contender commits every
 0.5 s and both ends fall on a commit, so all are timed the same way.
 
+Beside each figure: the CPU (user + system) its processes used per event in the timed window,
+from /proc: what predicts how workers scale where each has a core of its own (on 2 cores four
+workers cannot be measured; 1e6 / that figure is the events/s one busy core sustains).
+
 Then, with the two workers: decision latency at ``--rate`` events/s offered (10,000 new runs
 interleaved plus a compaction loop every ``--probe-every`` events whose abort is timed from its
 last event produced to the decision received); changelog bytes written per event (every record
@@ -85,8 +89,8 @@ def start_forwarder(kind: str, broker, prefix: str, partitions: int, tmp: Path):
         "LOOPGUARD_TOPIC_PREFIX": prefix,
         "LOOPGUARD_PARTITIONS": str(partitions),
         "LOOPGUARD_DATA_DIR": str(tmp / f"{prefix}-data"),
-        # Plain batching (Kafka's 16 KB default) for both baselines on every broker; the
-        # tansu profile's one record per batch is loopguard's choice (table recovery).
+        # Plain batching (Kafka's 16 KB default) for both baselines on every broker, as
+        # both of loopguard's broker profiles now batch (16 KB).
         "LOOPGUARD_PRODUCER_MAX_BATCH": "16384",
         # Plain consume -> produce, as the aiokafka loop does; the kafka profile's exactly once
         # is loopguard's (a bare Faust app without tables also crashes on it in Faust 0.15.3:
@@ -179,7 +183,11 @@ def run_contender(name: str, ctx: dict, plan) -> dict:
         if with_start:
             counted, elapsed = count - before, done - started
         drained = count >= total
+        cpu = ctx.pop("cpu_at_end", 0.0) - ctx.pop("cpu_at_first", 0.0)
         figures.update(
+            cpu_us_per_event=round(cpu / counted * 1e6, 1)
+            if counted > 0 and not with_start
+            else None,
             processes=len(processes),
             events=len(plan.values),
             drained=drained,
@@ -193,7 +201,8 @@ def run_contender(name: str, ctx: dict, plan) -> dict:
         )
         print(
             f"  {name}: {figures['events_per_s']:,} events/s ({counted:,} events in "
-            f"{elapsed:.1f}s{'' if drained else ', drain timeout: not all processed'})",
+            f"{elapsed:.1f}s{'' if drained else ', drain timeout: not all processed'}; "
+            f"{figures['cpu_us_per_event']} us CPU per event, all its processes)",
             flush=True,
         )
         for process in processes:
@@ -246,6 +255,19 @@ def assignments(process: WorkerProcess) -> int:
     return text.count("events partitions assigned to this worker")
 
 
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU the processes used so far (Linux /proc), 0 for one that is gone."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
+    return total
+
+
 def time_drain(name: str, ctx: dict, processes, progress: GroupProgress, ends: dict):
     """Poll the group's commits every 50 ms. The clock starts at the first commit seen after
     every process has its final partitions (start-up, joins and rebalances stay outside) and
@@ -270,10 +292,12 @@ def time_drain(name: str, ctx: dict, processes, progress: GroupProgress, ends: d
         count = sum(min(committed.get(p, 0), end) for p, end in ends.items())
         if stable and first is None and last_seen is not None and count > last_seen:
             first = (now, count)
+            ctx["cpu_at_first"] = cpu_seconds([p.process.pid for p in processes if p.process])
         last_seen = count
         if first is not None and deadline > first[0] + args.drain_timeout:
             deadline = first[0] + args.drain_timeout  # --drain-timeout counts from t0
         if count >= total or now > deadline:
+            ctx["cpu_at_end"] = cpu_seconds([p.process.pid for p in processes if p.process])
             return first or (now, count), now, count
         if now - last_report >= args.progress:
             last_report = now
@@ -414,6 +438,11 @@ def report(args, results: dict, latency: dict | None, memory: dict | None, broke
             notes.append("one commit held every event: timed from the process start")
         if not r["drained"]:
             notes.append(f"rate over {r['timed_events']:,} events (drain timeout)")
+        if r.get("cpu_us_per_event"):
+            per_worker = r["cpu_us_per_event"]
+            notes.append(
+                f"{per_worker:,.0f} us CPU/event ({1e6 / per_worker:,.0f} events/s per busy core)"
+            )
         if r.get("rebalances", 0) > r.get("processes", 1) and name.startswith("loopguard"):
             notes.append(f"{r['rebalances']} assignments in all (timed after the last)")
         label = {

@@ -290,9 +290,9 @@ class WorkerMetrics:
 
     # -- called by the worker ---------------------------------------------------------------
 
-    def observe_event(self, kind: str) -> None:
-        """One event consumed; ``kind`` is its type (``tool_call``, ``tool_result``, ...)."""
-        self.events.labels(type=kind or UNKNOWN).inc()
+    def observe_event(self, kind: str, n: int = 1) -> None:
+        """``n`` events consumed; ``kind`` is their type (``tool_call``, ``tool_result``, ...)."""
+        self.events.labels(type=kind or UNKNOWN).inc(n)
         now = time.time()
         self.last_event_at = now
         self.last_event.set(now)
@@ -312,9 +312,9 @@ class WorkerMetrics:
         for decision in decisions:
             self.observe_decision(decision)
 
-    def observe_dead_letter(self, kind: str | BaseException) -> None:
-        """One message parked; ``kind``: a short label or the exception (see dead_letter_kind)."""
-        self.dead_letters.labels(kind=dead_letter_kind(kind)).inc()
+    def observe_dead_letter(self, kind: str | BaseException, n: int = 1) -> None:
+        """``n`` messages parked; ``kind``: a short label or the exception (dead_letter_kind)."""
+        self.dead_letters.labels(kind=dead_letter_kind(kind)).inc(n)
 
     def set_lag(self, partition: int, lag: int | float) -> None:
         """Events on events-topic ``partition`` not yet read by this worker."""
@@ -346,9 +346,12 @@ class WorkerMetrics:
         """``n`` runs evicted at the cap; ``reason``: their class (streams.state.expiry)."""
         self.runs_evicted.labels(reason=reason).inc(n)
 
-    def observe_latency(self, seconds: float) -> None:
-        """Processing time of one event, in seconds."""
-        self.latency.observe(max(0.0, seconds))
+    def observe_latency(self, seconds: float, n: int = 1) -> None:
+        """Processing time of one event, in seconds; ``n`` events of a batch that took
+        ``seconds`` each on average."""
+        seconds = max(0.0, seconds)
+        for _ in range(n):
+            self.latency.observe(seconds)
 
     def audit_written(self, n: int = 1) -> None:
         """``n`` records were newly written to the audit trail."""

@@ -20,7 +20,7 @@ import logging
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from functools import partial
+from functools import cached_property, partial
 from typing import Any
 
 import faust
@@ -30,44 +30,28 @@ from mode import CrashingSupervisor
 from streams.audit.config_changes import ConfigChangeRecorder
 from streams.audit.writer import AuditWriter, RecordRefused
 from streams.core.engine import core_build
-from streams.core.events import AgentEvent, Decision, event_kind
+from streams.core.events import AgentEvent, Decision
 from streams.core.fleet import FleetConfig
 from streams.core.run_state import ACTIVE
 from streams.kafka.config_topic import ConfigWatcher
 from streams.kafka.rekey import Rekeyer
 from streams.kafka.schema_topic import SchemaTopic
 from streams.observability.metrics import WorkerMetrics, unread_records
+from streams.service.batch import BatchOutput, BatchTopics, process_batch, writer_fingerprint
 from streams.service.processor import EventProcessor
 from streams.settings import Settings
 from streams.state.expiry import RunExpiry, eviction_class
-from streams.state.state_format import encode as encode_state
 from streams.webhooks.notifier import WebhookNotifier
-from streams.wire.avro import (
-    CodecError,
-    DeadLetterRecord,
-    decode_control,
-    decode_event,
-    encode_dead_letter,
-    encode_decision,
-    encode_watermark,
-)
-from streams.wire.errors import UnknownSchemaError
+from streams.wire.avro import CodecError, decode_control, decode_event
 from streams.wire.schema_registry import SchemaRegistry
-from streams.worker.batch_sends import BatchSends
 from streams.worker.config_audit import start_config_audit
 from streams.worker.crash_exit import CrashExit
-from streams.worker.exactly_once import (
-    commit_batch,
-    commit_outside_batches,
-    drain_producer_buffer,
-    in_transaction_of,
-    source_transaction,
-)
+from streams.worker.exactly_once import Checkpoint, commit_outside_batches
 from streams.worker.ready_batches import take_ready
 
 log = logging.getLogger("loopguard.worker")
 
-DEAD_LETTER_PAYLOAD_LIMIT = 65_536
+PARTITION_CACHE_SIZE = 65_536  # (topic, key) -> partition, emptied when full
 LAG_SAMPLE_SECONDS = 5.0
 STALL_SECONDS = 30.0  # events waiting and none applied for this long: not guarding
 
@@ -105,6 +89,7 @@ class WorkerAgents:
         self.parts = parts
         self.settings = parts.settings
         self.crashing: asyncio.Future | None = None  # held: a task nobody keeps can vanish
+        self.partitions: dict[tuple[str, bytes], int] = {}  # see partition_for
         self.config_audit: ConfigChangeRecorder | None = None  # started by announce
 
     def register(self) -> None:
@@ -127,97 +112,102 @@ class WorkerAgents:
             app.task(parts.webhooks.run)
         app.on_partitions_assigned.connect(self.log_assignment)
 
-    async def guard_runs(self, stream: faust.StreamT) -> None:
-        """Apply events to their runs' state; publish decisions to the control topic.
+    @cached_property
+    def checkpoint(self) -> Checkpoint:
+        return Checkpoint(self.parts.app, self.parts.commit_barrier, self.delivery_failed)
 
-        Events are taken in batches of what has queued up (:mod:`ready_batches`) so a run's
-        state is written to the changelog once per batch instead of once per event: the table
-        write, not the detector, is what bounds a Faust worker's throughput. Exactly once, a
-        batch is committed as soon as its records are with the producer
-        (:func:`streams.worker.exactly_once.commit_batch`): a read-committed gateway sees its
-        decisions and watermarks one commit after the batch, not on Faust's timer.
-        """
-        parts, settings = self.parts, self.settings
-        app = parts.app
-        async for batch in take_ready(stream, settings.batch_size, settings.batch_window):
-            async with parts.commit_barrier:
-                await self.guard_batch(batch)
-                for event in batch:  # now, so the commit below carries the batch's offsets
-                    await stream.ack(event)
-            if app.in_transaction:
-                await commit_batch(app.consumer)
-
-    async def guard_batch(self, batch: list[Any]) -> None:
-        """Apply a batch, then send its records: decisions, each touched run's state (to
-        the changelog) and watermark, every partition's in order and all partitions at once
-        (:mod:`streams.worker.batch_sends`).
-
-        Exactly once, whatever an event produces goes in the transaction of the event's
-        partition, committed with its offset (streams.worker.exactly_once), even when the
-        record is keyed elsewhere (a session run's decisions and watermarks, by run id)."""
+    @cached_property
+    def batch_topics(self) -> BatchTopics:
         parts = self.parts
-        app = parts.app
-        sends = BatchSends(
-            app.producer,
-            app.producer.key_partition,
-            partial(source_transaction, app),
-            self.delivery_failed,
+        return BatchTopics(
+            events=self.settings.topics.events,
+            control=parts.control_topic.get_topic_name(),
+            deadletter=parts.deadletter_topic.get_topic_name(),
+            changelog=parts.runs.changelog_topic.get_topic_name(),
+            agent_sends=self.settings.topics.agent_sends,  # streams/worker/agent_cycles.py
         )
-        for event in batch:
-            message = event.message
-            source = TP(message.topic, message.partition)
-            with in_transaction_of(source):
-                await self.guard_one(message, sends, source)
-        now = time.time()
-        changelog = parts.runs.changelog_topic.get_topic_name()
-        control = parts.control_topic.get_topic_name()
-        for run in parts.processor.take_touched():
-            # The state goes to its events' partition (streams.worker.tables), an applied
-            # event came from there (else it is re-keyed), and so goes the watermark.
-            tp = parts.runs.changelog_tp(run.key, run.state)
-            # Stored without the table's own changelog write (Faust's producer buffer sends
-            # one message at a time); the write goes out with the batch's records instead.
-            parts.runs.data[run.key] = run.state
-            sends.add(changelog, run.key, encode_state(run.state), tp.partition, source=tp)
-            parts.expiry.touch(run.key, now)
-            # After the run's decisions on the same partition: a gateway that sees it
-            # holds every verdict up to its seq (in-time enforcement, run progress).
-            sends.add(control, run.key, encode_watermark(run.watermark), source=tp)
-        for session_key, run_key in parts.processor.take_sessions().items():
-            parts.sessions[session_key] = run_key
-        # Table writes through Faust's producer buffer (the sessions table, expiry's
-        # deletes) go first, in order, so a run's delete never overtakes its state.
-        await drain_producer_buffer(parts.app.producer.buffer)
-        await sends.flush()
 
-    async def guard_one(self, message: Any, sends: BatchSends, source: TP) -> None:
-        parts, metrics = self.parts, self.parts.metrics
-        started = time.perf_counter()
-        try:
-            agent_event = await self.decode(message.value)
-        except CodecError as exc:
-            metrics.observe_dead_letter(exc)
-            await self.dead_letter(message, str(exc))
-            return
-        metrics.observe_event(event_kind(agent_event))
-        outcome = parts.processor.apply(message.key, agent_event)
-        if outcome.dead_letter is not None:
-            metrics.observe_dead_letter("invalid_event")
-            await self.dead_letter(message, outcome.dead_letter)
-        elif outcome.rekey is not None:
-            await parts.rekeyer.send(self.settings.topics.events, outcome.rekey, message.value)
-        else:
-            parts.expiry.observe(agent_event.envelope.event_time, time.time())
-            control = parts.control_topic.get_topic_name()
-            for decision in outcome.decisions:
-                sends.add(
-                    control,
-                    decision.run_id.encode(),
-                    encode_decision(decision),
-                    source=source,
-                )
-            metrics.observe_decisions(outcome.decisions)
-        metrics.observe_latency(time.perf_counter() - started)
+    async def guard_runs(self, stream: faust.StreamT) -> None:
+        """Guard the events in batches of what has queued up (:mod:`ready_batches`).
+
+        A batch is decided by :func:`streams.service.batch.process_batch` (no Faust, no I/O:
+        unknown writer schemas are looked up first) and finished by one checkpoint
+        (:class:`streams.worker.exactly_once.Checkpoint`): its records go to the producer,
+        its events are acked and, exactly once, its offsets are committed with its records
+        as soon as the batch is done, so a read-committed gateway sees its decisions and
+        watermarks one commit after the batch, not on Faust's timer.
+        """
+        settings = self.settings
+        async for batch in take_ready(stream, settings.batch_size, settings.batch_window):
+            messages = [event.message for event in batch]
+            await self.resolve_schemas(messages)
+
+            async def ack(batch: list[Any] = batch) -> None:
+                for event in batch:
+                    await stream.ack(event)
+
+            await self.checkpoint.run(partial(self.guard_batch, messages), ack)
+
+    async def guard_batch(self, messages: list[Any]) -> BatchOutput:
+        """Decide a batch (:func:`process_batch`) and keep what it changed: run states and
+        sessions in the tables, run expiry's clocks, metrics; re-keyed events re-sent. The
+        records are the checkpoint's to send."""
+        parts = self.parts
+        started, now = time.perf_counter(), time.time()
+        output = process_batch(
+            messages,
+            parts.processor,
+            decode=self.decode,
+            topics=self.batch_topics,
+            partition_for=self.partition_for,
+            changelog_partition=self.changelog_partition,
+            max_message_bytes=self.settings.max_message_bytes,
+            now=now,
+        )
+        runs, expiry = parts.runs, parts.expiry
+        for write in output.state_writes:
+            # Stored without the table's own changelog write (Faust's producer buffer sends
+            # one message at a time); the checkpoint sends it with the batch's records.
+            runs.data[write.key] = write.state
+            expiry.touch(write.key, now)
+        if output.newest_event_time_ms is not None:
+            expiry.observe(output.newest_event_time_ms, now)
+        for session_key, run_key in output.sessions.items():
+            parts.sessions[session_key] = run_key
+        for rekey in output.rekeys:  # acknowledged before the batch's offsets are committed
+            await parts.rekeyer.send(self.settings.topics.events, rekey.key, rekey.value)
+        self.count_batch(output, len(messages), time.perf_counter() - started)
+        return output
+
+    def count_batch(self, output: BatchOutput, events: int, seconds: float) -> None:
+        """Count a batch in the metrics: per kind, not per event."""
+        metrics = self.parts.metrics
+        for kind, count in output.event_kinds.items():
+            metrics.observe_event(kind, count)
+        for kind, count in output.dead_letter_kinds.items():
+            metrics.observe_dead_letter(kind, count)
+        metrics.observe_decisions(output.decisions)
+        metrics.observe_loop_cost(output.loop_tokens, output.saved_tokens)  # issue 28
+        if events:
+            metrics.observe_latency(seconds / events, events)
+
+    def partition_for(self, topic: str, key: bytes | None) -> int:
+        """The producer's partition for ``key`` (murmur2, as the gateways' and Java's),
+        remembered: a run's watermark and decisions are keyed alike batch after batch."""
+        cached = self.partitions.get((topic, key)) if key is not None else None
+        if cached is None:
+            cached = self.parts.app.producer.key_partition(topic, key).partition
+            if key is not None:
+                if len(self.partitions) >= PARTITION_CACHE_SIZE:
+                    self.partitions.clear()
+                self.partitions[(topic, key)] = cached
+        return cached
+
+    def changelog_partition(self, key: bytes, state: Any) -> int:
+        """Where a run's state is written: :meth:`RunsTable.changelog_tp`'s rule (its session
+        id's partition, else its run id's), through the partition cache."""
+        routing = state.session_id.encode() or key
+        return self.partition_for(self.batch_topics.changelog, routing)
 
     def delivery_failed(self, exc: BaseException) -> None:
         """A decision, state or watermark the producer gave up on: stop the worker rather
@@ -226,47 +216,26 @@ class WorkerAgents:
         check at all."""
         self.crashing = asyncio.ensure_future(self.parts.app.crash(exc))
 
-    async def decode(self, value: bytes) -> AgentEvent:
-        """Decode an event; a writer schema we have not seen is looked up on the schemas topic."""
-        parts, limit = self.parts, self.settings.max_message_bytes
-        try:
-            return decode_event(value, parts.registry, max_size=limit)
-        except UnknownSchemaError as exc:
-            # A fingerprint looked up in vain moments ago is dead-lettered at once: junk ids
-            # cost no thread hop and no broker round trip each (streams/kafka/schema_topic.py).
-            if parts.schema_topic.known_missing(exc.fingerprint):
-                raise
-            if not await asyncio.to_thread(parts.schema_topic.resolve, exc.fingerprint):
-                raise
-            return decode_event(value, parts.registry, max_size=limit)
+    def decode(self, value: bytes) -> AgentEvent:
+        """Decode an event; an unknown writer schema (looked up before) is a CodecError."""
+        return decode_event(value, self.parts.registry, max_size=self.settings.max_message_bytes)
 
-    async def dead_letter(self, message: Any, error: str) -> None:
-        """Park undecodable input with its original bytes; never stop the worker for it.
-
-        A payload larger than the message limit keeps only its first 64 KiB (the record names
-        the source topic, partition and offset, where the whole message still is): copying it
-        whole could exceed the broker's request size and take the worker down with it.
-        """
-        payload = message.value or b""
-        if len(payload) > self.settings.max_message_bytes:
-            error = (
-                f"{error} (payload truncated to its first {DEAD_LETTER_PAYLOAD_LIMIT} of "
-                f"{len(payload)} bytes; the whole message is at the source offset)"
-            )
-            payload = payload[:DEAD_LETTER_PAYLOAD_LIMIT]
-        log.warning(
-            "dead-lettered %s[%s]@%s: %s", message.topic, message.partition, message.offset, error
-        )
-        record = DeadLetterRecord(
-            source_topic=message.topic,
-            partition=message.partition,
-            offset=message.offset,
-            error=error,
-            key=message.key,
-            payload=payload,
-            event_time=int(time.time() * 1000),
-        )
-        await self.parts.deadletter_topic.send(key=message.key, value=encode_dead_letter(record))
+    async def resolve_schemas(self, messages: list[Any]) -> None:
+        """Look up on the schemas topic the writer schemas of this batch not seen yet, so the
+        batch is decided without I/O. A fingerprint looked up in vain moments ago is not
+        looked up again: junk ids cost no thread hop and no broker round trip each
+        (streams/kafka/schema_topic.py); their messages are dead-lettered."""
+        registry = self.parts.registry
+        unknown = {
+            fingerprint
+            for message in messages
+            if (fingerprint := writer_fingerprint(message.value)) is not None
+            and fingerprint not in registry
+        }
+        schemas = self.parts.schema_topic if unknown else None
+        for fingerprint in unknown:
+            if schemas is not None and not schemas.known_missing(fingerprint):
+                await asyncio.to_thread(schemas.resolve, fingerprint)
 
     async def audit_decisions(self, stream: faust.StreamT) -> None:
         """Write every decision and run's progress to SQL in batches; retries until the

@@ -37,6 +37,7 @@ from streams.worker.fast_failover import fast_failover
 from streams.worker.faust_patches import (
     fast_message_handoff,
     ordered_recovery_resume,
+    read_changelogs_to_their_end,
     set_fetch_max_wait,
 )
 from streams.worker.incidents import register_incidents
@@ -65,6 +66,8 @@ def apply_faust_patches(settings: Settings, commit_barrier: asyncio.Lock) -> Non
     check_faust_patches()  # refuses (StartupError) a Faust the patches were not written for
     set_fetch_max_wait(settings.fetch_max_wait_ms)
     ordered_recovery_resume()  # never lose events that arrive while a worker restores its tables
+    if settings.processing_guarantee == "at_least_once":
+        read_changelogs_to_their_end(settings)  # not to the end offsets tansu reports
     fast_failover()  # a promoted standby reads on where it was; recovery ends once read
     if settings.fast_handoff:
         fast_message_handoff()

@@ -40,10 +40,11 @@ of the stored state, and the processor publishes nothing for them on this guaran
 When a commit happens is latency: a read-committed gateway sees a decision and its run's
 watermark only once their transaction commits. Faust commits on a timer
 (``broker_commit_interval``, 0.5 s before), so a verdict waited for it a quarter second on
-average. :func:`commit_batch` is the agent's own commit, made as soon as a batch's work is
-done: the agent acks the batch's events while it still holds the lock (Faust's own
-``take_events`` acks them only when the agent asks for the next batch, too late for this
-commit), releases the lock and commits. A commit already under way (the timer's, a rebalance's)
+average. :class:`Checkpoint` is the agent's one step per batch (work, sends, acks, commit) and
+:func:`commit_batch` its commit, made as soon as a batch's work is done: the batch's events
+are acked while the lock is still held (Faust's own ``take_events`` acks them only when the
+agent asks for the next batch, too late for this commit), then the lock is released and the
+commit made. A commit already under way (the timer's, a rebalance's)
 either waited for the lock and took the batch too, or held the lock before the batch began; the
 agent waits it out and commits once more, which commits nothing when nothing new was acked. The
 next batch waits for the lock, so events that arrive during a commit are taken, and committed,
@@ -67,23 +68,21 @@ transactional producer by the record's *destination* partition, and a partition'
 transaction is committed only with that partition's own offsets. A session run's events are
 keyed by the session id but its decisions and watermarks by the run id, so they went out in
 another partition's transaction, committed late or never (``tests/integration/
-test_sessions.py`` on Kafka: 0 decisions seen, read committed). :func:`in_transaction_of`
-names the source partition of what is being processed, and while it is set every record the
-task sends goes in that partition's transaction, wherever it lands. Table writes go through
-the producer buffer's own task, outside that context: they keep Faust's choice, which is
-right because the runs and sessions tables write to their events' partition
-(:mod:`streams.worker.tables`). Writes made outside any batch (the expiry timer's deletions)
-have no offsets to ride with: :func:`commit_outside_batches` commits their partitions'
-transactions itself.
+test_sessions.py`` on Kafka: 0 decisions seen, read committed). Every record of a batch is
+therefore sent by the :class:`Checkpoint` itself, straight to Faust's producer with the
+transactional id of its *source* partition (:func:`source_transaction`; each record names it,
+:class:`streams.service.batch.OutRecord`), wherever it lands. Table writes go through the
+producer buffer's own task and keep Faust's choice, which is right because the runs and
+sessions tables write to their events' partition (:mod:`streams.worker.tables`). Writes made
+outside any batch (the expiry timer's deletions) have no offsets to ride with:
+:func:`commit_outside_batches` commits their partitions' transactions itself.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from aiokafka.errors import KafkaError, ProducerFenced
@@ -92,27 +91,25 @@ from faust.transport import producer as faust_producer
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 
+from streams.service.batch import BatchOutput
+from streams.worker.batch_sends import BatchSends
+
 log = logging.getLogger("loopguard.worker")
 
 _original_force_commit = faust_consumer.Consumer.force_commit
 _original_send_pending = faust_producer.ProducerBuffer._send_pending
 _original_on_partitions_revoked = faust_consumer.Consumer.on_partitions_revoked
-_original_transactional_send = faust_consumer.TransactionManager.send
 _original_commit_transactions = faust_aiokafka.Producer.commit_transactions
 _original_settings_extra = faust_aiokafka.Producer._settings_extra
 
 # The guarding agent's batch lock (WorkerParts.commit_barrier), set by exactly_once_commits.
 _barrier: asyncio.Lock | None = None
 
-# The partition whose event the current task is processing (see in_transaction_of).
-_source: ContextVar[TP | None] = ContextVar("loopguard_source_partition", default=None)
-
 # Upstream sources these patches were read against (see faust_patches.patch_mismatches).
 REPLACED = {
     "Consumer.force_commit": (_original_force_commit, "cc094614d22c70fb"),
     "ProducerBuffer._send_pending": (_original_send_pending, "4a9d5f932b56bc68"),
     "Consumer.on_partitions_revoked": (_original_on_partitions_revoked, "d04b7ae72c6fc206"),
-    "TransactionManager.send": (_original_transactional_send, "b8d126be9f10fc69"),
     "Producer.commit_transactions": (_original_commit_transactions, "70091e6f431974e9"),
     "Producer._settings_extra": (_original_settings_extra, "a4c7bc41b6382223"),
 }
@@ -230,6 +227,41 @@ async def _commit_transactions_concurrently(
             raise result
 
 
+class Checkpoint:
+    """The guarding agent's one step per batch: the batch's work, its records handed to the
+    producer in their source partitions' transactions, its events acked, then (exactly once)
+    its offsets committed with those transactions.
+
+    The work, the sends and the acks run under the batch lock, so a commit that Faust starts
+    meanwhile (its timer, a rebalance) carries either all of a batch, records and offsets,
+    or none of it; the commit runs after the lock is released (:func:`commit_batch` takes it).
+    At least once, Faust's commit flushes the producer before it commits the acked offsets.
+    """
+
+    def __init__(
+        self, app: Any, barrier: asyncio.Lock, on_delivery_error: Callable[[BaseException], None]
+    ) -> None:
+        self.app, self.barrier = app, barrier
+        self.sends = BatchSends(app.producer, self.transaction_of, on_delivery_error)
+
+    def transaction_of(self, source: tuple[str, int]) -> str | None:
+        return source_transaction(self.app, TP(*source))
+
+    async def run(
+        self, work: Callable[[], Awaitable[BatchOutput]], ack: Callable[[], Awaitable[None]]
+    ) -> BatchOutput:
+        async with self.barrier:
+            output = await work()
+            # Table writes through Faust's producer buffer (the sessions table, expiry's
+            # deletes) go first, in order, so a run's delete never overtakes its state.
+            await drain_producer_buffer(self.app.producer.buffer)
+            await self.sends.send(output.records)
+            await ack()  # now, so the commit below carries the batch's offsets
+        if self.app.in_transaction:
+            await commit_batch(self.app.consumer)
+        return output
+
+
 def _quick_transaction_retries(retry_backoff_ms: int) -> Any:
     """Faust's Producer._settings_extra, with aiokafka's retry backoff set for the producers
     of an exactly-once app (the others keep aiokafka's default)."""
@@ -243,17 +275,6 @@ def _quick_transaction_retries(retry_backoff_ms: int) -> Any:
     return settings_extra
 
 
-@contextmanager
-def in_transaction_of(source: TP) -> Iterator[None]:
-    """Send what this task produces in the block in the transaction of ``source``'s partition,
-    the one committed with ``source``'s offsets (no effect at least once)."""
-    token = _source.set(source)
-    try:
-        yield
-    finally:
-        _source.reset(token)
-
-
 def transaction_for(app: Any, tp: TP) -> str:
     """Faust's transactional id for ``tp``: one producer per partition of a topic group."""
     return f"{app.conf.id}-{app.assignor.group_for_topic(tp.topic)}-{tp.partition}"
@@ -263,36 +284,6 @@ def source_transaction(app: Any, tp: TP) -> str | None:
     """The transaction that takes what an event of ``tp`` produces: ``tp``'s own, exactly
     once; none at least once."""
     return transaction_for(app, tp) if app.in_transaction else None
-
-
-async def _send_in_source_transaction(
-    self: Any,
-    topic: str,
-    key: bytes | None,
-    value: bytes | None,
-    partition: int | None,
-    timestamp: float | None,
-    headers: Any,
-    *,
-    transactional_id: str | None = None,
-) -> Any:
-    """Faust's TransactionManager.send, with the producer of the source partition when one is
-    set: the record still goes to its own destination partition."""
-    source = _source.get()
-    if source is None:
-        return await _original_transactional_send(
-            self, topic, key, value, partition, timestamp, headers
-        )
-    destination = self.consumer.key_partition(topic, key, partition)
-    return await self.producer.send(
-        topic,
-        key,
-        value,
-        destination,
-        timestamp,
-        headers,
-        transactional_id=transaction_for(self.app, source),
-    )
 
 
 async def commit_outside_batches(app: Any, tps: Iterable[TP]) -> None:
@@ -331,7 +322,6 @@ def exactly_once_commits(barrier: asyncio.Lock, retry_backoff_ms: int = 5) -> No
     global _barrier
     _barrier = barrier
     faust_aiokafka.Producer._settings_extra = _quick_transaction_retries(retry_backoff_ms)
-    faust_consumer.TransactionManager.send = _send_in_source_transaction
     faust_producer.ProducerBuffer._send_pending = _counted_send_pending
     faust_consumer.Consumer.force_commit = _force_commit_between_batches
     faust_consumer.Consumer.on_partitions_revoked = _commit_then_revoke

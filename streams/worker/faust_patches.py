@@ -47,6 +47,8 @@ from faust.transport import consumer as faust_consumer
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from mode.services import WaitResults
 
+from streams.kafka.true_end import true_end_offsets
+from streams.settings import Settings
 from streams.worker import exactly_once, fast_failover
 
 _original = faust_aiokafka.AIOKafkaConsumerThread._create_worker_consumer
@@ -68,7 +70,9 @@ REPLACED = {
         "6ef567acf072e46d",
     ),
     "Recovery._resume_streams": (faust_recovery.Recovery._resume_streams, "d986a6710c1aca98"),
+    "Recovery._build_highwaters": (faust_recovery.Recovery._build_highwaters, "91b4cc0d3724ae7b"),
 }
+_original_build_highwaters = faust_recovery.Recovery._build_highwaters
 
 
 def source_fingerprint(function: Any) -> str:
@@ -212,3 +216,28 @@ def ordered_recovery_resume() -> None:
     faust_aiokafka.AIOKafkaConsumerThread.getmany = _getmany_snapshot
     faust_recovery.Recovery.on_recovery_completed = _on_recovery_completed
     faust_recovery.Recovery._resume_streams = _resume_streams
+
+
+def read_changelogs_to_their_end(settings: Settings) -> None:
+    """Table recovery reads each changelog partition to its last record, not to the end offset
+    the broker reports (tansu's stops at its last batch's first record, so with several
+    records per producer batch a recovered table missed the newest states): the targets are
+    raised to :func:`streams.kafka.true_end.true_end_offsets`."""
+
+    async def build_highwaters(
+        self: Any, consumer: Any, tps: Any, destination: Any, title: str
+    ) -> None:
+        await _original_build_highwaters(self, consumer, tps, destination, title)
+        # Faust keeps end offset - 1 (the last record's offset), -1 for an empty partition.
+        reported = {(tp.topic, tp.partition): destination[tp] + 1 for tp in tps}
+        ends = await asyncio.to_thread(true_end_offsets, settings, reported)
+        for tp in tps:
+            last = ends[(tp.topic, tp.partition)] - 1
+            if last > destination[tp]:
+                self.log.info(
+                    "changelog %s holds records up to offset %d, past its reported end %d",
+                    tp, last, destination[tp] + 1,
+                )  # fmt: skip
+                destination[tp] = last
+
+    faust_recovery.Recovery._build_highwaters = build_highwaters

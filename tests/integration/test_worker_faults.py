@@ -37,14 +37,14 @@ run_state.RunState.apply = apply
 CRASHING_AGENT = """
 from streams.worker import agents
 
-_guard_one = agents.WorkerAgents.guard_one
+_guard_batch = agents.WorkerAgents.guard_batch
 
-async def guard_one(self, message, *args):
-    if message.key == b"crash-the-agent":
+async def guard_batch(self, messages, *args):
+    if any(message.key == b"crash-the-agent" for message in messages):
         raise RuntimeError("injected: the guarding agent fails")
-    return await _guard_one(self, message, *args)
+    return await _guard_batch(self, messages, *args)
 
-agents.WorkerAgents.guard_one = guard_one
+agents.WorkerAgents.guard_batch = guard_batch
 """
 
 

@@ -3,14 +3,15 @@
 A session run's events are keyed by the session id (partition 2 here), its decisions and
 watermarks by the run id (partition 5 here). Exactly once, Faust commits a partition's
 transaction only with that partition's offsets, so they must go in partition 2's. The agent
-runs for real (decoding, the processor, the tables' writes); Faust's TransactionManager and
-producer are stand-ins recording which transaction each record joined. End to end:
+runs for real (decoding, the processor, the tables' writes, its checkpoint); Faust's producer
+is a stand-in recording which transaction each record joined. End to end:
 tests/integration/test_sessions.py on Kafka with LOOPGUARD_PROCESSING_GUARANTEE=exactly_once.
 """
 
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 from types import SimpleNamespace
 from typing import Any
 
@@ -26,7 +27,6 @@ from streams.state.expiry import RunExpiry
 from streams.wire.avro import decode_control, encode_event
 from streams.wire.schema_registry import default_registry
 from streams.worker import agents as agents_module
-from streams.worker import exactly_once
 from streams.worker.agents import WorkerAgents
 
 PARTITIONS = {b"sess-1": 2, b"run-b": 5}  # the partitioner, as the cluster would hash them
@@ -39,9 +39,28 @@ class NoOverrides:
         return None
 
 
+class Batch(list):
+    """aiokafka's BatchBuilder, without a size limit."""
+
+    def append(self, *, key: bytes, value: bytes, timestamp: Any) -> bool:  # type: ignore[override]
+        super().append(value)
+        return True
+
+
 class Transaction:
-    def __init__(self, tid: str, log: list[Any]) -> None:
-        self.tid, self.log = tid, log
+    """One aiokafka producer: a partition's transactional one (the plain one: tid None)."""
+
+    def __init__(self, tid: str | None, log: list[Any], sent: list[Any]) -> None:
+        self.tid, self.log, self.sent = tid, log, sent
+
+    def create_batch(self) -> Batch:
+        return Batch()
+
+    async def send_batch(self, batch: Batch, topic: str, *, partition: int) -> Any:
+        self.sent.extend((topic, partition, self.tid, value) for value in batch)
+        delivered = asyncio.get_running_loop().create_future()
+        delivered.set_result(None)
+        return delivered
 
     async def commit_transaction(self) -> None:
         self.log.append(("commit", self.tid))
@@ -57,33 +76,25 @@ class Producer:
         self.sent: list[tuple[str, int, str | None, Any]] = []
         self.log: list[Any] = []
         owned = [f"lg-0-{n}" for n in range(8)]
-        self._transaction_producers = {tid: Transaction(tid, self.log) for tid in owned}
+        self._transaction_producers = {tid: Transaction(tid, self.log, self.sent) for tid in owned}
         self._trn_locks = {tid: asyncio.Lock() for tid in owned}
         self.buffer = SimpleNamespace(pending=asyncio.Queue(), should_stop=False)
 
-    async def send(self, topic, key, value, partition, timestamp, headers, *, transactional_id):
-        self.sent.append((topic, partition, transactional_id, value))
-        delivered = asyncio.get_running_loop().create_future()
-        delivered.set_result(None)
-        return delivered
+    def _ensure_producer(self) -> Transaction:
+        return Transaction(None, self.log, self.sent)
 
     def key_partition(self, topic: str, key: bytes) -> TP:
         return TP(topic, PARTITIONS[key])
 
 
 class Topic:
-    """A Faust topic whose send goes through the (patched) TransactionManager.send."""
+    """A Faust topic, by name: the checkpoint sends the records straight to the producer."""
 
-    def __init__(self, name: str, manager: SimpleNamespace) -> None:
-        self.name, self.manager = name, manager
+    def __init__(self, name: str) -> None:
+        self.name = name
 
     def get_topic_name(self) -> str:
         return self.name
-
-    async def send(self, *, key: bytes, value: Any, partition: int | None = None) -> None:
-        await exactly_once._send_in_source_transaction(
-            self.manager, self.name, key, value, partition, None, None
-        )
 
 
 class RunsTable(dict):
@@ -109,20 +120,15 @@ def worker(block: dict) -> tuple[WorkerAgents, Producer]:
         ),
         producer=producer,
         in_transaction=True,
+        consumer=BatchCommitter([], asyncio.Lock()),
     )
-    consumer = SimpleNamespace(
-        key_partition=lambda topic, key, partition: (
-            PARTITIONS[key] if partition is None else partition
-        )
-    )
-    manager = SimpleNamespace(app=app, consumer=consumer, producer=producer)
-    runs, sessions = RunsTable(producer, Topic("lg-runs-changelog", manager)), {}
+    runs, sessions = RunsTable(producer, Topic("lg-runs-changelog")), {}
     configs = ConfigBook(fleet(block), NoOverrides())
     parts = SimpleNamespace(
         settings=Settings.for_profile("kafka"),
         app=app,
-        control_topic=Topic("lg.control", manager),
-        deadletter_topic=Topic("lg.deadletter", manager),
+        control_topic=Topic("lg.control"),
+        deadletter_topic=Topic("lg.deadletter"),
         runs=runs,
         sessions=sessions,
         processor=EventProcessor(
@@ -160,9 +166,19 @@ def batch(events: list[AgentEvent]) -> list[SimpleNamespace]:
 BLOCK = {"enabled": True, "warningThreshold": 5, "criticalThreshold": 8, "scope": "run"}
 
 
+async def guard(agents: WorkerAgents, events: list[SimpleNamespace]) -> None:
+    """One batch through the agent's checkpoint, as guard_runs takes it (acks aside)."""
+
+    async def ack() -> None:
+        return None
+
+    messages = [event.message for event in events]
+    await agents.checkpoint.run(partial(agents.guard_batch, messages), ack)
+
+
 def test_a_session_runs_decisions_and_watermark_go_in_its_events_partitions_transaction() -> None:
     agents, producer = worker(BLOCK)
-    asyncio.run(agents.guard_batch(batch(session_run())))
+    asyncio.run(guard(agents, batch(session_run())))
     control = [
         (p, tid, type(decode_control(v)).__name__)
         for topic, p, tid, v in producer.sent
@@ -182,7 +198,7 @@ def test_expired_state_is_committed_in_its_partitions_transaction_at_once() -> N
     agents, producer = worker(BLOCK)
 
     async def scenario() -> None:
-        await agents.guard_batch(batch(session_run()))  # the run ended: it may go
+        await guard(agents, batch(session_run()))  # the run ended: it may go
         agents.parts.expiry.last_touched[b"run-b"] -= 1.0
         await agents.expire_runs()
 
@@ -197,7 +213,7 @@ def test_the_expiry_sweep_leaves_a_standby_copy_to_its_owner() -> None:
     agents.parts.app.assignor.assigned_actives = set  # the run's partition is a standby here
 
     async def scenario() -> None:
-        await agents.guard_batch(batch(session_run()))  # the run ended: its owner may drop it
+        await guard(agents, batch(session_run()))  # the run ended: its owner may drop it
         agents.parts.expiry.last_touched[b"run-b"] -= 1.0
         await agents.expire_runs()
 

@@ -218,60 +218,6 @@ def app_with(producer: Producer, in_transaction: bool = True) -> SimpleNamespace
     )
 
 
-def manager(producer: Producer) -> SimpleNamespace:
-    """Faust's TransactionManager: the destination partition hashes from the key here."""
-    consumer = SimpleNamespace(
-        key_partition=lambda topic, key, partition: partition if partition is not None else 5
-    )
-    return SimpleNamespace(app=app_with(producer), consumer=consumer, producer=producer)
-
-
-def send(tm: SimpleNamespace) -> Any:
-    """What Topic.send does with a session run's decision: keyed by its run id (partition 5)."""
-    return exactly_once._send_in_source_transaction(
-        tm, "lg.control", b"run-b", b"decision", None, None, None
-    )
-
-
-def test_faust_alone_sends_a_record_in_its_destination_partitions_transaction() -> None:
-    tm = manager(Producer())
-    asyncio.run(send(tm))  # no source set: Faust's own TransactionManager.send
-    assert tm.producer.sent == [("lg.control", 5, "lg-0-5")]
-
-
-def test_a_record_sent_while_an_event_is_processed_goes_in_its_partitions_transaction() -> None:
-    tm = manager(Producer())
-
-    async def scenario() -> None:
-        with exactly_once.in_transaction_of(TP("lg.events", 2)):  # the session's partition
-            await send(tm)
-        await send(tm)  # after the event: Faust's choice again
-
-    asyncio.run(scenario())
-    # Still written to partition 5, but committed with the offsets of events partition 2.
-    assert tm.producer.sent == [("lg.control", 5, "lg-0-2"), ("lg.control", 5, "lg-0-5")]
-
-
-def test_the_source_is_the_senders_own_a_task_started_before_does_not_see_it() -> None:
-    """The producer buffer's task (table writes) keeps Faust's destination choice."""
-    tm = manager(Producer())
-
-    async def scenario() -> None:
-        go = asyncio.Event()
-
-        async def buffer_task() -> None:
-            await go.wait()
-            await send(tm)
-
-        task = asyncio.create_task(buffer_task())
-        with exactly_once.in_transaction_of(TP("lg.events", 2)):
-            go.set()
-            await task
-
-    asyncio.run(scenario())
-    assert tm.producer.sent == [("lg.control", 5, "lg-0-5")]
-
-
 # -- writes outside any batch -------------------------------------------------------------
 
 

@@ -1,0 +1,251 @@
+"""One batch of events-topic messages in; everything the worker must write and commit out.
+
+No Faust, no Kafka, no I/O: the worker's adapter (:mod:`streams.worker.agents`) resolves
+unknown writer schemas before calling :func:`process_batch`, then stores the state writes in
+its table, sends the records and commits the offsets (:mod:`streams.worker.exactly_once`).
+Everything per event (decoding, the processor, dead letters, re-keys, the counts metrics
+need) happens here in one pass, and everything per run (its state, its watermark) once per
+batch, so the per-event cost is the detector's and the codec's, not the runtime's.
+
+Records are grouped by destination (topic, partition) in the order they must reach it: an
+event's decisions in event order, then each touched run's state (changelog) and watermark
+(control) after every decision of the batch. Each record names its *source*: the events
+partition whose offsets it is committed with (exactly once, its transaction).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from streams.core.agent_cycles import cycle_key, is_send_call
+from streams.core.events import AgentEvent, Decision, event_kind
+from streams.core.run_state import RunState
+from streams.observability.metrics import dead_letter_kind
+from streams.service.processor import EventProcessor
+from streams.state.state_format import encode as encode_state
+from streams.wire.avro import (
+    DeadLetterRecord,
+    encode_dead_letter,
+    encode_decision,
+    encode_watermark,
+)
+from streams.wire.errors import CodecError
+from streams.wire.single_object import HEADER_SIZE, MARKER
+
+log = logging.getLogger("loopguard.worker")
+
+DEAD_LETTER_PAYLOAD_LIMIT = 65_536
+
+# (topic, partition): an events partition (a record's source) or a record's destination.
+TopicPartition = tuple[str, int]
+
+
+class Message(Protocol):
+    """An events-topic message as the consumer hands it over (Faust's ``Message`` fits)."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class OutRecord:
+    """A record to produce: ``source`` is the events partition it is committed with."""
+
+    topic: str
+    key: bytes | None
+    value: bytes
+    partition: int
+    source: TopicPartition
+
+
+@dataclass(frozen=True, slots=True)
+class StateWrite:
+    """A run's state after the batch, to store in the table (its changelog record is in
+    :attr:`BatchOutput.records`)."""
+
+    key: bytes
+    state: RunState
+
+
+@dataclass(frozen=True, slots=True)
+class Rekey:
+    """A message published under the wrong key, to re-send under ``key``."""
+
+    key: bytes
+    value: bytes
+    source: TopicPartition
+
+
+@dataclass(frozen=True)
+class BatchTopics:
+    """Where the batch's records go."""
+
+    events: str
+    control: str
+    deadletter: str
+    changelog: str
+    # send calls forwarded to the loops-between-agents agent (issue 28); "" forwards none
+    agent_sends: str = ""
+
+
+@dataclass
+class BatchOutput:
+    """What one batch produced; the adapter writes, sends and commits it in this order:
+    state writes and sessions to the tables, re-keys (acknowledged), records, offsets."""
+
+    records: dict[TopicPartition, list[OutRecord]] = field(default_factory=dict)
+    state_writes: list[StateWrite] = field(default_factory=list)
+    sessions: dict[bytes, bytes] = field(default_factory=dict)  # session id -> latest run
+    rekeys: list[Rekey] = field(default_factory=list)
+    dead_letters: list[DeadLetterRecord] = field(default_factory=list)
+    offsets: dict[TopicPartition, int] = field(default_factory=dict)  # next offset to commit
+    decisions: list[Decision] = field(default_factory=list)
+    event_kinds: Counter[str] = field(default_factory=Counter)
+    dead_letter_kinds: Counter[str] = field(default_factory=Counter)  # metrics' kinds
+    newest_event_time_ms: int | None = None  # of the applied events (run expiry's clock)
+    loop_tokens: int = 0  # tokens looping runs reported in this batch (issue 28, /metrics)
+    saved_tokens: int = 0  # saved-tokens estimates taken in this batch
+
+    def add(self, record: OutRecord) -> None:
+        self.records.setdefault((record.topic, record.partition), []).append(record)
+
+    def record_count(self) -> int:
+        return sum(len(records) for records in self.records.values())
+
+
+def writer_fingerprint(value: bytes | None) -> bytes | None:
+    """The writer-schema fingerprint of a single-object encoded message, or None when the
+    message is not framed as one (it is dead-lettered by the decoder)."""
+    if value is None or len(value) < HEADER_SIZE or not value.startswith(MARKER):
+        return None
+    return bytes(value[len(MARKER) : HEADER_SIZE])
+
+
+def process_batch(
+    messages: Sequence[Message],
+    processor: EventProcessor,
+    *,
+    decode: Callable[[bytes], AgentEvent],
+    topics: BatchTopics,
+    partition_for: Callable[[str, bytes | None], int],
+    changelog_partition: Callable[[bytes, RunState], int],
+    max_message_bytes: int,
+    now: float,
+) -> BatchOutput:
+    """Decide a batch: per event what :meth:`EventProcessor.apply` says, per run its state
+    and watermark once. ``decode`` raises :class:`CodecError` for bad input (an unknown
+    schema included: resolve those first); ``partition_for(topic, key)`` is the producer's
+    partitioner; ``changelog_partition(run key, state)`` where a run's state is written;
+    ``now`` is wall-clock seconds (dead letters' time)."""
+    out = BatchOutput()
+    control = topics.control
+    newest = -1
+    for message in messages:
+        source = (message.topic, message.partition)
+        offset = message.offset + 1
+        if out.offsets.get(source, -1) < offset:
+            out.offsets[source] = offset
+        value = message.value or b""
+        try:
+            event = decode(value)
+        except CodecError as exc:
+            out.dead_letter_kinds[dead_letter_kind(exc)] += 1
+            dead_letter(out, message, str(exc), topics, partition_for, max_message_bytes, now)
+            continue
+        out.event_kinds[event_kind(event)] += 1
+        outcome = processor.apply(message.key, event)
+        if outcome.dead_letter is not None:
+            out.dead_letter_kinds["invalid_event"] += 1
+            dead_letter(out, message, outcome.dead_letter, topics, partition_for,
+                        max_message_bytes, now)  # fmt: skip
+        elif outcome.rekey is not None:
+            out.rekeys.append(Rekey(outcome.rekey, value, source))
+        else:
+            event_time = event.envelope.event_time
+            if event_time > newest:
+                newest = event_time
+            for decision in outcome.decisions:
+                key = decision.run_id.encode()
+                out.add(
+                    OutRecord(
+                        control, key, encode_decision(decision), partition_for(control, key),
+                        source,
+                    )
+                )  # fmt: skip
+            out.decisions.extend(outcome.decisions)
+            out.loop_tokens += outcome.loop_tokens
+            out.saved_tokens += outcome.saved_tokens
+            if topics.agent_sends and is_send_call(event):  # loops between agents (issue 28)
+                key = cycle_key(event).encode()
+                partition = partition_for(topics.agent_sends, key)
+                out.add(OutRecord(topics.agent_sends, key, value, partition, source))
+    if newest >= 0:
+        out.newest_event_time_ms = newest
+    for run in processor.take_touched():
+        # The state goes to its events' partition (streams.worker.tables): an applied event
+        # came from there (else it was re-keyed), and so goes the watermark, after the run's
+        # decisions on the same partition: a gateway that sees it holds every verdict up to
+        # its seq (in-time enforcement, run progress).
+        partition = changelog_partition(run.key, run.state)
+        source = (topics.events, partition)
+        out.state_writes.append(StateWrite(run.key, run.state))
+        out.add(OutRecord(topics.changelog, run.key, encode_state(run.state), partition, source))
+        out.add(
+            OutRecord(
+                control, run.key, encode_watermark(run.watermark),
+                partition_for(control, run.key), source,
+            )
+        )  # fmt: skip
+    out.sessions = processor.take_sessions()
+    return out
+
+
+def dead_letter(
+    out: BatchOutput,
+    message: Message,
+    error: str,
+    topics: BatchTopics,
+    partition_for: Callable[[str, bytes | None], int],
+    max_message_bytes: int,
+    now: float,
+) -> None:
+    """Park undecodable input with its original bytes; never stop the worker for it.
+
+    A payload larger than the message limit keeps only its first 64 KiB (the record names
+    the source topic, partition and offset, where the whole message still is): copying it
+    whole could exceed the broker's request size and take the worker down with it.
+    """
+    payload = message.value or b""
+    if len(payload) > max_message_bytes:
+        error = (
+            f"{error} (payload truncated to its first {DEAD_LETTER_PAYLOAD_LIMIT} of "
+            f"{len(payload)} bytes; the whole message is at the source offset)"
+        )
+        payload = payload[:DEAD_LETTER_PAYLOAD_LIMIT]
+    log.warning(
+        "dead-lettered %s[%s]@%s: %s", message.topic, message.partition, message.offset, error
+    )
+    record = DeadLetterRecord(
+        source_topic=message.topic,
+        partition=message.partition,
+        offset=message.offset,
+        error=error,
+        key=message.key,
+        payload=payload,
+        event_time=int(now * 1000),
+    )
+    out.dead_letters.append(record)
+    key = message.key
+    out.add(
+        OutRecord(
+            topics.deadletter, key, encode_dead_letter(record),
+            partition_for(topics.deadletter, key), (message.topic, message.partition),
+        )
+    )  # fmt: skip
