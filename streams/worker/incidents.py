@@ -28,7 +28,10 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import Sequence
 from datetime import timedelta
+from functools import partial
+from typing import Any
 
 import faust
 from faust.types import TP
@@ -71,6 +74,7 @@ log = logging.getLogger("loopguard.incidents")
 LATENESS_MS = 2_000
 CLOSE_CHECK_SECONDS = 1.0
 FORWARD_BATCH = 500
+OutRecord = tuple[bytes, bytes, int | None]  # key, value, timestamp (ms; None: now)
 
 
 class PlainSender:
@@ -81,11 +85,11 @@ class PlainSender:
         self.settings = settings
         self.producer: KafkaProducer | None = None
 
-    async def send(self, topic: str, records: list[tuple[bytes, bytes, int | None]]) -> None:
+    async def send(self, topic: str, records: Sequence[OutRecord]) -> None:
         if records:
             await asyncio.to_thread(self.send_and_wait, topic, records)
 
-    def send_and_wait(self, topic: str, records: list[tuple[bytes, bytes, int | None]]) -> None:
+    def send_and_wait(self, topic: str, records: Sequence[OutRecord]) -> None:
         if self.producer is None:
             self.producer = KafkaProducer(
                 bootstrap_servers=self.settings.bootstrap_servers,
@@ -108,7 +112,7 @@ class IncidentAgents:
         self.parts = parts
         settings = parts.settings
         app = parts.app
-        raw = {
+        raw: dict[str, Any] = {
             "key_type": bytes,
             "value_type": bytes,
             "key_serializer": "raw",
@@ -140,11 +144,12 @@ class IncidentAgents:
             use_partitioner=True,
             partitions=settings.partitions,
         )
-        self.opened.key_serializer = self.opened.value_serializer = "raw"
+        setattr(self.opened, "key_serializer", "raw")  # noqa: B010 - not on TableT's type
+        setattr(self.opened, "value_serializer", "raw")  # noqa: B010
 
     def register(self) -> None:
         app, parts = self.parts.app, self.parts
-        crash = {"supervisor_strategy": CrashingSupervisor}
+        crash: dict[str, Any] = {"supervisor_strategy": CrashingSupervisor}
         exit_after = CrashExit(parts.settings.crash_exit_seconds)
         for topic, name, body in (
             (parts.events_topic, "incident_failures", self.forward_failures),
@@ -204,7 +209,9 @@ class IncidentAgents:
             return None
 
     async def forward(self, signals: list[Signal]) -> None:
-        records = [(s.signature.encode(), encode_signal(s), s.event_time) for s in signals]
+        records: list[OutRecord] = [
+            (s.signature.encode(), encode_signal(s), s.event_time) for s in signals
+        ]
         await self.sender.send(self.signals_topic.get_topic_name(), records)
 
     # -- the windows ---------------------------------------------------------------------
@@ -253,7 +260,9 @@ class IncidentAgents:
                 len(incident.runs),
                 len(incident.agents),
             )
-        records = [(i.signature.encode(), encode_incident(i), None) for i in incidents]
+        records: list[OutRecord] = [
+            (i.signature.encode(), encode_incident(i), None) for i in incidents
+        ]
         await self.sender.send(self.incidents_topic.get_topic_name(), records)
 
     async def close_quiet(self) -> None:
@@ -303,7 +312,7 @@ class IncidentAgents:
                     log.warning("skipping an unreadable incident record: %s", exc)
             if not incidents:
                 continue
-            new = await parts.audit.run("incidents", lambda s, i=incidents: record_incidents(s, i))
+            new = await parts.audit.run("incidents", partial(record_incidents, incidents=incidents))
             self.metrics.recorded_opening(len(new))
             if parts.webhooks is not None:
                 await parts.webhooks.submit_incidents([i for i in incidents if i.status == OPEN])
