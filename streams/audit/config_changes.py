@@ -102,10 +102,13 @@ class ConfigChangeRecorder:
     """Records changes on a thread of its own: :meth:`submit` never waits.
 
     ``write`` stores one change and says whether it was new (the worker passes one that goes
-    through its audit writer, with its retries); ``on_new`` then sees each change stored for
-    the first time (the worker posts the webhook of a change that turns guarding off). A
-    full queue (``queue_size`` changes waiting for the database) drops what comes next, with
-    an error in the log: memory stays bounded while the database is away."""
+    through its audit writer, which waits out a database that is down); ``on_new`` then sees
+    each change stored for the first time (the worker posts the webhook of a change that turns
+    guarding off). A ``write`` that raises (the database refuses the row for its data) is tried
+    ``max_attempts`` times, then the change is given up with an error in the log, so one bad
+    change never holds up the next. A full queue (``queue_size`` changes waiting for the
+    database) drops what comes next, with an error in the log: memory stays bounded while the
+    database is away."""
 
     def __init__(
         self,
@@ -113,8 +116,10 @@ class ConfigChangeRecorder:
         on_new: Callable[[ConfigChange], None] | None = None,
         queue_size: int = 10_000,
         retry_seconds: float = 1.0,
+        max_attempts: int = 3,
     ) -> None:
         self.write = write
+        self.max_attempts = max(1, max_attempts)
         self.on_new = on_new
         self.retry_seconds = retry_seconds
         self._queue: queue.Queue[ConfigChange] = queue.Queue(maxsize=max(1, queue_size))
@@ -160,15 +165,28 @@ class ConfigChangeRecorder:
             self._store(change)
 
     def _store(self, change: ConfigChange) -> None:
+        attempt = 0
         while not self._stop.is_set():
+            attempt += 1
             try:
                 new = self.write(change)
-            except Exception as exc:  # noqa: BLE001 - keep the change; the database comes back
+            except Exception as exc:  # noqa: BLE001 - a refused row: a few tries, then the next
+                why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+                if attempt >= self.max_attempts:
+                    self.dropped += 1
+                    log.error(
+                        "config change %s for %s not recorded after %d tries (%s): %s",
+                        change.change_id,
+                        change.agent_key,
+                        attempt,
+                        why,
+                        change.value,
+                    )
+                    return
                 log.warning(
-                    "config change %s not recorded yet (%s: %s); retrying in %.1fs",
+                    "config change %s not recorded yet (%s); retrying in %.1fs",
                     change.change_id,
-                    type(exc).__name__,
-                    str(exc).splitlines()[0][:200] if str(exc) else "",
+                    why,
                     self.retry_seconds,
                 )
                 self._stop.wait(self.retry_seconds)

@@ -26,7 +26,7 @@ from streams.core.fleet import FleetConfig
 from streams.kafka.config_topic import ConfigWatcher
 from streams.webhooks.notifier import WebhookNotifier
 
-WRITE_TIMEOUT_S = 60.0  # the audit writer retries on its own; this only bounds one wait
+WAIT_SLICE_S = 5.0  # the audit writer waits out an outage; the recorder checks in this often
 
 
 def file_change(fleet: FleetConfig, path: str, app_id: str, now_ms: int) -> ConfigChange:
@@ -57,7 +57,14 @@ def _through(loop: asyncio.AbstractEventLoop, audit: AuditWriter) -> Callable[..
         future: Future[bool] = asyncio.run_coroutine_threadsafe(
             audit.run("config change", lambda store: work(store, change)), loop
         )
-        return future.result(timeout=WRITE_TIMEOUT_S)
+        while True:  # the same write, however long the database is away: never a second one
+            try:
+                return future.result(timeout=WAIT_SLICE_S)
+            except TimeoutError:
+                if loop.is_closed():
+                    raise RuntimeError(
+                        "the worker stopped before the change was recorded"
+                    ) from None
 
     return write
 

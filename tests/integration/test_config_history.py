@@ -119,3 +119,22 @@ def test_switching_guarding_off_for_everyone_is_recorded_warned_and_posted_once(
     assert main(["config", "history", "--db", url]) == 0
     table = capsys.readouterr().out
     assert "guarding off for all" in table and getpass.getuser() in table
+
+
+def test_a_config_change_applies_while_the_audit_database_is_down(
+    pipeline_factory: Callable[..., Pipeline], tmp_path: Path, capsys
+) -> None:
+    """Recording never stands in the config's way: with the audit database unreachable the
+    worker still applies the change (and says so), the record waits in the recorder."""
+    down = "postgresql+psycopg://nobody@127.0.0.1:1/loopguard"  # nothing listens on port 1
+    pipeline = pipeline_factory(down, config=ENABLED, partitions=1)
+    pipeline.start_worker()
+    block = tmp_path / "tuned.json"
+    block.write_text(json.dumps({"enabled": True, "warningThreshold": 3}))
+    code, out, _ = config_cli(capsys, pipeline, "set", "tuned", "--file", str(block))
+    assert code == 0, out
+    applied = "config override for tuned applied (from "
+    wait_until(logged_by_every_worker(pipeline, applied), "the override applied", pipeline)
+    waiting = "while writing config change"  # the audit writer waits out the outage
+    wait_until(logged_by_every_worker(pipeline, waiting), "the recorder's wait", pipeline)
+    assert all(w.alive for w in pipeline.workers)

@@ -86,16 +86,15 @@ def test_the_recorder_never_waits_and_keeps_a_change_until_stored() -> None:
     database_up = threading.Event()
     done = threading.Event()
 
-    def write(c: ConfigChange) -> bool:
-        if not database_up.is_set():
-            raise ConnectionError("database down")
+    def write(c: ConfigChange) -> bool:  # as the audit writer: waits out the outage
+        database_up.wait()
         stored.append(c)
         done.set()
         return True
 
-    recorder = ConfigChangeRecorder(write, new.append, queue_size=2, retry_seconds=0.01).start()
+    recorder = ConfigChangeRecorder(write, new.append, queue_size=2).start()
     try:
-        recorder.submit(change(1))  # taken by the thread, retried while the database is down
+        recorder.submit(change(1))  # taken by the thread, waiting for the database
         for n in range(2, 10):
             recorder.submit(change(n))  # returns at once; beyond the queue's room, dropped
         assert recorder.dropped >= 1
@@ -105,6 +104,29 @@ def test_the_recorder_never_waits_and_keeps_a_change_until_stored() -> None:
         recorder.stop()
     assert stored[0].change_id == "lg.config:0:1"
     assert new[0] == stored[0]
+
+
+def test_a_change_the_database_refuses_does_not_hold_up_the_next(caplog) -> None:
+    stored: list[str] = []
+    second = threading.Event()
+
+    def write(c: ConfigChange) -> bool:
+        if c.offset == 1:
+            raise ValueError("value too long for type character varying(16)")
+        stored.append(c.change_id)
+        second.set()
+        return True
+
+    recorder = ConfigChangeRecorder(write, retry_seconds=0.01, max_attempts=3).start()
+    try:
+        with caplog.at_level("WARNING", logger="loopguard.config"):
+            recorder.submit(change(1))
+            recorder.submit(change(2))
+            assert second.wait(10)
+    finally:
+        recorder.stop()
+    assert stored == ["lg.config:0:2"] and recorder.dropped == 1
+    assert any("not recorded after 3 tries" in r.getMessage() for r in caplog.records)
 
 
 def test_a_record_becomes_a_change_with_its_sender_and_versions() -> None:
