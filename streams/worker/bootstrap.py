@@ -175,7 +175,9 @@ def build_worker(settings: Settings) -> faust.App:
     kafka_options = settings.kafka_client_options()
     # Per-agent overrides published at run time (`loopguard config set`): every worker reads all.
     overrides = ConfigWatcher(settings.bootstrap_servers, settings.topics.config, **kafka_options)
-    configs = ConfigBook(load_fleet_config(settings.config_file), overrides)
+    fleet = load_fleet_config(settings.config_file)
+    configs = ConfigBook(fleet, overrides)
+    overrides.resolve = configs.resolve_uncached  # versions around each recorded change
     registry = default_registry()
     metrics = WorkerMetrics()
     audit = AuditWriter(settings.db_url, metrics=metrics)
@@ -200,6 +202,7 @@ def build_worker(settings: Settings) -> faust.App:
             settings.bootstrap_servers, settings.topics.schemas, registry, **kafka_options
         ),
         overrides=overrides,
+        fleet=fleet,
         audit=audit,
         expiry=RunExpiry(settings.run_idle_ttl),
         rekeyer=Rekeyer(settings),
