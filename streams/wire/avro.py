@@ -129,6 +129,7 @@ def _event_datum(
         "event_time": head["event_time"],
         "body": (_BODY_NAME[cls], body),  # fastavro tuple notation: the union branch by name
         "session_id": head.get("session_id"),
+        "chain_id": head.get("chain_id"),
     }
 
 
@@ -166,6 +167,7 @@ def encode_event(
         "seq": envelope.seq,
         "event_time": envelope.event_time,
         "session_id": envelope.session_id,
+        "chain_id": envelope.chain_id,
     }
     datum = _event_datum(cls, head, body, check_names)
     return own_codecs()["AgentEvent"].encode(datum, max_size, (datum["body"],))
@@ -189,6 +191,7 @@ def event_from_dict_checked(data: Mapping[str, Any]) -> AgentEvent:
         "seq": data["seq"],
         "event_time": data.get("event_time", 0),
         "session_id": data.get("session_id"),
+        "chain_id": data.get("chain_id"),
     }
     body = {name: data.get(name, default) for name, default in _BODY_DEFAULTS[cls].items()}
     own_codecs()["AgentEvent"].explain(_event_datum(cls, head, body, check_names=True))
@@ -217,6 +220,7 @@ def decode_event(
         event_time=datum["event_time"],
         # absent (None) in events written before issue 17's session scope
         session_id=datum.get("session_id"),
+        chain_id=datum.get("chain_id"),  # absent (None) before issue 28's agent cycles
     )
     values = body[1]
     fields = {name: values[name] for name in _BODY_FIELDS[cls]}

@@ -13,8 +13,8 @@ from streams.wire.errors import InvalidDatumError
 # Names that become keys, indexed SQL columns and decision text: PostgreSQL refuses NUL in
 # text and cannot index a value over ~2.7 KB, so a hostile id could stall the audit trail.
 NAME_MAX_BYTES = 1024
-_NAME_FIELDS = ("run_id", "agent_id", "gateway_id", "tool_name", "session_id")
-ENVELOPE_TEXT = ("run_id", "agent_id", "gateway_id", "session_id")
+_NAME_FIELDS = ("run_id", "agent_id", "gateway_id", "tool_name", "session_id", "chain_id")
+ENVELOPE_TEXT = ("run_id", "agent_id", "gateway_id", "session_id", "chain_id")
 
 
 def require_storable_names(record: str, *sources: Mapping[str, Any]) -> None:

@@ -218,7 +218,7 @@ function readDatum(name: string, schema: ParsedSchema, buf: Buffer): Record<stri
 
 // ------------------------------------------------------------------------------ names
 
-const NAME_FIELDS = ['run_id', 'agent_id', 'gateway_id', 'tool_name', 'session_id'] as const;
+const NAME_FIELDS = ['run_id', 'agent_id', 'gateway_id', 'tool_name', 'session_id', 'chain_id'] as const;
 
 function storableNamesProblem(record: string, ...sources: Record<string, unknown>[]): string | undefined {
   for (const values of sources) {
@@ -295,7 +295,7 @@ export function encodeEvent(event: AgentEventInput, options: EventEncodeOptions 
     }
   }
   const ids = { run_id: event.runId, agent_id: event.agentId, gateway_id: event.gatewayId };
-  const session = { session_id: event.sessionId ?? null };
+  const session = { session_id: event.sessionId ?? null, chain_id: event.chainId ?? null };
   if (options.checkNames ?? true) {
     const problem = storableNamesProblem(record, ids, body, session);
     if (problem) throw new EncodeError(problem);
@@ -332,6 +332,7 @@ export function decodeEvent(data: Uint8Array, options: DecodeOptions = {}): Agen
   };
   // null (or absent: an older writer) is no session
   if (datum.session_id !== null && datum.session_id !== undefined) event.sessionId = datum.session_id;
+  if (datum.chain_id !== null && datum.chain_id !== undefined) event.chainId = datum.chain_id;
   for (const [camel, wire] of spec.fields) {
     if (values[wire] === null && OMITTED_WHEN_NULL.has(camel)) continue;
     event[camel] = values[wire];

@@ -21,6 +21,11 @@ export interface EventEnvelope {
    * (or null) when the run has no session.
    */
   sessionId?: string | null;
+  /**
+   * A chain of agent-to-agent messages this run belongs to (issue 28), propagated by the
+   * gateway: the worker judges loops between agents per chain. Left out when unknown.
+   */
+  chainId?: string | null;
 }
 
 /** The agent asked for a tool; emitted before the tool runs. */

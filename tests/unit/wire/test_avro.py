@@ -119,8 +119,9 @@ def test_schemas_load_and_mirror_the_dataclasses() -> None:
     assert event.fullname == "loopguard.AgentEvent"
     envelope = [f.name for f in fields(Envelope)]
     # session_id came later (issue 17): appended after body, as schema evolution requires
-    assert envelope[-1] == "session_id"
-    assert [f.name for f in event.fields] == [*envelope[:-1], "body", "session_id"]
+    # chain_id came later still (issue 28), appended the same way
+    assert envelope[-2:] == ["session_id", "chain_id"]
+    assert [f.name for f in event.fields] == [*envelope[:-2], "body", "session_id", "chain_id"]
     branches = {b.fullname: b for b in event.fields_dict["body"].type.schemas}
     assert set(branches) == {f"loopguard.{cls.__name__}" for cls in EVENT_KINDS.values()}
     for cls in EVENT_KINDS.values():
