@@ -111,6 +111,7 @@ def register_views(
     started = time.time()
     now = clock_ms if clock_ms is not None else (lambda: int(time.time() * 1000))
     served = metrics if metrics is not None else WorkerMetrics()
+    shown_url = redact_url(db_url)
     checks = access if access is not None else WebAccess()
     web_access.install(app, checks)
     register_login(app, checks)
