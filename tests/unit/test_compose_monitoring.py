@@ -19,6 +19,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from streams.core.events import Action, Decision
+from streams.observability.incident_metrics import IncidentMetrics
 from streams.observability.metrics import METRIC_NAMES, WorkerMetrics
 from streams.web import register_views
 
@@ -97,6 +98,8 @@ def exposed() -> dict[str, set[str]]:
     m.observe_gateway_timeout("gw")
     m.webhook_outcome("sent")
     m.webhook_retry()
+    m.runs_evicted_for("ended")
+    IncidentMetrics(m.registry).recorded_opening(1)  # registered when incidents are on
     families = list(text_string_to_metric_families(m.render().decode()))
     assert {f.name for f in families} >= set(METRIC_NAMES), "populate every metric above"
     out: dict[str, set[str]] = {}
