@@ -46,9 +46,10 @@ class BadRequest(ValueError):
     pass
 
 
-def summary_dict(summary: Any) -> dict[str, Any]:
-    """One ``RunSummary`` exactly as ``loopguard runs --json`` prints it."""
-    return summary.to_dict()
+def summary_dict(summary: Any, usage: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One ``RunSummary`` exactly as ``loopguard runs --json`` prints it, its usage included
+    (``null`` when its gateway reports none, issue 28)."""
+    return {**summary.to_dict(), "usage": usage}
 
 
 def _shown(text: str) -> str:

@@ -155,10 +155,10 @@ def register_views(
             except BadRequest as exc:
                 return self.json({"error": str(exc)}, status=400)
             try:
-                summaries = await store.run(lambda s: s.runs(**filters))
+                lines = await store.run(lambda s: _runs_with_usage(s, filters))
             except SQLAlchemyError as exc:
                 return self.json({"error": _db_error(exc)}, status=503)
-            return self.json([summary_dict(s) for s in summaries])
+            return self.json(lines)
 
     @app.page("/runs/{run_id}/history", name="loopguard-run-history")
     class RunHistory(web.View):
@@ -222,3 +222,10 @@ def register_views(
             )
 
     return served
+
+
+def _runs_with_usage(store: Any, filters: dict[str, Any]) -> list[dict[str, Any]]:
+    """``/runs``: the runs and their usage in one thread hop, as ``loopguard runs --json``."""
+    summaries = store.runs(**filters)
+    usage = store.run_usage(s.run_id for s in summaries)
+    return [summary_dict(s, usage.get(s.run_id)) for s in summaries]

@@ -52,9 +52,10 @@ def wait_for_web(base: str, timeout: float = 60.0) -> None:
         time.sleep(0.2)
 
 
-def summary_json(summary) -> dict:
+def summary_json(summary, usage: dict | None = None) -> dict:
     data = asdict(summary)
     data["worst_action"] = data["worst_action"].value
+    data["usage"] = usage  # issue 28: null for a run whose gateway reports no usage
     return data
 
 
@@ -143,7 +144,9 @@ def test_http_api(web_pipeline, capsys) -> None:
             status, ctype, body = get(f"{base}/runs?{urlencode(params)}")
             assert status == 200 and ctype.startswith("application/json"), body
             answer = json.loads(body)
-            assert answer == [summary_json(s) for s in store.runs(**{"limit": 50, **kwargs})]
+            runs = store.runs(**{"limit": 50, **kwargs})
+            usage = store.run_usage(s.run_id for s in runs)
+            assert answer == [summary_json(s, usage.get(s.run_id)) for s in runs]
             flags = [f"--{k}={v}" for k, v in params.items()]
             # --all: the API lists the readiness run (agent loopguard-canary) the CLI hides.
             listed = cli_json(capsys, "runs", "--db", db, "--json", "--all", *flags).splitlines()
