@@ -78,6 +78,13 @@ def worker_web(db_url: str, **options: Any) -> Iterator[Client]:
     )
     register_views(app, db_url, **options)
     app.web.init_server()  # Faust's own blueprints, as on `loopguard worker`
+    with served(app) as port:
+        yield Client(port, app)
+
+
+@contextmanager
+def served(app: faust.App) -> Iterator[int]:
+    """The app's aiohttp server on a free loopback port, in a thread with its own loop."""
     loop = asyncio.new_event_loop()
     started = threading.Event()
     state: dict[str, Any] = {}
@@ -100,7 +107,7 @@ def worker_web(db_url: str, **options: Any) -> Iterator[Client]:
     thread.start()
     assert started.wait(20)
     try:
-        yield Client(state["port"], app)
+        yield state["port"]
     finally:
         asyncio.run_coroutine_threadsafe(state["runner"].cleanup(), loop).result(20)
         loop.call_soon_threadsafe(loop.stop)

@@ -12,7 +12,7 @@ under the right one.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from streams.core.config import LoopDetectionConfig
@@ -91,18 +91,7 @@ class EventProcessor:
 
     @staticmethod
     def watermark(state: RunState, envelope: Envelope) -> RunWatermark:
-        usage = state.usage
-        if not usage.reported:  # the version older gateways read
-            return RunWatermark(
-                run_id=state.run_id,
-                agent_id=envelope.agent_id,
-                gateway_id=envelope.gateway_id,
-                seq=state.last_seq,
-                event_time=state.last_seq_time,
-                status=state.status,
-                event_count=state.event_count,
-            )
-        return RunWatermark(
+        progress = RunWatermark(
             run_id=state.run_id,
             agent_id=envelope.agent_id,
             gateway_id=envelope.gateway_id,
@@ -110,6 +99,12 @@ class EventProcessor:
             event_time=state.last_seq_time,
             status=state.status,
             event_count=state.event_count,
+        )
+        usage = state.usage
+        if not usage.reported:  # the version older gateways read
+            return progress
+        return replace(
+            progress,
             input_tokens=usage.input_tokens,
             output_tokens=usage.output_tokens,
             cost_usd=usage.cost_usd,

@@ -5,10 +5,8 @@ every value that comes from the audit trail."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -21,8 +19,8 @@ from urllib.parse import urlencode
 
 import faust
 import pytest
-from aiohttp import web as aioweb
 from db_fixtures import record_progress
+from web_client import served
 
 from streams.audit.store import AuditStore
 from streams.core.events import Action, Decision
@@ -133,33 +131,8 @@ def serve(db_url: str, **options: Any) -> Iterator[Server]:
     """register_views on a fresh Faust app; its aiohttp app served on a free port."""
     app = faust.App(f"web-{uuid.uuid4().hex[:8]}", broker="kafka://127.0.0.1:1", web_enabled=True)
     register_views(app, db_url, **options)
-    loop = asyncio.new_event_loop()
-    started = threading.Event()
-    state: dict[str, Any] = {}
-
-    async def start() -> None:
-        runner = aioweb.AppRunner(app.web.web_app)
-        await runner.setup()
-        site = aioweb.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        state["runner"] = runner
-        state["port"] = site._server.sockets[0].getsockname()[1]
-
-    def run() -> None:
-        asyncio.set_event_loop(loop)
-        loop.run_until_complete(start())
-        started.set()
-        loop.run_forever()
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    assert started.wait(20)
-    try:
-        yield Server(f"http://127.0.0.1:{state['port']}")
-    finally:
-        asyncio.run_coroutine_threadsafe(state["runner"].cleanup(), loop).result(20)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(20)
+    with served(app) as port:
+        yield Server(f"http://127.0.0.1:{port}")
 
 
 @pytest.fixture
