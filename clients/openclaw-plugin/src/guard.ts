@@ -587,6 +587,9 @@ export class LoopguardGuard {
       const usage = usageOfLlmOutput(event);
       const key = this.keyFor(event?.runId ?? ctx?.runId, { ...ctx, sessionId: event?.sessionId ?? ctx?.sessionId });
       if (!usage || !key) return;
+      // OpenClaw reports a run's last model call after agent_end at times (an aborted run's
+      // especially): nothing is left to carry it, and it must not start the run again.
+      if (!this.runs.has(key) && this.endedKeys.has(key)) return;
       const entry = this.entryFor(key, ctx);
       if (entry.ended) return;
       if (entry.run?.reportUsage) entry.run.reportUsage(usage);

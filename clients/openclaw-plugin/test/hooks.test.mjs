@@ -326,4 +326,16 @@ describe(`loopguard plugin through OpenClaw ${openclaw.version}'s hook runner`, 
       { inputTokens: 1500, outputTokens: 40, costUsd: 0.0123 },
     );
   });
+
+  test("a model call's usage reported after its run ended is dropped, never a restart of the run", async () => {
+    const { runner, client } = await setup();
+    await call(runner, 'run-w', 1);
+    await runner.runAgentEnd({ runId: 'run-w', success: true, messages: [] }, ctxOf('run-w'));
+    openclaw.harnessRuntime.emitAgentEvent({ runId: 'run-w', stream: 'lifecycle', data: { phase: 'end', startedAt: Date.now() - 5, endedAt: Date.now() } });
+    await eventually(() => assert.deepEqual(client.kinds('run-w'), ['run_started', 'tool_call', 'run_ended']));
+    const usage = { input: 10, output: 2, cacheRead: 0, cacheWrite: 0, total: 12 };
+    await runner.runLlmOutput({ runId: 'run-w', sessionId: 's-run-w', provider: 'p', model: 'm', assistantTexts: [], usage }, ctxOf('run-w'));
+    await sleep(20);
+    assert.deepEqual(client.kinds('run-w'), ['run_started', 'tool_call', 'run_ended']);
+  });
 });
