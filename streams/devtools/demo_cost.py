@@ -14,14 +14,20 @@ from streams.gateway.client import GatewayClient, RunAborted
 COST_TIMEOUT = 30.0  # seconds to wait for the run's usage in the audit trail
 
 
-def usage_of(db_url: str, run_id: str, timeout: float = COST_TIMEOUT) -> dict[str, Any] | None:
-    """The run's stored usage once its abort's saved estimate is in (None after timeout)."""
+def usage_of(
+    db_url: str, run_id: str, final_seq: int, timeout: float = COST_TIMEOUT
+) -> dict[str, Any] | None:
+    """The run's stored usage once the trail holds its last event (``final_seq``, the run's
+    end, which carries its last turn's usage): read any earlier and the figures depend on
+    how far the audit writer had got (None after timeout)."""
     deadline = time.monotonic() + timeout
     with AuditStore(db_url) as store:
         while True:
-            usage = store.run_usage([run_id]).get(run_id)
-            if (usage and usage["saved_tokens"]) or time.monotonic() > deadline:
-                return usage
+            progress = store.run_progress(run_id)  # written with the usage, in one transaction
+            if progress is not None and progress.last_seq >= final_seq:
+                return store.run_usage([run_id]).get(run_id)
+            if time.monotonic() > deadline:
+                return None
             time.sleep(0.2)
 
 
@@ -42,7 +48,7 @@ def play_loop_cost(
         play.run.end("aborted")
     stopped = f", aborted at seq {play.stopped_by.seq}" if play.stopped_by else ""
     say(f"  {play.calls} calls, {play.refused} refused{stopped}")
-    usage = usage_of(db_url, run_id)
+    usage = usage_of(db_url, run_id, play.run.seq)
     if usage is None:
         say(f"  no usage recorded within {COST_TIMEOUT:.0f} s: see the worker log")
         return False

@@ -397,12 +397,19 @@ describe('GatewayClient across a broker restart', { skip: !TANSU && 'set LOOPGUA
       const deadline = Date.now() + 30_000;
       let refused = false;
       while (!refused && Date.now() < deadline) {
-        const verdict = await second.beforeTool('read', { path: '/same' });
-        if (verdict.allowed) await second.afterTool('read', { path: '/same' }, { result: 'same' });
-        else refused = true;
+        try {
+          const verdict = await second.beforeTool('read', { path: '/same' });
+          if (verdict.allowed) await second.afterTool('read', { path: '/same' }, { result: 'same' });
+          else refused = true;
+        } catch (error) {
+          // Under load the block can come later than the 50 ms budget waited for it (the call
+          // fails open) and the run's abort is the first verdict it meets: a refusal too.
+          if (!(error instanceof RunAborted)) throw error;
+          refused = true;
+        }
         await sleep(50);
       }
-      assert.ok(refused, 'a block published after the restart reached the client');
+      assert.ok(refused, 'a block or abort published after the restart reached the client');
       assert.ok(client.stats().controlReconnects >= 1);
       assert.ok(worker.seen.some((e) => e.runId === second.runId), 'events reached the new broker');
       assert.ok(
