@@ -9,7 +9,7 @@ never calls ``create_all``, so production and tests run exactly the same DDL.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -95,7 +95,9 @@ def row_to_decision(row: DecisionRow) -> Decision:
     return Decision.from_dict(values)
 
 
-def _in_waves(marks: Iterable[RunWatermark]) -> list[list[dict[str, Any]]]:
+def _in_waves(
+    marks: Iterable[RunWatermark], row: Callable[[RunWatermark], dict[str, Any]]
+) -> list[list[dict[str, Any]]]:
     """Split rows so no run appears twice in one statement, keeping each run's order.
 
     PostgreSQL refuses an ON CONFLICT DO UPDATE that touches one row twice, which a
@@ -108,19 +110,26 @@ def _in_waves(marks: Iterable[RunWatermark]) -> list[list[dict[str, Any]]]:
         seen[mark.run_id] = n + 1
         if n == len(waves):
             waves.append([])
-        waves[n].append(
-            {
-                "run_id": mark.run_id,
-                "agent_id": mark.agent_id,
-                "gateway_id": mark.gateway_id,
-                "last_seq": mark.seq,
-                "events": mark.event_count,
-                "first_event_time": mark.event_time,
-                "last_event_time": mark.event_time,
-                "status": mark.status,
-            }
-        )
+        waves[n].append(row(mark))
     return waves
+
+
+def _progress_row(mark: RunWatermark) -> dict[str, Any]:
+    return {
+        "run_id": mark.run_id,
+        "agent_id": mark.agent_id,
+        "gateway_id": mark.gateway_id,
+        "last_seq": mark.seq,
+        "events": mark.event_count,
+        "first_event_time": mark.event_time,
+        "last_event_time": mark.event_time,
+        "status": mark.status,
+    }
+
+
+def _usage_row(mark: RunWatermark) -> dict[str, Any]:
+    row = {name: getattr(mark, name) for name in USAGE_COLUMNS}
+    return {"run_id": mark.run_id, "last_seq": mark.seq, **row}
 
 
 class AuditStore:
@@ -222,7 +231,7 @@ class AuditStore:
         )
         marks = list(watermarks)
         with self.engine.begin() as conn:
-            for wave in _in_waves(marks):
+            for wave in _in_waves(marks, _progress_row):
                 conn.execute(upsert, wave)
             self._record_usage(conn, [m for m in marks if m.has_usage])
 
@@ -241,16 +250,7 @@ class AuditStore:
                 for name in (*USAGE_COLUMNS, "last_seq")
             },
         )
-        waves: list[list[dict[str, Any]]] = []
-        seen: dict[str, int] = {}
-        for mark in marks:
-            n = seen.get(mark.run_id, 0)
-            seen[mark.run_id] = n + 1
-            if n == len(waves):
-                waves.append([])
-            row = {name: getattr(mark, name) for name in USAGE_COLUMNS}
-            waves[n].append({"run_id": mark.run_id, "last_seq": mark.seq, **row})
-        for wave in waves:
+        for wave in _in_waves(marks, _usage_row):
             conn.execute(upsert, wave)
 
     def run_usage(self, run_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
