@@ -8,12 +8,7 @@ from typing import Any
 
 from streams.audit.webhook_outbox import Notice
 from streams.core.config_change import ConfigChange
-
-
-def _esc(text: str, limit: int) -> str:
-    """Slack mrkdwn: escape the three control characters and keep within Slack's limits."""
-    clipped = text if len(text) <= limit else text[: limit - 1] + "…"
-    return clipped.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+from streams.webhooks.slack_blocks import slack_message
 
 
 def _what(change: ConfigChange) -> str:
@@ -40,27 +35,13 @@ def config_change_body(change: ConfigChange) -> dict[str, Any]:
         ("Config version", versions),
     )
     where = f"{change.topic}[{change.partition}]@{change.offset}" if change.topic else "-"
-    return {
-        "text": _esc(text, 3000),
-        "blocks": [
-            {
-                "type": "header",
-                "text": {"type": "plain_text", "text": f"loopguard guarding turned {what}"},
-            },
-            {"type": "section", "text": {"type": "mrkdwn", "text": _esc(change.value or "", 2900)}},
-            {
-                "type": "section",
-                "fields": [
-                    {"type": "mrkdwn", "text": f"*{label}*\n{_esc(value or '-', 1900)}"}
-                    for label, value in fields
-                ],
-            },
-            {
-                "type": "context",
-                "elements": [{"type": "mrkdwn", "text": _esc(f"config change {where}", 1900)}],
-            },
-        ],
-    }
+    return slack_message(
+        text=text,
+        header=f"loopguard guarding turned {what}",
+        lead=change.value or "",
+        fields=fields,
+        context=f"config change {where}",
+    )
 
 
 def config_change_notice(change: ConfigChange) -> Notice:

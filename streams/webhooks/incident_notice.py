@@ -9,15 +9,10 @@ from typing import Any
 
 from streams.audit.webhook_outbox import Notice
 from streams.core.incidents import Incident
+from streams.webhooks.slack_blocks import slack_message
 
 INCIDENT_ACTION = "incident"
 SHOWN_RUNS = 20
-
-
-def _esc(text: str, limit: int) -> str:
-    """Slack mrkdwn: escape the three control characters and keep within Slack's limits."""
-    clipped = text if len(text) <= limit else text[: limit - 1] + "…"
-    return clipped.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def _signature(incident: Incident) -> str:
@@ -42,34 +37,14 @@ def incident_body(incident: Incident) -> dict[str, Any]:
         ("Agents", ", ".join(incident.agents)),
         ("Window", f"{incident.window_seconds} s"),
     )
-    return {
-        "text": _esc(text, 3000),
-        "blocks": [
-            {
-                "type": "header",
-                "text": {
-                    "type": "plain_text",
-                    "text": f"loopguard incident: {runs} runs loop on {incident.tool}"[:150],
-                },
-            },
-            {
-                "type": "section",
-                "text": {"type": "mrkdwn", "text": _esc(_signature(incident), 2900)},
-            },
-            {
-                "type": "section",
-                "fields": [
-                    {"type": "mrkdwn", "text": f"*{label}*\n{_esc(value or '-', 1900)}"}
-                    for label, value in fields
-                ],
-            },
-            {"type": "section", "text": {"type": "mrkdwn", "text": _esc(f"Runs: {shown}", 2900)}},
-            {
-                "type": "context",
-                "elements": [{"type": "mrkdwn", "text": f"incident {incident.incident_id}"}],
-            },
-        ],
-    }
+    return slack_message(
+        text=text,
+        header=f"loopguard incident: {runs} runs loop on {incident.tool}",
+        lead=_signature(incident),
+        fields=fields,
+        trailing=(f"Runs: {shown}",),
+        context=f"incident {incident.incident_id}",
+    )
 
 
 def incident_notice(incident: Incident) -> Notice:

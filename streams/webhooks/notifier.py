@@ -60,6 +60,7 @@ from streams.webhooks.receiver_queue import (
     describe_url,
     post_notice,
 )
+from streams.webhooks.slack_blocks import slack_message
 
 __all__ = [
     "DECISION_HEADER",
@@ -123,12 +124,6 @@ class WebhookTargets:
         return list(dict.fromkeys(u for u in (self.default, *self.per_agent.values()) if u))
 
 
-def _esc(text: str, limit: int) -> str:
-    """Slack mrkdwn: escape the three control characters and keep within Slack's limits."""
-    clipped = text if len(text) <= limit else text[: limit - 1] + "…"
-    return clipped.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
 def slack_body(decision: Decision) -> dict[str, Any]:
     """The JSON posted for a decision: Slack's ``text`` (the notification line) plus
     ``blocks`` (header, reason, one field each for run, agent, gateway, detector, action and
@@ -153,30 +148,13 @@ def slack_body(decision: Decision) -> dict[str, Any]:
         context.append(f"error {decision.error_code}")
     if decision.config_version:
         context.append(f"config {decision.config_version}")
-    return {
-        "text": _esc(text, 3000),
-        "blocks": [
-            {
-                "type": "header",
-                "text": {
-                    "type": "plain_text",
-                    "text": f"loopguard {verb} a loop: {decision.detector} on {tool}"[:150],
-                },
-            },
-            {"type": "section", "text": {"type": "mrkdwn", "text": _esc(decision.reason, 2900)}},
-            {
-                "type": "section",
-                "fields": [
-                    {"type": "mrkdwn", "text": f"*{label}*\n{_esc(value or '-', 1900)}"}
-                    for label, value in fields
-                ],
-            },
-            {
-                "type": "context",
-                "elements": [{"type": "mrkdwn", "text": _esc(" · ".join(context), 1900)}],
-            },
-        ],
-    }
+    return slack_message(
+        text=text,
+        header=f"loopguard {verb} a loop: {decision.detector} on {tool}",
+        lead=decision.reason,
+        fields=fields,
+        context=" · ".join(context),
+    )
 
 
 def notice_for(decision: Decision) -> Notice:
