@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from streams.core.config_error import ConfigError, unknown_field
+from streams.core.config_block import check_block
 
 AGENT_CYCLES = "agentCycles"
 CYCLE_DEFAULTS: dict[str, Any] = {
@@ -36,16 +36,7 @@ class AgentCyclesConfig:
 
 def check_agent_cycles(value: Any, where: str) -> None:
     """Refuse an ``agentCycles`` block with unknown fields or values of the wrong type."""
-    if not isinstance(value, dict):
-        raise ConfigError(f"{where}: expected an object, got {type(value).__name__}")
-    for name, setting in value.items():
-        if name not in CYCLE_DEFAULTS:
-            raise unknown_field(f"{where}.{name}", name, CYCLE_DEFAULTS)
-        if name == "enabled":
-            if not isinstance(setting, bool):
-                raise ConfigError(f"{where}.{name}: expected true or false, got {setting!r}")
-        elif isinstance(setting, bool) or not isinstance(setting, int) or setting < 1:
-            raise ConfigError(f"{where}.{name}: expected a whole number >= 1, got {setting!r}")
+    check_block(value, where, CYCLE_DEFAULTS, switches=("enabled",))
 
 
 def resolve_agent_cycles(merged: dict[str, Any]) -> AgentCyclesConfig:

@@ -15,7 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from streams.core.config_error import ConfigError, unknown_field
+from streams.core.config_block import check_block
+from streams.core.config_error import ConfigError
 
 COMPAT = "compat"
 DEVIATIONS = "deviations"
@@ -83,13 +84,7 @@ def check_compat(value: Any, where: str) -> None:
 
 
 def check_deviations(value: Any, where: str) -> None:
-    if not isinstance(value, dict):
-        raise ConfigError(f"{where}: expected an object, got {type(value).__name__}")
-    for name, switch in value.items():
-        if name not in SWITCHES:
-            raise unknown_field(f"{where}.{name}", name, SWITCHES)
-        if not isinstance(switch, bool):
-            raise ConfigError(f"{where}.{name}: expected true or false, got {switch!r}")
+    check_block(value, where, SWITCHES, switches=SWITCHES)
 
 
 def switch_default(compat: str) -> bool:

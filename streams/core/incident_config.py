@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from streams.core.config_error import ConfigError, unknown_field
+from streams.core.config_block import checked_fields
+from streams.core.config_error import ConfigError
 
 INCIDENTS = "incidents"
 INCIDENT_DEFAULTS: dict[str, Any] = {
@@ -42,20 +43,9 @@ class IncidentConfig:
 
 def check_incidents(value: Any, where: str) -> None:
     """Validate a raw ``incidents`` object; :class:`ConfigError` names the bad field."""
-    if not isinstance(value, dict):
-        raise ConfigError(f"{where}: expected an object, got {type(value).__name__}")
-    for key, item in value.items():
-        at = f"{where}.{key}"
-        if key not in INCIDENT_DEFAULTS:
-            raise unknown_field(at, key, INCIDENT_DEFAULTS)
-        if key == "enabled":
-            if not isinstance(item, bool):
-                raise ConfigError(f"{at}: expected true or false, got {item!r}")
-            continue
-        if isinstance(item, bool) or not isinstance(item, int) or item < 1:
-            raise ConfigError(f"{at}: expected a whole number >= 1, got {item!r}")
-        if key == "windowSeconds" and item > MAX_WINDOW_SECONDS:
-            raise ConfigError(f"{at}: must be at most {MAX_WINDOW_SECONDS} (a day), got {item}")
+    for at, name, setting in checked_fields(value, where, INCIDENT_DEFAULTS, ("enabled",)):
+        if name == "windowSeconds" and setting > MAX_WINDOW_SECONDS:
+            raise ConfigError(f"{at}: must be at most {MAX_WINDOW_SECONDS} (a day), got {setting}")
 
 
 def resolve_incidents(merged: dict[str, Any]) -> IncidentConfig:
