@@ -187,6 +187,16 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def load_average() -> str:
+    """The 1/5/15-minute load average, from /proc/loadavg (os.getloadavg where it is absent):
+    printed beside figures, which mean little on a busy machine."""
+    try:
+        with open("/proc/loadavg") as loadavg:
+            return ", ".join(loadavg.read().split()[:3])
+    except OSError:
+        return ", ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
 def mb(kb: int | None) -> str:
     return "n/a" if kb is None else f"{kb / 1024:,.0f} MB"
 
@@ -201,22 +211,29 @@ def percentile(sorted_values: list[float], q: float) -> float:
 # ---------------------------------------------------------------------- readiness, topics
 
 
+def owned_partitions(worker: WorkerProcess) -> list[int] | None:
+    """The events partitions of the last assignment the worker logged ([] before its first),
+    None without a log."""
+    marker = "events partitions assigned to this worker: "
+    if worker.log_path is None or not worker.log_path.exists():
+        return None
+    lines = [
+        line.split(marker, 1)[1]
+        for line in worker.log_path.read_text(errors="replace").splitlines()
+        if marker in line
+    ]
+    text = lines[-1].strip() if lines else "[]"
+    return [int(p) for p in text.strip("[]").split(",") if p.strip()]
+
+
 def assignment_complete(workers: list[WorkerProcess], partitions: int) -> bool:
     """Whether the last assignment each worker logged is non-empty and together they cover
     every partition once: all workers joined, no rebalance left to run."""
-    marker = "events partitions assigned to this worker: "
-    latest = []
-    for worker in workers:
-        if worker.log_path is None or not worker.log_path.exists():
-            return False
-        lines = [
-            line.split(marker, 1)[1]
-            for line in worker.log_path.read_text(errors="replace").splitlines()
-            if marker in line
-        ]
-        latest.append(lines[-1].strip() if lines else "[]")
-    owned = [int(p) for text in latest for p in text.strip("[]").split(",") if p.strip()]
-    return all(text != "[]" for text in latest) and sorted(owned) == list(range(partitions))
+    latest = [owned_partitions(worker) for worker in workers]
+    if not all(latest):
+        return False
+    owned = [p for parts in latest for p in parts or []]
+    return sorted(owned) == list(range(partitions))
 
 
 def scan_topic(bootstrap: str, topic: str, partitions: int, timeout: float = 300.0):

@@ -6,8 +6,9 @@ the same partitions go through, one after the other:
 
 1. a bare aiokafka consume → produce loop (``bench/forwarders.py aiokafka``);
 2. a bare Faust agent that only forwards (``bench/forwarders.py faust``);
-3. one loopguard worker;
-4. two loopguard workers (one consumer group).
+3. one loopguard worker (``loopguardx1``);
+4. two loopguard workers, one consumer group (``loopguardx2``; ``--only`` takes any
+   ``loopguardx<N>``, e.g. ``aiokafka,loopguardx1,loopguardx4``; N needs N partitions).
 
 Each contender gets its own topics (``tb-<name>.*``) and consumer group. The events are
 produced first, then the contender is started on that backlog, so producing never shares the
@@ -16,9 +17,12 @@ final partitions (start-up, joins and rebalances stay outside) until every parti
 committed to its end: events committed in between / time. Every contender commits every
 0.5 s and both ends fall on a commit, so all are timed the same way.
 
-Beside each figure: the CPU (user + system) its processes used per event in the timed window,
-from /proc: what predicts how workers scale where each has a core of its own (on 2 cores four
-workers cannot be measured; 1e6 / that figure is the events/s one busy core sustains).
+Beside each figure: its share of the bare aiokafka loop's events/s in the same run; the CPU
+(user + system) its processes used per event in the timed window, from /proc, for all of them
+and for each worker (its CPU / the events of the partitions it owned); the load average at its
+start and end. That CPU predicts how workers scale where each has a core of its own: where the
+machine has fewer cores than N workers, N x 1e6 / (CPU us per event) is printed as a
+prediction beside N workers / one measured.
 
 Then, with the two workers: decision latency at ``--rate`` events/s offered (10,000 new runs
 interleaved plus a compaction loop every ``--probe-every`` events whose abort is timed from its
@@ -28,6 +32,7 @@ one worker's RSS peak during the drain minus the RSS of the same worker idle, / 
 tracemalloc in-process).
 
     python bench/throughput_bench.py [--broker tansu|kafka] [--events 100000] [--runs 10000]
+                                     [--partitions 4] [--only aiokafka,loopguardx1,loopguardx4]
                                      [--rate 2000] [--latency-seconds 30] [--json]
 """
 
@@ -54,7 +59,7 @@ from harness import (  # noqa: E402
     assignment_complete,
     bench_settings,
     broker_pids,
-    mb,
+    load_average,
     rss_kb,
     scan_topic,
     start_workers,
@@ -62,6 +67,14 @@ from harness import (  # noqa: E402
 from kafka import KafkaProducer  # noqa: E402
 from latency import latency_at_rate, memory_per_run_safe  # noqa: E402
 from load_gen import compaction_loop_run, make_plan, sentinel_ids  # noqa: E402
+from throughput_drain import Drain, assignments, time_drain  # noqa: E402
+from throughput_report import (  # noqa: E402
+    BASELINES,
+    check_contenders,
+    contender_workers,
+    per_worker,
+    print_report,
+)
 
 from streams.devtools.worker_process import WorkerProcess  # noqa: E402
 from streams.kafka.topics import create_like, ensure_topics  # noqa: E402
@@ -69,6 +82,7 @@ from streams.settings import PROFILES  # noqa: E402
 from streams.wire.avro import CodecError, decode_control, encode_event  # noqa: E402
 
 FORWARDERS = Path(__file__).resolve().parent / "forwarders.py"
+LATENCY_WORKERS = 2  # the latency phase's workers
 
 
 class ForwarderProcess(WorkerProcess):
@@ -116,12 +130,12 @@ def produce(producer: KafkaProducer, topic: str, messages) -> dict[int, int]:
 
 def start_contender(name: str, ctx: dict, prefix: str) -> list[WorkerProcess]:
     args, broker, tmp = ctx["args"], ctx["broker"], ctx["tmp"]
-    kind, _, count = name.partition("x")
-    if kind in ("aiokafka", "faust"):
-        return start_forwarder(kind, broker, prefix, args.partitions, tmp)
+    if name in BASELINES:
+        return start_forwarder(name, broker, prefix, args.partitions, tmp)
     env = {"LOOPGUARD_RUN_IDLE_TTL": "3600"}  # every run stays in the table meanwhile
     return start_workers(
-        broker, int(count), tmp, db_url=ctx["db_url"], config_file=ctx["config_file"],
+        broker, contender_workers(name), tmp, db_url=ctx["db_url"],
+        config_file=ctx["config_file"],
         partitions=args.partitions, app_id=prefix, prefix=prefix, env=env,
     )  # fmt: skip
 
@@ -152,10 +166,10 @@ def run_contender(name: str, ctx: dict, plan) -> dict:
     prefix = f"tb-{name}"
     settings = bench_settings(broker, args.partitions, prefix, prefix)
     ensure_topics(settings)
-    if not name.startswith("loopguard"):
+    if name in BASELINES:
         create_like(settings, f"{prefix}.forward", settings.topics.events)
     progress = GroupProgress(broker.bootstrap, prefix, settings.topics.events, args.partitions)
-    figures: dict = {"name": name}
+    figures: dict = {"name": name, "cpu_count": os.cpu_count(), "load_start": load_average()}
     processes: list[WorkerProcess] = []
     try:
         if name == "loopguardx1":
@@ -176,38 +190,28 @@ def run_contender(name: str, ctx: dict, plan) -> dict:
         pids = [p.process.pid for p in processes if p.process]
         sampler = RssSampler(pids)
         sampler.start()
-        first, done, count = time_drain(name, ctx, processes, progress, ends)
+        drain = time_drain(name, args, processes, progress, ends)
         sampler.stop()
-        counted, elapsed = count - first[1], done - first[0]
-        with_start = counted <= 0  # all of it in one commit: time it from the start instead
-        if with_start:
-            counted, elapsed = count - before, done - started
-        drained = count >= total
-        cpu = ctx.pop("cpu_at_end", 0.0) - ctx.pop("cpu_at_first", 0.0)
+        figures.update(drain_figures(drain, before, started))
         figures.update(
-            cpu_us_per_event=round(cpu / counted * 1e6, 1)
-            if counted > 0 and not with_start
-            else None,
             processes=len(processes),
             events=len(plan.values),
-            drained=drained,
-            timed_with_start_up=with_start,
-            timed_events=counted,
-            seconds=round(elapsed, 2),
-            events_per_s=round(counted / elapsed) if elapsed > 0 else 0,
+            drained=drain.last.count >= total,
             rss_peak_kb=sampler.peak_between(0, float("inf")),
             rss_end_kb=[rss_kb(pid) or 0 for pid in pids],
             rebalances=sum(assignments(p) for p in processes),
         )
         print(
-            f"  {name}: {figures['events_per_s']:,} events/s ({counted:,} events in "
-            f"{elapsed:.1f}s{'' if drained else ', drain timeout: not all processed'}; "
-            f"{figures['cpu_us_per_event']} us CPU per event, all its processes)",
+            f"  {name}: {figures['events_per_s']:,} events/s ({figures['timed_events']:,} "
+            f"events in {figures['seconds']:.1f}s"
+            f"{'' if figures['drained'] else ', drain timeout: not all processed'}; "
+            f"{figures['cpu_us_per_event']} us CPU per event, all its processes; "
+            f"load average {figures['load_start']} -> {load_average()})",
             flush=True,
         )
         for process in processes:
             process.stop()  # graceful: commits what it processed
-        if name.startswith("loopguard") and drained:
+        if name not in BASELINES and figures["drained"]:
             figures.update(decision_check(broker.bootstrap, settings, plan))
         if name == "loopguardx1":
             processed = sum(progress.committed().values()) - before
@@ -216,7 +220,34 @@ def run_contender(name: str, ctx: dict, plan) -> dict:
         progress.close()
         for process in processes:
             process.stop()
+        figures["load_end"] = load_average()
     return figures
+
+
+def drain_figures(drain: Drain, before: int, started: float) -> dict:
+    """Events/s and CPU per event, all processes and each, over the timed window; from the
+    process start where one commit held every event (then without CPU)."""
+    with_start = drain.first is None or drain.last.count <= drain.first.count
+    if with_start:
+        counted, elapsed = drain.last.count - before, drain.last.at - started
+    else:
+        counted, elapsed = drain.last.count - drain.first.count, drain.last.at - drain.first.at
+    cpu = sum(drain.cpu_by_process())
+    workers = None
+    if not with_start and not drain.reassigned():
+        owned = drain.last.owned
+        workers = per_worker(owned, drain.events_by_partition(), drain.cpu_by_process(), elapsed)
+    return {
+        "timed_with_start_up": with_start,
+        "timed_events": counted,
+        "seconds": round(elapsed, 2),
+        "events_per_s": round(counted / elapsed) if elapsed > 0 else 0,
+        "cpu_s": None if with_start else round(cpu, 3),
+        "cpu_us_per_event": round(cpu / counted * 1e6, 1)
+        if counted > 0 and not with_start
+        else None,
+        "per_worker": workers,
+    }
 
 
 def latency_phase(ctx: dict) -> dict:
@@ -226,7 +257,7 @@ def latency_phase(ctx: dict) -> dict:
     settings = bench_settings(broker, args.partitions, prefix, prefix)
     ensure_topics(settings)
     progress = GroupProgress(broker.bootstrap, prefix, settings.topics.events, args.partitions)
-    processes = start_contender("loopguardx2", ctx, prefix)
+    processes = start_contender(f"loopguardx{LATENCY_WORKERS}", ctx, prefix)
     try:
         deadline = time.monotonic() + 180
         while not assignment_complete(processes, args.partitions):
@@ -245,64 +276,6 @@ def latency_phase(ctx: dict) -> dict:
         progress.close()
         for process in processes:
             process.stop()
-
-
-def assignments(process: WorkerProcess) -> int:
-    """Partition assignments a worker logged (1 = no rebalance after it joined)."""
-    if process.log_path is None or not process.log_path.exists():
-        return 0
-    text = process.log_path.read_text(errors="replace")
-    return text.count("events partitions assigned to this worker")
-
-
-def cpu_seconds(pids: list[int]) -> float:
-    """User + system CPU the processes used so far (Linux /proc), 0 for one that is gone."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    total = 0.0
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
-    return total
-
-
-def time_drain(name: str, ctx: dict, processes, progress: GroupProgress, ends: dict):
-    """Poll the group's commits every 50 ms. The clock starts at the first commit seen after
-    every process has its final partitions (start-up, joins and rebalances stay outside) and
-    stops when every partition is committed to its end, or at ``--drain-timeout`` (then the
-    figure is the rate until then); returns ((t0, committed at t0), t_end, committed at
-    t_end). Both ends fall on a commit, so the commit interval cancels out."""
-    args = ctx["args"]
-    workers = name.startswith("loopguard")
-    total = sum(ends.values())
-    deadline = time.monotonic() + args.drain_timeout + 180  # start-up: at most 180 s
-    stable = not workers
-    last_seen = None
-    first = None
-    last_report = time.monotonic()
-    while True:
-        if not all(p.alive for p in processes):
-            raise RuntimeError(f"{name}: a process died; see {processes[0].log_path}")
-        if not stable:
-            stable = assignment_complete(processes, args.partitions)
-        committed = {tp.partition: c for tp, c in progress.committed().items()}
-        now = time.monotonic()
-        count = sum(min(committed.get(p, 0), end) for p, end in ends.items())
-        if stable and first is None and last_seen is not None and count > last_seen:
-            first = (now, count)
-            ctx["cpu_at_first"] = cpu_seconds([p.process.pid for p in processes if p.process])
-        last_seen = count
-        if first is not None and deadline > first[0] + args.drain_timeout:
-            deadline = first[0] + args.drain_timeout  # --drain-timeout counts from t0
-        if count >= total or now > deadline:
-            ctx["cpu_at_end"] = cpu_seconds([p.process.pid for p in processes if p.process])
-            return first or (now, count), now, count
-        if now - last_report >= args.progress:
-            last_report = now
-            print(f"  [{name}] committed {count:,} of {total:,}", flush=True)
-        time.sleep(0.05)
 
 
 def decision_check(bootstrap: str, settings, plan) -> dict:
@@ -353,7 +326,12 @@ def main() -> int:
     parser.add_argument(
         "--probe-every", type=int, default=100, help="a timed run every N events (100)"
     )
-    parser.add_argument("--only", help="comma list of aiokafka,faust,loopguardx1,loopguardx2")
+    parser.add_argument(
+        "--only",
+        default="aiokafka,faust,loopguardx1,loopguardx2",
+        help="comma list of contenders: aiokafka, faust, loopguardx<N> for N workers (N needs "
+        "at least N partitions); default aiokafka,faust,loopguardx1,loopguardx2",
+    )
     parser.add_argument("--drain-timeout", type=float, default=600.0, help="max s per drain (600)")
     parser.add_argument(
         "--run-mem", type=int, default=10_000, help="tracemalloc runs (10000; 0 = skip)"
@@ -364,8 +342,14 @@ def main() -> int:
     args = parser.parse_args()
     # A stopped bench stops its broker and processes (the finally clauses run).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    args.load_at_start = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    names = (args.only or "aiokafka,faust,loopguardx1,loopguardx2").split(",")
+    names = [n.strip() for n in args.only.split(",") if n.strip()]
+    latency_workers = LATENCY_WORKERS if args.latency_seconds > 0 else 0
+    error = check_contenders(names, args.partitions, latency_workers)
+    if error:
+        print(f"throughput_bench: {error}", file=sys.stderr)
+        return 2
+    args.load_at_start = load_average()
+    print(f"{os.cpu_count()} cores, load average (1/5/15 min) {args.load_at_start}", flush=True)
 
     tmp = Path(tempfile.mkdtemp(prefix="loopguard-throughput-"))
     config_file = tmp / "config.json"
@@ -405,109 +389,12 @@ def main() -> int:
         broker_rss = [rss_kb(pid) for pid in broker_pids(broker)]
         broker.stop()
     memory = memory_per_run_safe(args.run_mem, args.seed) if args.run_mem else None
-    report(args, results, latency, memory, broker_rss)
-    return 0
-
-
-def report(args, results: dict, latency: dict | None, memory: dict | None, broker_rss) -> None:
-    print()
-    print(
-        f"throughput side by side: broker {args.broker}, {args.partitions} partitions, "
-        f"{args.runs:,} runs interleaved, pre-produced backlog, {os.cpu_count()} cores"
-    )
-    base = results.get("aiokafka", {}).get("events_per_s")
     guarantee = (
         os.environ.get("LOOPGUARD_PROCESSING_GUARANTEE")
         or PROFILES[args.broker].processing_guarantee
     )
-    print(
-        "  producer batches: 16 KB for both baselines; loopguard's from its broker profile; "
-        f"baselines at least once, loopguard {guarantee.replace('_', ' ')}"
-    )
-    print(f"  {'contender':<28}{'events/s':>10}{'vs aiokafka':>13}{'seconds':>9}  notes")
-    for name, r in results.items():
-        ratio = f"{r['events_per_s'] / base:.1%}" if base else "n/a"
-        notes = []
-        if "decisions_expected" in r:
-            notes.append(
-                f"decisions: {r['decisions_expected']:,} expected, "
-                f"{r['decisions_missing']:,} missing, "
-                f"{r['decisions_unexpected']:,} unexpected"
-            )
-        if r["timed_with_start_up"]:
-            notes.append("one commit held every event: timed from the process start")
-        if not r["drained"]:
-            notes.append(f"rate over {r['timed_events']:,} events (drain timeout)")
-        if r.get("cpu_us_per_event"):
-            per_worker = r["cpu_us_per_event"]
-            notes.append(
-                f"{per_worker:,.0f} us CPU/event ({1e6 / per_worker:,.0f} events/s per busy core)"
-            )
-        if r.get("rebalances", 0) > r.get("processes", 1) and name.startswith("loopguard"):
-            notes.append(f"{r['rebalances']} assignments in all (timed after the last)")
-        label = {
-            "aiokafka": "bare aiokafka loop",
-            "faust": "bare Faust forwarding agent",
-            "loopguardx1": "loopguard, 1 worker",
-            "loopguardx2": "loopguard, 2 workers",
-        }[name]
-        print(
-            f"  {label:<28}{r['events_per_s']:>10,}{ratio:>13}{r['seconds']:>9.1f}  "
-            + "; ".join(notes)
-        )
-    one, two = results.get("loopguardx1"), results.get("loopguardx2")
-    if one and two:
-        print(
-            f"  two workers / one: {two['events_per_s'] / one['events_per_s']:.2f}x "
-            f"({two['events_per_s'] / 2:,.0f} events/s per worker with two)"
-        )
-    if one and "changelog_bytes_per_event" in one:
-        print(
-            f"  changelog written (1 worker): {one['changelog_bytes_per_event']:,.0f} bytes/"
-            f"event, {one['changelog_records_per_event']:.2f} records/event"
-        )
-    if one:
-        grown = one["rss_peak_kb"][0] - one["rss_idle_kb"][0]
-        print(
-            f"  worker RSS (1 worker): idle {mb(one['rss_idle_kb'][0])}, peak "
-            f"{mb(one['rss_peak_kb'][0])}: {grown * 1024 / args.runs:,.0f} bytes per run "
-            f"held ({args.runs:,} runs)"
-        )
-    if memory:
-        print(
-            f"  memory per active run, tracemalloc ({memory['runs']:,} RunStates, 30-call "
-            f"histories): {memory['bytes_per_run']:,.0f} bytes"
-        )
-    if latency:
-        caught = latency["catch_up_s"]
-        print(
-            f"  decision latency, 2 workers, {latency['offered_per_s']:,.0f} events/s offered "
-            f"for {latency['seconds']:.0f}s ({args.runs:,} runs interleaved + timed "
-            f"compaction loops): p50 {latency['p50_ms']:,.1f} ms, p99 "
-            f"{latency['p99_ms']:,.1f} ms over {latency['samples']:,} decisions "
-            f"({latency['missing']} missing); "
-            + (
-                f"caught up {caught:.1f}s after the last event"
-                if caught is not None
-                else f"NOT caught up {args.drain_timeout:.0f}s after the last event"
-            )
-        )
-    print(f"  broker RSS at the end: {' + '.join(mb(v) for v in broker_rss)}")
-    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    print(f"  load average at the end (1/5/15 min): {load}; at the start: {args.load_at_start}")
-    if args.json:
-        print(
-            json.dumps(
-                {
-                    "broker": args.broker,
-                    "guarantee": guarantee,
-                    "runs": args.runs,
-                    "results": results,
-                    "latency": latency,
-                    "memory": memory,
-                }
-            )
-        )
+    print_report(args, guarantee, results, latency, memory, broker_rss)
+    return 0
 
 
 if __name__ == "__main__":

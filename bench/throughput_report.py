@@ -1,0 +1,279 @@
+"""The arithmetic and the printout of ``bench/throughput_bench.py``, apart from the timing.
+
+Apart from reading the load average, pure (no broker, no process), so the ratios and the
+prediction from CPU are tested without running a benchmark: tests/unit/test_throughput_bench.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Sequence
+
+from harness import load_average, mb
+
+BASELINES = {"aiokafka": "bare aiokafka loop", "faust": "bare Faust forwarding agent"}
+LOOPGUARD = "loopguardx"
+
+
+def contender_workers(name: str) -> int:
+    """Processes a contender runs: 1 for a baseline, N for ``loopguardx<N>``; ValueError
+    for any other name."""
+    if name in BASELINES:
+        return 1
+    count = name[len(LOOPGUARD) :] if name.startswith(LOOPGUARD) else ""
+    if not count.isdigit() or int(count) < 1:
+        raise ValueError(
+            f"unknown contender {name!r}: expected aiokafka, faust or loopguardx<N> (N >= 1)"
+        )
+    return int(count)
+
+
+def check_contenders(names: Sequence[str], partitions: int, latency_workers: int) -> str | None:
+    """One line saying what is wrong with ``--only`` / ``--partitions``, or None: every worker
+    of a group needs a partition of its own, or it idles and the figure is not N workers'."""
+    if not names:
+        return "--only names no contender"
+    if partitions < 1:
+        return f"--partitions must be at least 1, not {partitions}"
+    for name in names:
+        try:
+            workers = contender_workers(name)
+        except ValueError as error:
+            return str(error)
+        if workers > partitions:
+            return (
+                f"{name} needs at least {workers} partitions (one per worker); "
+                f"--partitions is {partitions}"
+            )
+    if latency_workers > partitions:
+        return (
+            f"the latency phase runs {latency_workers} workers and needs at least "
+            f"{latency_workers} partitions; pass --partitions {latency_workers} or "
+            "--latency-seconds 0"
+        )
+    return None
+
+
+def label(name: str) -> str:
+    if name in BASELINES:
+        return BASELINES[name]
+    workers = contender_workers(name)
+    return f"loopguard, {workers} worker{'s' if workers > 1 else ''}"
+
+
+def per_worker(
+    owned: Sequence[Iterable[int]],
+    events_by_partition: dict[int, int],
+    cpu_s: Sequence[float],
+    elapsed: float,
+) -> list[dict]:
+    """Each process's share of a timed window: the events of the partitions it owned, its CPU
+    seconds, CPU per event (what one worker costs, whatever the others do), its share of the
+    contender's CPU and how busy it kept a core (CPU / wall time)."""
+    total_cpu = sum(cpu_s)
+    figures = []
+    for partitions, cpu in zip(owned, cpu_s, strict=True):
+        partitions = sorted(partitions)
+        events = sum(events_by_partition.get(p, 0) for p in partitions)
+        figures.append(
+            {
+                "partitions": partitions,
+                "events": events,
+                "cpu_s": round(cpu, 3),
+                "cpu_us_per_event": round(cpu / events * 1e6, 1) if events > 0 else None,
+                "cpu_share": round(cpu / total_cpu, 3) if total_cpu > 0 else None,
+                "core_busy": round(cpu / elapsed, 3) if elapsed > 0 else None,
+            }
+        )
+    return figures
+
+
+def share(value: float | None, base: float | None) -> float | None:
+    """value / base, None where either is missing or base is 0."""
+    if not value or not base:
+        return None
+    return value / base
+
+
+def prediction(workers: int, cpu_us_per_event: float, x1_events_per_s: float | None) -> dict:
+    """What N workers would reach with a core each, from CPU alone (not a measurement): one
+    worker on a whole core does 1e6 / (its CPU us per event) events/s; N of them N times that;
+    as a share of the one worker measured in the same run where it ran."""
+    per_core = 1e6 / cpu_us_per_event
+    predicted = per_core * workers
+    ratio = share(predicted, x1_events_per_s)
+    return {
+        "workers": workers,
+        "cpu_us_per_event": cpu_us_per_event,
+        "events_per_s_per_core": round(per_core),
+        "predicted_events_per_s": round(predicted),
+        "predicted_vs_x1": round(ratio, 2) if ratio is not None else None,
+    }
+
+
+def scaling(results: dict[str, dict], cores: int) -> dict[str, dict]:
+    """For every loopguard contender of more than one worker: N workers / one (measured, where
+    both ran) and the prediction from CPU (from all its workers' CPU per event and from the
+    costliest worker's), flagged ``printed`` on a machine with fewer cores than N."""
+    one = results.get(f"{LOOPGUARD}1", {}).get("events_per_s")
+    out: dict[str, dict] = {}
+    for name, r in results.items():
+        if name in BASELINES or (workers := contender_workers(name)) < 2:
+            continue
+        entry: dict = {"workers": workers, "measured_vs_x1": None, "predicted": None}
+        ratio = share(r.get("events_per_s"), one)
+        if ratio is not None:
+            entry["measured_vs_x1"] = round(ratio, 2)
+            entry["events_per_s_per_worker"] = round(r["events_per_s"] / workers)
+        if r.get("cpu_us_per_event"):
+            entry["predicted"] = prediction(workers, r["cpu_us_per_event"], one)
+            costs = [w["cpu_us_per_event"] for w in r.get("per_worker") or []]
+            if costs and all(costs):
+                entry["predicted_costliest"] = prediction(workers, max(costs), one)
+            entry["predicted"]["printed"] = cores < workers
+        out[name] = entry
+    return out
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1%}"
+
+
+def _us(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:,.0f}"
+
+
+def print_report(
+    args, guarantee: str, results: dict, latency: dict | None, memory: dict | None, broker_rss
+) -> None:
+    """The table, per-worker CPU, scaling and the other figures; then ``--json``'s line."""
+    cores = os.cpu_count() or 1
+    print()
+    print(
+        f"throughput side by side: broker {args.broker}, {args.partitions} partitions, "
+        f"{args.runs:,} runs interleaved, pre-produced backlog, {cores} cores"
+    )
+    base = results.get("aiokafka", {}).get("events_per_s")
+    print(
+        "  producer batches: 16 KB for both baselines; loopguard's from its broker profile; "
+        f"baselines at least once, loopguard {guarantee.replace('_', ' ')}"
+    )
+    print(
+        f"  {'contender':<28}{'events/s':>10}{'vs aiokafka':>13}{'seconds':>9}"
+        f"{'us CPU/event':>14}  notes"
+    )
+    for name, r in results.items():
+        r["vs_aiokafka"] = share(r["events_per_s"], base)
+        notes = []
+        if "decisions_expected" in r:
+            notes.append(
+                f"decisions: {r['decisions_expected']:,} expected, "
+                f"{r['decisions_missing']:,} missing, {r['decisions_unexpected']:,} unexpected"
+            )
+        if r["timed_with_start_up"]:
+            notes.append("one commit held every event: timed from the process start")
+        if not r["drained"]:
+            notes.append(f"rate over {r['timed_events']:,} events (drain timeout)")
+        if r.get("cpu_us_per_event"):
+            notes.append(f"{1e6 / r['cpu_us_per_event']:,.0f} events/s per busy core")
+        if r.get("rebalances", 0) > r.get("processes", 1) and name not in BASELINES:
+            notes.append(f"{r['rebalances']} assignments in all (timed after the last)")
+        print(
+            f"  {label(name):<28}{r['events_per_s']:>10,}{_pct(r['vs_aiokafka']):>13}"
+            f"{r['seconds']:>9.1f}{_us(r.get('cpu_us_per_event')):>14}  " + "; ".join(notes)
+        )
+        print(
+            f"      load average (1/5/15 min) {r['load_start']} at its start, "
+            f"{r['load_end']} at its end; {r['cpu_count']} cores"
+        )
+        if name not in BASELINES:
+            for i, w in enumerate(r.get("per_worker") or []):
+                print(
+                    f"      worker {i} (partitions {','.join(map(str, w['partitions']))}): "
+                    f"{w['events']:,} events, {w['cpu_s']:.2f} s CPU, "
+                    f"{_us(w['cpu_us_per_event'])} us CPU/event, {_pct(w['cpu_share'])} of "
+                    f"its group's CPU, kept {_pct(w['core_busy'])} of a core busy"
+                )
+    scaled = scaling(results, cores)
+    for s in scaled.values():
+        n = s["workers"]
+        if s["measured_vs_x1"] is not None:
+            print(
+                f"  {n} workers / one, measured: {s['measured_vs_x1']:.2f}x "
+                f"({s['events_per_s_per_worker']:,} events/s per worker)"
+            )
+        p = s["predicted"]
+        if p and p["printed"]:
+            versus = (
+                f" = {p['predicted_vs_x1']:.2f}x the 1 worker measured"
+                if p["predicted_vs_x1"] is not None
+                else ""
+            )
+            costliest = s.get("predicted_costliest", {}).get("predicted_vs_x1")
+            print(
+                f"  {n} workers PREDICTED FROM CPU, not measured ({cores} cores < {n} "
+                f"workers): {n} x 1e6 / {p['cpu_us_per_event']:,.0f} us per event = "
+                f"{p['predicted_events_per_s']:,} events/s{versus}"
+                + (f" ({costliest:.2f}x from its costliest worker)" if costliest else "")
+            )
+    print_other(args, results, latency, memory, broker_rss)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "broker": args.broker,
+                    "guarantee": guarantee,
+                    "partitions": args.partitions,
+                    "runs": args.runs,
+                    "cpu_count": cores,
+                    "results": results,
+                    "scaling": scaled,
+                    "latency": latency,
+                    "memory": memory,
+                    "load_start": args.load_at_start,
+                    "load_end": load_average(),
+                }
+            )
+        )
+
+
+def print_other(args, results: dict, latency: dict | None, memory: dict | None, broker_rss):
+    """Changelog, memory, latency and broker figures (one worker's and the latency phase's)."""
+    one = results.get(f"{LOOPGUARD}1")
+    if one and "changelog_bytes_per_event" in one:
+        print(
+            f"  changelog written (1 worker): {one['changelog_bytes_per_event']:,.0f} bytes/"
+            f"event, {one['changelog_records_per_event']:.2f} records/event"
+        )
+    if one and one.get("rss_idle_kb"):
+        grown = one["rss_peak_kb"][0] - one["rss_idle_kb"][0]
+        print(
+            f"  worker RSS (1 worker): idle {mb(one['rss_idle_kb'][0])}, peak "
+            f"{mb(one['rss_peak_kb'][0])}: {grown * 1024 / args.runs:,.0f} bytes per run "
+            f"held ({args.runs:,} runs)"
+        )
+    if memory:
+        print(
+            f"  memory per active run, tracemalloc ({memory['runs']:,} RunStates, 30-call "
+            f"histories): {memory['bytes_per_run']:,.0f} bytes"
+        )
+    if latency:
+        caught = latency["catch_up_s"]
+        print(
+            f"  decision latency, 2 workers, {latency['offered_per_s']:,.0f} events/s offered "
+            f"for {latency['seconds']:.0f}s ({args.runs:,} runs interleaved + timed "
+            f"compaction loops): p50 {latency['p50_ms']:,.1f} ms, p99 "
+            f"{latency['p99_ms']:,.1f} ms over {latency['samples']:,} decisions "
+            f"({latency['missing']} missing); "
+            + (
+                f"caught up {caught:.1f}s after the last event"
+                if caught is not None
+                else f"NOT caught up {args.drain_timeout:.0f}s after the last event"
+            )
+        )
+    print(f"  broker RSS at the end: {' + '.join(mb(v) for v in broker_rss)}")
+    print(
+        f"  load average at the end (1/5/15 min): {load_average()}; "
+        f"at the start: {args.load_at_start}"
+    )
