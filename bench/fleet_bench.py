@@ -1,17 +1,22 @@
-"""A fleet of simulated agents through the real Python gateway client: are verdicts in time?
+"""A fleet of simulated agents through the real gateway clients: are verdicts in time?
 
-Starts tansu or a 3-node Apache Kafka cluster (``--broker``), one worker (``--guarantee``:
-the broker profile's by default, exactly once on Kafka) and one :class:`GatewayClient`
-shared by ``--agents`` simulated agents (a thread each). Every agent runs tool cycles:
-``before_tool`` (which waits at most ``--budget-ms`` for the worker's watermark), then
-``after_tool``, then thinks before its next call. Think times are lognormal with median
-``--think-median`` s and shape ``--think-sigma``; a share ``--back-to-back`` of calls follow
-the previous one at once (parallel tool calls, a model emitting several calls). A share
-``--looping`` of the agents repeat one call with one result until the gateway refuses a
-call (a block) or aborts the run, then start a new looping run; the others do varied work,
-``--run-calls`` calls a run, then start a new run.
+Starts tansu or a 3-node Apache Kafka cluster (``--broker``) and one worker (``--guarantee``:
+the broker profile's by default, exactly once on Kafka), then runs the fleet once per client
+in ``--clients`` (default both, one after the other on the same worker and topics, each leg
+after the worker has caught up): ``python`` is one :class:`GatewayClient` in this process
+shared by ``--agents`` simulated agents (a thread each); ``typescript`` is the same agents on
+one Node event loop, through one TypeScript ``GatewayClient`` in its own process
+(``clients/typescript/bench/fleet-agents.mjs`` against the built ``dist/``; see
+``fleet_typescript.py``). Every agent runs tool cycles: ``before_tool`` (which waits at most
+``--budget-ms`` for the worker's watermark), then ``after_tool``, then thinks before its next
+call. Think times are lognormal with median ``--think-median`` s and shape
+``--think-sigma``; a share ``--back-to-back`` of calls follow the previous one at once
+(parallel tool calls, a model emitting several calls). A share ``--looping`` of the agents
+repeat one call with one result until the gateway refuses a call (a block) or aborts the run,
+then start a new looping run; the others do varied work, ``--run-calls`` calls a run, then
+start a new run.
 
-Printed, over the calls made after ``--warmup`` s:
+Printed per client, over the calls made after ``--warmup`` s:
 
 * decision latency p50/p99: a decision's triggering event published by the gateway ->
   the decision received by the same gateway; and the same for every event, to its run's
@@ -20,16 +25,18 @@ Printed, over the calls made after ``--warmup`` s:
   rest timed out and failed open);
 * leaked calls per looping run (p50, p99, max; 0 is the reference): calls the looping agent
   made at or after the call the in-process core (``streams.core.engine.LoopGuard``, the same
-  events, decided synchronously) would have refused.
+  events, decided synchronously) would have refused. The TypeScript process reports each
+  looping run's events as it encoded them; they are decoded and replayed here the same way.
 
-    python bench/fleet_bench.py [--broker tansu|kafka] [--agents 1000] [--seconds 60]
-        [--warmup 10] [--think-median 1.5] [--think-sigma 0.8] [--back-to-back 0.2]
-        [--looping 0.05] [--budget-ms 50] [--guarantee exactly_once|at_least_once]
-        [--partitions 4] [--json]
+    python bench/fleet_bench.py [--broker tansu|kafka] [--clients python,typescript]
+        [--agents 1000] [--seconds 60] [--warmup 10] [--think-median 1.5]
+        [--think-sigma 0.8] [--back-to-back 0.2] [--looping 0.05] [--budget-ms 50]
+        [--guarantee exactly_once|at_least_once] [--partitions 4] [--json]
 
 Loops are detected with lowered thresholds (``FLEET_CONFIG``: warning after 4 identical
-calls, block after 8) so a looping run meets its block within a short bench. The TypeScript
-client is not driven here yet. Everything runs on loopback and stops by itself.
+calls, block after 8) so a looping run meets its block within a short bench. The two
+clients draw think times from the same distribution with their own random streams. Everything
+runs on loopback and stops by itself.
 """
 
 from __future__ import annotations
@@ -52,12 +59,13 @@ from typing import Any
 sys.path.append(str(Path(__file__).resolve().parent.parent))
 
 from brokers import add_broker_arg, gateway_fetch_wait_ms, start_broker  # noqa: E402
+from fleet_typescript import ensure_ts_build, typescript_leg  # noqa: E402
 from harness import cpu_seconds, percentile, start_workers  # noqa: E402
 
 from streams.core.engine import LoopGuard  # noqa: E402
 from streams.core.events import Action, AgentEvent, Decision, ToolCall  # noqa: E402
 from streams.core.fleet import fleet_from_document  # noqa: E402
-from streams.devtools.worker_process import wait_until_processing  # noqa: E402
+from streams.devtools.worker_process import WorkerProcess, wait_until_processing  # noqa: E402
 from streams.gateway.client import GatewayClient, GatewayRun, RunAborted  # noqa: E402
 from streams.kafka.topics import ensure_topics  # noqa: E402
 from streams.settings import Settings  # noqa: E402
@@ -67,6 +75,7 @@ FLEET_CONFIG = {
     "tools": {"loopDetection": {"enabled": True, "warningThreshold": 4, "criticalThreshold": 8}}
 }
 AGENT_ID = "fleet-agent"
+CLIENTS = ("python", "typescript")
 
 
 def reference_refusal(events: list[AgentEvent]) -> int | None:
@@ -134,10 +143,12 @@ class Measurements:
             self.wait_ms.append(took * 1000)
             self.timeouts += timed_out
 
-    def on_looping_run(self, run: GatewayRun, refused_at: int | None, allowed: int) -> None:
-        """``refused_at``: the call the gateway refused (None: none was); ``allowed``: the
-        calls that ran."""
-        reference = reference_refusal(run.events)
+    def on_looping_run(
+        self, events: list[AgentEvent], refused_at: int | None, allowed: int
+    ) -> None:
+        """A looping run's events as published; ``refused_at``: the call the gateway refused
+        (None: none was); ``allowed``: the calls that ran."""
+        reference = reference_refusal(events)
         if reference is None or (refused_at is None and allowed < reference):
             return  # the bench ended before the core would have refused: nothing to compare
         leaked = allowed - reference + 1  # the calls that ran from the reference's refusal on
@@ -199,7 +210,7 @@ class Agent(threading.Thread):
             self.m.on_publish(run)
         if self.looping:
             allowed = attempts if refused_at is None else refused_at - 1
-            self.m.on_looping_run(run, refused_at, allowed)
+            self.m.on_looping_run(run.events, refused_at, allowed)
         run.end()
 
     def next_call(self, n: int) -> tuple[str, dict[str, Any], Any]:
@@ -208,11 +219,14 @@ class Agent(threading.Thread):
         return "read_file", {"path": f"src/a{self.index}/f{n}.py"}, {"text": f"line {n}"}
 
 
-def summary(m: Measurements, args: argparse.Namespace, worker_cpu_s: float) -> dict[str, Any]:
+def summary(
+    client: str, m: Measurements, args: argparse.Namespace, worker_cpu_s: float, **extra: Any
+) -> dict[str, Any]:
     waits, decisions, leaked = sorted(m.wait_ms), sorted(m.decision_ms), sorted(m.leaked)
     marks = sorted(m.watermark_ms)
     within = 1 - m.timeouts / m.calls if m.calls else float("nan")
     return {
+        "client": client,
         "broker": args.broker,
         "guarantee": args.guarantee,
         "agents": args.agents,
@@ -235,12 +249,89 @@ def summary(m: Measurements, args: argparse.Namespace, worker_cpu_s: float) -> d
         "leaked_max": leaked[-1] if leaked else None,
         "refused_early": m.early,
         "worker_cpu_s": round(worker_cpu_s, 1),
+        **extra,
         "load_average": round(os.getloadavg()[0], 2),
     }
 
 
-def main() -> int:
+def python_leg(broker: Any, worker: WorkerProcess, args: argparse.Namespace) -> dict[str, Any]:
+    """The fleet as threads of this process, through one Python GatewayClient."""
+    assert worker.process is not None
+    m = Measurements(measure_from=math.inf)
+    client = GatewayClient(
+        broker.bootstrap,
+        "fleet-gw",
+        on_decision=m.on_decision,
+        on_watermark=m.on_watermark,
+        wait_budget_ms=args.budget_ms,
+        fetch_max_wait_ms=gateway_fetch_wait_ms(broker.profile),
+    )
+    agents: list[Agent] = []
+    try:
+        start = time.perf_counter()
+        m.measure_from = start + args.warmup
+        agents = [Agent(i, client, args, m) for i in range(args.agents)]
+        for agent in agents:
+            agent.start()
+        time.sleep(args.warmup)
+        cpu_before = cpu_seconds(worker.process.pid), cpu_seconds(os.getpid())
+        time.sleep(args.seconds)
+        worker_cpu = cpu_seconds(worker.process.pid) - cpu_before[0]
+        client_cpu = cpu_seconds(os.getpid()) - cpu_before[1]
+        for agent in agents:
+            agent.stop.set()
+        for agent in agents:
+            agent.join(timeout=10)
+        time.sleep(1.0)  # the last decisions in flight
+    finally:
+        for agent in agents:
+            agent.stop.set()
+        client.close()
+    return summary("python", m, args, worker_cpu, client_cpu_s=round(client_cpu, 1))
+
+
+def print_leg(result: dict[str, Any], args: argparse.Namespace) -> None:
+    r = result
+    print(
+        f"fleet benchmark, {r['client']} client ({args.broker}, {args.guarantee}, 1 worker, "
+        f"{args.agents} agents, {args.seconds:g} s measured, load average "
+        f"{r['load_average']} at the end)"
+    )
+    print(f"  tool calls: {r['calls']} ({r['calls_per_s']}/s)")
+    print(
+        f"  decision latency: p50 {r['decision_p50_ms']} ms, p99 {r['decision_p99_ms']} ms "
+        f"over {r['decisions']} decisions"
+    )
+    print(
+        f"  event decided (its run's watermark reached it): p50 {r['decided_p50_ms']} ms, "
+        f"p99 {r['decided_p99_ms']} ms over {r['events_decided']} events"
+    )
+    print(
+        f"  before_tool: p50 {r['before_tool_p50_ms']} ms, p99 {r['before_tool_p99_ms']} ms; "
+        f"{r['within_budget']:.2%} answered within {args.budget_ms:g} ms "
+        f"({r['timeouts']} failed open)"
+    )
+    print(
+        f"  leaked calls per looping run (0 = the in-process core): p50 {r['leaked_p50']}, "
+        f"p99 {r['leaked_p99']}, max {r['leaked_max']} over {r['looping_runs']} runs "
+        f"({r['refused_early']} refused earlier than the core would)"
+    )
+    lag = r.get("event_loop_delay_p99_ms")
+    print(
+        f"  CPU over the measured {args.seconds:g} s: worker {r['worker_cpu_s']} s, client "
+        f"process {r['client_cpu_s']} s"
+        + (f" (its event loop delay p99 {lag} ms)" if lag is not None else "")
+    )
+
+
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--clients",
+        default="python,typescript",
+        help="which gateway clients run the fleet, one leg each in this order: python, "
+        "typescript or python,typescript (default)",
+    )
     parser.add_argument("--agents", type=int, default=1000)
     parser.add_argument("--seconds", type=float, default=60.0, help="measured duration")
     parser.add_argument("--warmup", type=float, default=10.0, help="seconds not measured")
@@ -256,15 +347,25 @@ def main() -> int:
     parser.add_argument("--json", action="store_true", help="also print one JSON line")
     add_broker_arg(parser)
     args = parser.parse_args()
+    args.clients = [c.strip() for c in args.clients.split(",") if c.strip()]
+    unknown = [c for c in args.clients if c not in CLIENTS]
+    if unknown or not args.clients or len(set(args.clients)) != len(args.clients):
+        parser.error(f"--clients takes python, typescript or both, not {unknown or args.clients}")
     profile = "kafka" if args.broker == "kafka" else "tansu"
     args.guarantee = args.guarantee or Settings.for_profile(profile).processing_guarantee
+    return args
 
+
+def main() -> int:
+    args = parse_args()
+    if "typescript" in args.clients:
+        ensure_ts_build()
     tmp = Path(tempfile.mkdtemp(prefix="loopguard-fleet-"))
     config_file = tmp / "config.json"
     config_file.write_text(json.dumps(FLEET_CONFIG))
     broker = start_broker(args.broker, tmp)
-    worker = client = None
-    agents: list[Agent] = []
+    worker = None
+    results: list[dict[str, Any]] = []
     try:
         ensure_topics(
             Settings.for_profile(broker.profile, broker=broker.url, partitions=args.partitions)
@@ -278,71 +379,40 @@ def main() -> int:
             partitions=args.partitions,
             env={"LOOPGUARD_PROCESSING_GUARANTEE": args.guarantee},
         )
-        m = Measurements(measure_from=math.inf)
-        client = GatewayClient(
-            broker.bootstrap,
-            "fleet-gw",
-            on_decision=m.on_decision,
-            on_watermark=m.on_watermark,
-            wait_budget_ms=args.budget_ms,
-            fetch_max_wait_ms=gateway_fetch_wait_ms(broker.profile),
-        )
-        wait_until_processing(client, workers=[worker])
         print(
             f"fleet: {args.agents} agents ({args.looping:.0%} looping), think lognormal median "
             f"{args.think_median}s sigma {args.think_sigma}, {args.back_to_back:.0%} "
-            f"back to back, budget {args.budget_ms:g} ms, {args.broker} {args.guarantee}",
+            f"back to back, budget {args.budget_ms:g} ms, {args.broker} {args.guarantee}, "
+            f"clients {', '.join(args.clients)}",
             flush=True,
         )
-        start = time.perf_counter()
-        m.measure_from = start + args.warmup
-        agents = [Agent(i, client, args, m) for i in range(args.agents)]
-        for agent in agents:
-            agent.start()
-        assert worker.process is not None
-        time.sleep(args.warmup)
-        cpu_before = cpu_seconds(worker.process.pid)
-        time.sleep(args.seconds)
-        worker_cpu = cpu_seconds(worker.process.pid) - cpu_before
-        for agent in agents:
-            agent.stop.set()
-        for agent in agents:
-            agent.join(timeout=10)
-        time.sleep(1.0)  # the last decisions in flight
-        result = summary(m, args, worker_cpu)
+        for name in args.clients:
+            # Each leg starts on a worker that has processed everything before it.
+            probe = GatewayClient(broker.bootstrap, "fleet-probe", wait_budget_ms=0)
+            try:
+                wait_until_processing(probe, workers=[worker])
+            finally:
+                probe.close()
+            if name == "python":
+                results.append(python_leg(broker, worker, args))
+            else:
+                m = Measurements(measure_from=math.inf)
+                assert worker.process is not None
+                worker_cpu, extra = typescript_leg(broker, worker.process.pid, args, m, tmp)
+                results.append(summary("typescript", m, args, worker_cpu, **extra))
+            print(f"  {name} leg done", flush=True)
+    except RuntimeError as error:
+        print(f"fleet benchmark failed: {error}", file=sys.stderr)
+        return 1
     finally:
-        if client is not None:
-            client.close()
         if worker is not None:
             worker.stop()
         broker.stop()
 
-    print(
-        f"fleet benchmark ({args.broker}, {args.guarantee}, 1 worker, {args.agents} agents, "
-        f"{args.seconds:g} s measured, load average {result['load_average']} at the end)"
-    )
-    print(f"  tool calls: {result['calls']} ({result['calls_per_s']}/s)")
-    print(
-        f"  decision latency: p50 {result['decision_p50_ms']} ms, p99 "
-        f"{result['decision_p99_ms']} ms over {result['decisions']} decisions"
-    )
-    print(
-        f"  event decided (its run's watermark reached it): p50 {result['decided_p50_ms']} ms, "
-        f"p99 {result['decided_p99_ms']} ms over {result['events_decided']} events"
-    )
-    print(
-        f"  before_tool: p50 {result['before_tool_p50_ms']} ms, p99 "
-        f"{result['before_tool_p99_ms']} ms; {result['within_budget']:.2%} answered within "
-        f"{args.budget_ms:g} ms ({result['timeouts']} failed open)"
-    )
-    print(
-        f"  leaked calls per looping run (0 = the in-process core): p50 {result['leaked_p50']}, "
-        f"p99 {result['leaked_p99']}, max {result['leaked_max']} over {result['looping_runs']} "
-        f"runs ({result['refused_early']} refused earlier than the core would)"
-    )
-    print(f"  worker CPU: {result['worker_cpu_s']} s over the measured {args.seconds:g} s")
+    for result in results:
+        print_leg(result, args)
     if args.json:
-        print(json.dumps(result))
+        print(json.dumps({"broker": args.broker, "guarantee": args.guarantee, "legs": results}))
     return 0
 
 

@@ -1,0 +1,125 @@
+"""The fleet benchmark's pure parts: the TypeScript leg's report read back into the figures.
+
+No broker and no node here: the report is written as ``fleet-agents.mjs`` writes it, with a
+looping run's events encoded by the Python codec (byte for byte the TypeScript one's, see
+test_cross_language_vectors), so the leaked-call count is the one the bench would print.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from argparse import Namespace
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+from fleet_bench import Measurements, reference_refusal, summary  # noqa: E402
+from fleet_typescript import fill_measurements, node_command, read_report  # noqa: E402
+
+from streams.core.events import Envelope, RunStarted, ToolCall, ToolResult  # noqa: E402
+from streams.wire.avro import encode_event  # noqa: E402
+
+
+def looping_events(run_id: str, calls: int) -> list:
+    """A looping run as the bench's agents publish it: one call, one result, repeated."""
+    seq = iter(range(1, 2 * calls + 2))
+
+    def env() -> Envelope:
+        return Envelope(run_id, "fleet-agent", "fleet-gw-ts", next(seq), 1_700_000_000_000)
+
+    events: list = [RunStarted(env())]
+    for _ in range(calls):
+        args = json.dumps({"command": "make test"})
+        events.append(ToolCall(env(), "exec", args))
+        result = json.dumps({"exit": 1, "out": "same failure"})
+        events.append(ToolResult(env(), "exec", args, result))
+    return events
+
+
+def report(looping_runs: list[dict]) -> dict:
+    return {
+        "event": "report",
+        "calls": 4,
+        "timeouts": 1,
+        "waitMs": [0.1, 0.2, 60.0, 3.0],
+        "decisionMs": [12.0, 30.0],
+        "watermarkMs": [5.0, 6.0, 7.0],
+        "loopingRuns": looping_runs,
+        "cpuSeconds": 1.5,
+        "eventLoopDelayMs": {"p50": 10.0, "p99": 12.0, "max": 20.0},
+        "stats": {"publishErrors": 0},
+        "warnings": 0,
+    }
+
+
+def hex_run(events: list, refused_at: int | None, allowed: int) -> dict:
+    encoded = [encode_event(event).hex() for event in events]
+    return {"runId": "r", "refusedAt": refused_at, "allowed": allowed, "events": encoded}
+
+
+def test_read_report_passes_the_marks_and_returns_the_report() -> None:
+    marks: list[str] = []
+    lines = ['{"event": "measuring"}\n', "noise\n", '{"event": "stopped"}\n']
+    lines.append(json.dumps(report([])) + "\n")
+    got = read_report(iter(lines), marks.append)
+    assert marks == ["measuring", "stopped"]
+    assert got["calls"] == 4
+
+
+def test_read_report_without_a_report_raises() -> None:
+    with pytest.raises(ValueError, match="no report"):
+        read_report(iter(['{"event": "measuring"}\n']), lambda _mark: None)
+
+
+def test_leaked_calls_are_counted_from_the_reported_events() -> None:
+    reference = reference_refusal(looping_events("x", 20))
+    assert reference is not None  # the core refuses one of 20 identical calls
+    # A run the gateway refused 2 calls late, one refused in time, one the bench cut short
+    # (a refused call is published too, with the refusal as its result).
+    late = looping_events("late", reference + 2)
+    in_time = looping_events("in-time", reference)
+    short = looping_events("short", reference - 3)
+    m = Measurements(measure_from=-math.inf)
+    fill_measurements(
+        m,
+        report(
+            [
+                hex_run(late, reference + 2, reference + 1),
+                hex_run(in_time, reference, reference - 1),
+                hex_run(short, None, reference - 3),
+            ]
+        ),
+    )
+    assert sorted(m.leaked) == [0, 2]
+    assert m.looping_runs == 2 and m.early == 0
+    args = Namespace(broker="tansu", guarantee="at_least_once", agents=10, seconds=2.0)
+    figures = summary("typescript", m, args, 0.5, client_cpu_s=1.5)
+    assert figures["leaked_max"] == 2 and figures["timeouts"] == 1
+    assert figures["within_budget"] == 0.75 and figures["decisions"] == 2
+    assert figures["events_decided"] == 3 and figures["client"] == "typescript"
+
+
+def test_node_command_passes_the_fleet_and_tansus_batch_limit() -> None:
+    args = SimpleNamespace(
+        agents=50,
+        seconds=15.0,
+        warmup=5.0,
+        think_median=1.5,
+        think_sigma=0.8,
+        back_to_back=0.2,
+        looping=0.05,
+        run_calls=30,
+        budget_ms=50.0,
+        seed=1,
+    )
+    cmd = node_command("127.0.0.1:9092", "tansu", 5, args)
+    flags = dict(zip(cmd[2::2], cmd[3::2], strict=True))
+    assert flags["--agents"] == "50" and flags["--think-median"] == "1.5"
+    assert flags["--back-to-back"] == "0.2" and flags["--budget-ms"] == "50"
+    assert flags["--fetch-max-wait-ms"] == "5" and flags["--max-events-per-partition"] == "1"
+    assert "--max-events-per-partition" not in node_command("b:1", "kafka", 20, args)
