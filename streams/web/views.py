@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from importlib import resources
 from typing import Any, TypeVar
 
 from faust import web
+from sqlalchemy.exc import SQLAlchemyError
 
 from streams.audit import queries
 from streams.observability.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
@@ -24,6 +26,7 @@ from streams.web.run_page import render_run
 from streams.web.status_page import HEALTHY, load_status, render_status
 
 T = TypeVar("T")
+ViewMethod = Callable[..., Awaitable[web.Response]]
 HealthProvider = Callable[[], Mapping[str, Any]]
 DB_PROBE_SECONDS = 2.0  # /healthz's database probe waits no longer
 
@@ -57,6 +60,32 @@ class _Store:
 def _db_error(exc: Exception) -> str:
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     return f"audit database unavailable: {type(exc).__name__}: {text[:300]}"
+
+
+def answers_errors(*, as_json: bool) -> Callable[[ViewMethod], ViewMethod]:
+    """A view method whose bad parameters (:class:`BadRequest`) answer 400 and whose
+    unreachable audit database answers 503, in one line: ``{"error": ...}`` for a JSON view,
+    plain text for a page; never a traceback's 500."""
+
+    def decorate(method: ViewMethod) -> ViewMethod:
+        @functools.wraps(method)
+        async def answered(view: web.View, *args: Any, **kwargs: Any) -> web.Response:
+            try:
+                return await method(view, *args, **kwargs)
+            except BadRequest as exc:
+                return _error(view, str(exc), 400, as_json=as_json)
+            except SQLAlchemyError as exc:
+                return _error(view, _db_error(exc), 503, as_json=as_json)
+
+        return answered
+
+    return decorate
+
+
+def _error(view: web.View, message: str, status: int, *, as_json: bool) -> web.Response:
+    if as_json:
+        return view.json({"error": message}, status=status)
+    return view.text(message, status=status)
 
 
 async def _call_health(health: HealthProvider | None) -> dict[str, Any]:
@@ -103,8 +132,6 @@ def register_views(
     ``access``: Host names, token (:mod:`streams.web.access`); open to localhost if not given.
     Only views named ``loopguard-*`` are served: Faust's built-in routes answer 404.
     """
-    from sqlalchemy.exc import SQLAlchemyError
-
     from streams.settings import redact_url
 
     store = _Store(db_url)
@@ -149,33 +176,24 @@ def register_views(
 
     @app.page("/runs", name="loopguard-runs")
     class Runs(web.View):
+        @answers_errors(as_json=True)
         async def get(self, request: web.Request) -> web.Response:
-            try:
-                filters = runs_filters(request.query)
-            except BadRequest as exc:
-                return self.json({"error": str(exc)}, status=400)
-            try:
-                lines = await store.run(lambda s: _runs_with_usage(s, filters))
-            except SQLAlchemyError as exc:
-                return self.json({"error": _db_error(exc)}, status=503)
+            filters = runs_filters(request.query)
+            lines = await store.run(lambda s: _runs_with_usage(s, filters))
             return self.json(lines)
 
     @app.page("/runs/{run_id}/history", name="loopguard-run-history")
     class RunHistory(web.View):
+        @answers_errors(as_json=True)
         async def get(self, request: web.Request, run_id: str) -> web.Response:
-            try:
-                decisions = await store.run(lambda s: s.history(run_id))
-            except SQLAlchemyError as exc:
-                return self.json({"error": _db_error(exc)}, status=503)
+            decisions = await store.run(lambda s: s.history(run_id))
             return self.json([d.to_dict() for d in decisions])
 
     @app.page("/status", name="loopguard-status")
     class Status(web.View):
+        @answers_errors(as_json=False)
         async def get(self, request: web.Request) -> web.Response:
-            try:
-                q = status_query(request.query)
-            except BadRequest as exc:
-                return self.text(str(exc), status=400)
+            q = status_query(request.query)
             now_ms = now()
             data, error = None, None
             try:
@@ -196,14 +214,12 @@ def register_views(
 
     @app.page("/status/run", name="loopguard-status-run")
     class StatusRun(web.View):
+        @answers_errors(as_json=False)
         async def get(self, request: web.Request) -> web.Response:
             run_id = request.query.get("id")
             if not run_id:
-                return self.text("id: the run id is required (/status/run?id=RUN)", status=400)
-            try:
-                timeline = await store.run(lambda s: queries.run_timeline(s, run_id))
-            except SQLAlchemyError as exc:
-                return self.text(_db_error(exc), status=503)
+                raise BadRequest("id: the run id is required (/status/run?id=RUN)")
+            timeline = await store.run(lambda s: queries.run_timeline(s, run_id))
             known = timeline.decisions or timeline.progress is not None
             text = render_run(timeline, app_id=str(app.conf.id), now_ms=now())
             return self.html(text, status=200 if known else 404, headers=dict(HTML_HEADERS))

@@ -209,6 +209,26 @@ def test_healthz_async_provider_and_database_down(tmp_path) -> None:
         assert HOSTILE in "".join(parsed.text)
 
 
+def test_bad_parameters_are_400_and_a_database_down_503_in_the_views_kind(tmp_path) -> None:
+    """JSON views answer ``{"error": ...}``, pages one line of text; never a traceback."""
+    with serve(f"sqlite:///{tmp_path}/no-schema.db") as running:  # not migrated
+        for path in ("/runs", "/runs/run-a/history"):
+            status, headers, body = running.get(path)
+            assert status == 503 and headers["Content-Type"].startswith("application/json")
+            assert json.loads(body)["error"].startswith("audit database unavailable"), path
+        status, headers, body = running.get("/status/run?id=run-a")
+        assert status == 503 and headers["Content-Type"].startswith("text/plain")
+        assert body.startswith("audit database unavailable") and "\n" not in body.strip()
+        status, headers, body = running.get("/runs?limit=x")
+        assert status == 400 and json.loads(body) == {
+            "error": "limit: expected a whole number, got 'x'"
+        }
+        for path in ("/status?limit=0", "/status/run"):
+            status, headers, body = running.get(path)
+            assert status == 400 and headers["Content-Type"].startswith("text/plain"), path
+            assert body.split(":")[0] in ("limit", "id"), (path, body)
+
+
 def test_metrics_endpoint(server: Server) -> None:
     status, headers, body = server.get("/metrics")
     assert status == 200
