@@ -205,7 +205,7 @@ def run_contender(name: str, ctx: dict, plan) -> dict:
             f"  {name}: {figures['events_per_s']:,} events/s ({figures['timed_events']:,} "
             f"events in {figures['seconds']:.1f}s"
             f"{'' if figures['drained'] else ', drain timeout: not all processed'}; "
-            f"{figures['cpu_us_per_event']} us CPU per event, all its processes; "
+            f"{figures['cpu_us_per_event'] or 'n/a'} us CPU per event, all its processes; "
             f"load average {figures['load_start']} -> {load_average()})",
             flush=True,
         )

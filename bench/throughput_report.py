@@ -115,8 +115,12 @@ def prediction(workers: int, cpu_us_per_event: float, x1_events_per_s: float | N
 def scaling(results: dict[str, dict], cores: int) -> dict[str, dict]:
     """For every loopguard contender of more than one worker: N workers / one (measured, where
     both ran) and the prediction from CPU (from all its workers' CPU per event and from the
-    costliest worker's), flagged ``printed`` on a machine with fewer cores than N."""
-    one = results.get(f"{LOOPGUARD}1", {}).get("events_per_s")
+    costliest worker's), flagged ``printed`` on a machine with fewer cores than N. The one
+    worker's core busy share rides along: well under 1, it waited rather than computed, and a
+    prediction from CPU overstates what N workers add."""
+    x1 = results.get(f"{LOOPGUARD}1", {})
+    one = x1.get("events_per_s")
+    one_busy = share(x1.get("cpu_s"), x1.get("seconds"))
     out: dict[str, dict] = {}
     for name, r in results.items():
         if name in BASELINES or (workers := contender_workers(name)) < 2:
@@ -132,6 +136,7 @@ def scaling(results: dict[str, dict], cores: int) -> dict[str, dict]:
             if costs and all(costs):
                 entry["predicted_costliest"] = prediction(workers, max(costs), one)
             entry["predicted"]["printed"] = cores < workers
+            entry["predicted"]["x1_core_busy"] = round(one_busy, 3) if one_busy else None
         out[name] = entry
     return out
 
@@ -164,7 +169,8 @@ def print_report(
         f"{'us CPU/event':>14}  notes"
     )
     for name, r in results.items():
-        r["vs_aiokafka"] = share(r["events_per_s"], base)
+        vs = share(r["events_per_s"], base)
+        r["vs_aiokafka"] = round(vs, 4) if vs is not None else None
         notes = []
         if "decisions_expected" in r:
             notes.append(
@@ -195,6 +201,12 @@ def print_report(
                     f"{_us(w['cpu_us_per_event'])} us CPU/event, {_pct(w['cpu_share'])} of "
                     f"its group's CPU, kept {_pct(w['core_busy'])} of a core busy"
                 )
+    if results.get("aiokafka", {}).get("timed_with_start_up"):
+        print(
+            "  (the aiokafka loop drained its backlog within one commit, so it was timed from "
+            "its process start: its events/s is understated and the shares against it overstated; "
+            "give more --events)"
+        )
     scaled = scaling(results, cores)
     for s in scaled.values():
         n = s["workers"]
@@ -217,6 +229,12 @@ def print_report(
                 f"{p['predicted_events_per_s']:,} events/s{versus}"
                 + (f" ({costliest:.2f}x from its costliest worker)" if costliest else "")
             )
+            busy = p["x1_core_busy"]
+            if busy is not None and busy < 0.9:
+                print(
+                    f"      but the 1 worker kept only {busy:.0%} of a core busy: it waited "
+                    "(commits, fetches), which CPU does not predict; the prediction overstates"
+                )
     print_other(args, results, latency, memory, broker_rss)
     if args.json:
         print(

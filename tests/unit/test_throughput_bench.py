@@ -63,7 +63,12 @@ def test_prediction_is_n_cores_of_one_workers_cpu_against_the_measured_one() -> 
 def test_scaling_measures_against_one_worker_and_predicts_where_cores_are_short() -> None:
     results = {
         "aiokafka": {"events_per_s": 30000, "cpu_us_per_event": 30.0},
-        "loopguardx1": {"events_per_s": 2000, "cpu_us_per_event": 400.0},
+        "loopguardx1": {
+            "events_per_s": 2000,
+            "cpu_us_per_event": 400.0,
+            "cpu_s": 4.0,
+            "seconds": 5.0,
+        },
         "loopguardx4": {
             "events_per_s": 3000,
             "cpu_us_per_event": 500.0,
@@ -76,6 +81,7 @@ def test_scaling_measures_against_one_worker_and_predicts_where_cores_are_short(
     assert four["predicted"]["predicted_events_per_s"] == 8000  # 4 x 1e6 / 500
     assert four["predicted"]["predicted_vs_x1"] == 4.0
     assert four["predicted"]["printed"] is True
+    assert four["predicted"]["x1_core_busy"] == 0.8  # 4 s CPU in 5 s: it waited a fifth
     assert four["predicted_costliest"]["predicted_vs_x1"] == 3.2  # 4 x 1e6 / 625 / 2000
     assert scaling(results, cores=16)["loopguardx4"]["predicted"]["printed"] is False
     assert set(scaling(results, cores=2)) == {"loopguardx4"}  # baselines and x1 not scaled
