@@ -380,7 +380,7 @@ def main() -> int:
     latency: dict | None = None
     try:
         for name in names:
-            print(f"{name}:", flush=True)
+            print(f"{name}: {os.cpu_count()} cores, load average {load_average()}", flush=True)
             results[name] = run_contender(name, ctx, plan)
         if args.latency_seconds > 0:
             latency = latency_phase(ctx)
