@@ -10,11 +10,10 @@ import json
 import uuid
 
 import pytest
+from pipeline_replay import by_run_and_seq, replay_pipeline
 from services import IN_TIME_BUDGET_MS
 from test_pipeline import wait_for_audit
 
-from streams.cli.common import EXIT_OK
-from streams.cli.main import main
 from streams.core.engine import LoopGuard
 from streams.core.events import Action, Decision
 from streams.core.fleet import fleet_from_document
@@ -41,10 +40,6 @@ def send(run: GatewayRun, client: GatewayClient, target: str, message: str) -> b
 
 def of(client: GatewayClient, run: GatewayRun, action: Action) -> list[Decision]:
     return [d for d in client.decisions(run.run_id) if d.action is action]
-
-
-def by_key(decisions: list[Decision]) -> list[dict]:
-    return sorted((d.to_dict() for d in decisions), key=lambda d: (d["run_id"], d["seq"]))
 
 
 def test_a_triangle_of_agents_is_warned_then_blocked_in_every_run(
@@ -106,27 +101,13 @@ def test_a_triangle_of_agents_is_warned_then_blocked_in_every_run(
     replayed = replay_events(
         with_agent_cycles(LoopGuard(fleet_from_document(CONFIG))), reversed(published)
     )
-    assert by_key([d for r in replayed.values() for d in r.decisions]) == by_key(recorded)
-    assert by_key(recorded) == by_key([d for ds in received.values() for d in ds])
+    from_replay = [d for r in replayed.values() for d in r.decisions]
+    assert by_run_and_seq(from_replay) == by_run_and_seq(recorded)
+    assert by_run_and_seq(recorded) == by_run_and_seq([d for ds in received.values() for d in ds])
 
     # `loopguard replay` reads the events topic partition by partition (the three runs are
     # keyed apart) and still matches the audit trail in every run.
-    code = main(
-        [
-            "replay",
-            "--broker",
-            pipeline.broker.url,
-            "--topic-prefix",
-            pipeline.prefix,
-            "--db",
-            pipeline.db_url,
-            "--config",
-            str(pipeline.workdir / f"{pipeline.prefix}-config.json"),
-            "--json",
-        ]
-    )
-    report = json.loads(capsys.readouterr().out)
-    assert code == EXIT_OK, report
+    report = replay_pipeline(pipeline, capsys)
     run_ids = {run.run_id for run in runs.values()}
     ours = {r["run_id"]: r for r in report["runs"] if r["run_id"] in run_ids}
     assert {r["status"] for r in ours.values()} == {"match"} and len(ours) == 3

@@ -5,22 +5,20 @@ session's partition of the changelog, and a restarted worker still seeds from th
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 
 import pytest
 from kafka import KafkaConsumer, TopicPartition
 from kafka.partitioner.default import murmur2
+from pipeline_replay import by_run_and_seq, replay_pipeline
 from services import IN_TIME_BUDGET_MS
 from test_pipeline import wait_for_audit
 from test_typescript_client import drive
 from test_typescript_client import ts_driver as ts_driver  # a fixture, used by name
 
-from streams.cli.common import EXIT_OK
-from streams.cli.main import main
 from streams.core.engine import LoopGuard
-from streams.core.events import Action, Decision
+from streams.core.events import Action
 from streams.core.fleet import fleet_from_document
 from streams.gateway.client import GatewayClient, GatewayRun, RunAborted
 from streams.wire.avro import decode_decision, decode_event
@@ -61,10 +59,6 @@ def loop(run: GatewayRun, cycles: int, path: str = "notes.md", result: dict | No
             return
         if verdict.allowed:
             run.after_tool("read", {"path": path}, result=result or {"text": "same"})
-
-
-def by_key(decisions: list[Decision]) -> list[dict]:
-    return sorted((d.to_dict() for d in decisions), key=lambda d: (d["run_id"], d["seq"]))
 
 
 def read_topic(bootstrap: str, topic: str, want, timeout: float = 30.0) -> list:
@@ -110,7 +104,7 @@ def test_a_loop_split_over_two_runs_of_a_session_is_blocked(
     wanted = sum(d.run_id == second.run_id for d in expected)
     client.wait_for(second.run_id, lambda ds: len(ds) >= wanted, timeout=30)
     received = {run.run_id: client.decisions(run.run_id) for run in (first, second, fresh)}
-    assert by_key([d for ds in received.values() for d in ds]) == by_key(expected)
+    assert by_run_and_seq([d for ds in received.values() for d in ds]) == by_run_and_seq(expected)
     assert received[first.run_id] == [] and received[fresh.run_id] == []
     actions = [d.action for d in received[second.run_id]]
     assert actions[:3] == [Action.WARN] * 3 and Action.BLOCK in actions
@@ -118,24 +112,7 @@ def test_a_loop_split_over_two_runs_of_a_session_is_blocked(
     # `loopguard replay --run` of the second run alone reads its session's first run too, so
     # it is seeded as the worker seeded it and matches the audit trail.
     wait_for_audit(pipeline, second.run_id, wanted)
-    code = main(
-        [
-            "replay",
-            "--broker",
-            pipeline.broker.url,
-            "--topic-prefix",
-            pipeline.prefix,
-            "--db",
-            pipeline.db_url,
-            "--config",
-            str(pipeline.workdir / f"{pipeline.prefix}-config.json"),
-            "--run",
-            second.run_id,
-            "--json",
-        ]
-    )
-    report = json.loads(capsys.readouterr().out)
-    assert code == EXIT_OK, report
+    report = replay_pipeline(pipeline, capsys, "--run", second.run_id)
     [run_report] = report["runs"]
     assert run_report["status"] == "match" and run_report["replayed"] == wanted
 
@@ -182,7 +159,7 @@ def test_a_typescript_run_goes_on_with_a_python_run_of_its_session(
         d for d in core.process_all([*first.events, *events]) if d.run_id == report["runId"]
     ]
     received = [decode_decision(bytes.fromhex(h)) for h in report["decisions"]]
-    assert by_key(received) == by_key(expected)
+    assert by_run_and_seq(received) == by_run_and_seq(expected)
     assert (received[0].seq, received[0].count) == (2, 5)  # its first call goes on from five
     assert report["aborted"]
 
