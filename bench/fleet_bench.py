@@ -12,9 +12,9 @@ one Node event loop, through one TypeScript ``GatewayClient`` in its own process
 call. Think times are lognormal with median ``--think-median`` s and shape
 ``--think-sigma``; a share ``--back-to-back`` of calls follow the previous one at once
 (parallel tool calls, a model emitting several calls). A share ``--looping`` of the agents
-repeat one call with one result until the gateway refuses a call (a block) or aborts the run,
-then start a new looping run; the others do varied work, ``--run-calls`` calls a run, then
-start a new run.
+(the same ones in both legs) repeat one call with one result until the gateway refuses a
+call (a block) or aborts the run, then start a new looping run; the others do varied work,
+``--run-calls`` calls a run, then start a new run.
 
 Printed per client, over the calls made after ``--warmup`` s:
 
@@ -95,6 +95,12 @@ def reference_refusal(events: list[AgentEvent]) -> int | None:
     return None
 
 
+def is_looping(index: int, share: float) -> bool:
+    """Whether agent ``index`` loops: floor(N x share) of N agents, evenly spread, the same
+    ones in both legs (fleet-agents.mjs has the same rule)."""
+    return math.floor((index + 1) * share) > math.floor(index * share)
+
+
 @dataclass
 class Measurements:
     """What the agents and the decision callback record, under one lock."""
@@ -166,7 +172,7 @@ class Agent(threading.Thread):
         super().__init__(name=f"fleet-agent-{index}", daemon=True)
         self.index, self.client, self.args, self.m = index, client, args, m
         self.rng = random.Random(args.seed * 100_003 + index)
-        self.looping = self.rng.random() < args.looping
+        self.looping = is_looping(index, args.looping)
         self.stop = threading.Event()
         self.runs = 0
 

@@ -18,7 +18,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-from fleet_bench import Measurements, reference_refusal, summary  # noqa: E402
+from fleet_bench import Measurements, is_looping, reference_refusal, summary  # noqa: E402
 from fleet_typescript import fill_measurements, node_command, read_report  # noqa: E402
 
 from streams.core.events import Envelope, RunStarted, ToolCall, ToolResult  # noqa: E402
@@ -123,3 +123,10 @@ def test_node_command_passes_the_fleet_and_tansus_batch_limit() -> None:
     assert flags["--back-to-back"] == "0.2" and flags["--budget-ms"] == "50"
     assert flags["--fetch-max-wait-ms"] == "5" and flags["--max-events-per-partition"] == "1"
     assert "--max-events-per-partition" not in node_command("b:1", "kafka", 20, args)
+
+
+def test_the_looping_share_is_exact_and_spread() -> None:
+    assert [i for i in range(60) if is_looping(i, 0.05)] == [19, 39, 59]
+    assert sum(is_looping(i, 0.05) for i in range(1000)) == 50
+    assert not any(is_looping(i, 0.0) for i in range(100))
+    assert all(is_looping(i, 1.0) for i in range(100))

@@ -11,9 +11,10 @@
  * then runs tool cycles (beforeTool, which waits up to the budget for the run's watermark, then
  * afterTool), thinking between calls a lognormal time (median --think-median s, shape
  * --think-sigma) or, for a share --back-to-back of calls, not at all. A share --looping of the
- * agents repeat one call with one result until the gateway refuses a call or aborts the run,
- * then start a new run; the others start a new run after --run-calls calls. The random stream is
- * this file's (seeded per agent), not Python's: the same distribution, not the same draws.
+ * agents (the same ones as in the Python leg) repeat one call with one result until the gateway
+ * refuses a call or aborts the run, then start a new run; the others start a new run after
+ * --run-calls calls. The random stream is this file's (seeded per agent), not Python's: the same
+ * distribution, not the same draws.
  *
  * Stdout, one JSON object a line: {"event": "measuring"} when the warmup ends, {"event":
  * "stopped"} when the measured time is over (the caller samples the worker's CPU at both), then
@@ -254,7 +255,8 @@ async function main() {
 
   async function agent(index) {
     const random = seeded(opts.seed * 100_003 + index);
-    const looping = random() < opts.looping;
+    // floor(N x share) of N agents, evenly spread: the same ones as in the Python leg
+    const looping = Math.floor((index + 1) * opts.looping) > Math.floor(index * opts.looping);
     // Spread the start over one median think time, as a fleet does not start in step.
     await sleep(random() * 2 * opts.thinkMedian * 1000);
     for (let runs = 1; now() < stopAt; runs++) await oneRun(index, looping, runs, random);
