@@ -1,0 +1,247 @@
+"""The gateway's side of the control topic: what the worker decided about each run and how
+far it has processed it, and the verdict a run's next tool call gets from them.
+
+A block refuses exactly the run's next call (or, limited to a tool, the agent's next call of
+that tool); an abort ends the run; an observe-only decision is logged and ignored. A verdict
+first waits (at most the wait budget) for the worker's watermark to reach what the run
+published; a guard that does not answer in time is counted, logged at most once per
+interval, and fails open or closed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from streams.core.events import Action, Decision
+from streams.gateway.throttle import LogThrottle
+from streams.wire.avro import CodecError, RunWatermark, decode_control
+
+log = logging.getLogger("loopguard.gateway")
+TIMEOUT_LOG_INTERVAL = 10.0  # seconds between "had not processed" warnings
+
+
+class RunAborted(RuntimeError):
+    """loopguard aborted the run; the gateway must stop it and report ``decision.reason``."""
+
+    def __init__(self, decision: Decision) -> None:
+        code = decision.error_code or decision.detector
+        reason = decision.reason
+        # Some reasons already start with their code; say it once.
+        super().__init__(reason if reason.startswith(f"{code}:") else f"{code}: {reason}")
+        self.decision = decision
+
+
+OBSERVED_EFFECT = {
+    Action.WARN: "warn",
+    Action.BLOCK: "block the next tool call",
+    Action.ABORT: "abort the run",
+}
+
+
+def log_observed(decision: Decision) -> None:
+    """One line for an observe-only decision: what enforcing it would have done."""
+    log.warning(
+        "run %s (agent %s): observe only, loopguard would %s at seq %d: %s [%s, decision %s]",
+        decision.run_id,
+        decision.agent_id,
+        OBSERVED_EFFECT[decision.action],
+        decision.seq,
+        decision.reason,
+        decision.detector,
+        decision.decision_id,
+    )
+
+
+@dataclass(frozen=True)
+class Verdict:
+    allowed: bool
+    warnings: tuple[Decision, ...] = ()
+    blocked_by: Decision | None = None
+    timed_out: bool = False  # the guard had not caught up within the wait budget
+    reason: str = ""  # why the call is refused, when it is
+
+
+@dataclass
+class RunControl:
+    """What the control topic said about one run so far."""
+
+    warnings: list[Decision] = field(default_factory=list)
+    block: Decision | None = None
+    abort: Decision | None = None
+    seen: set[str] = field(default_factory=set)
+    decisions: list[Decision] = field(default_factory=list)
+    watermark: int = 0  # highest seq of the run the worker has processed
+
+
+class ControlState:
+    """Decisions and watermarks per run, as the control topic's reader hands them over (on
+    its thread), and the verdicts and waits the gateway's calls ask for (on theirs)."""
+
+    def __init__(
+        self,
+        gateway_id: str,
+        wait_budget_ms: float = 50.0,
+        fail_mode: str = "open",
+        on_decision: Callable[[Decision], None] | None = None,
+        on_watermark: Callable[[RunWatermark], None] | None = None,
+    ) -> None:
+        if fail_mode not in ("open", "closed"):
+            raise ValueError(f"fail_mode must be 'open' or 'closed', not {fail_mode!r}")
+        self.gateway_id = gateway_id
+        self.wait_budget = wait_budget_ms / 1000
+        self.fail_mode = fail_mode
+        self.wait_timeouts = 0
+        self._timeout_log = LogThrottle(TIMEOUT_LOG_INTERVAL)
+        self.on_decision = on_decision
+        self.on_watermark = on_watermark  # each run's progress as it arrives (benchmarks)
+        self._control: dict[str, RunControl] = defaultdict(RunControl)
+        # (agent id, tool) -> a block for that agent's next call of that tool (agent_cycle)
+        self._tool_blocks: dict[tuple[str, str], Decision] = {}
+        self.duplicates = 0
+        self._lock = threading.Condition()
+
+    def on_control(self, record: Any) -> None:
+        try:
+            message = decode_control(record.value)
+        except CodecError as exc:
+            log.warning("skipping undecodable control message: %s", exc)
+            return
+        if isinstance(message, RunWatermark):
+            self._on_watermark(message)
+        else:
+            self._on_decision(message)
+
+    def _on_watermark(self, mark: RunWatermark) -> None:
+        with self._lock:
+            control = self._control[mark.run_id]
+            if mark.seq > control.watermark:
+                control.watermark = mark.seq
+                self._lock.notify_all()
+        if self.on_watermark is not None:
+            self.on_watermark(mark)
+
+    def _on_decision(self, decision: Decision) -> None:
+        with self._lock:
+            control = self._control[decision.run_id]
+            if decision.decision_id in control.seen:
+                self.duplicates += 1
+                return  # redelivered after a worker restart: already in effect
+            control.seen.add(decision.decision_id)
+            control.decisions.append(decision)
+            if decision.enforced:  # shadow mode's decisions are only logged (below)
+                if only_tool := self._tool_block_of(decision):
+                    # a loop between agents (issue 28): the agent's next call of that tool,
+                    # in whichever of its runs comes (OpenClaw starts a run per message);
+                    # never the run's next call whatever the tool, nor another gateway's
+                    if decision.gateway_id == self.gateway_id:
+                        self._tool_blocks[(decision.agent_id, only_tool)] = decision
+                elif decision.action is Action.ABORT:
+                    control.abort = decision
+                elif decision.action is Action.BLOCK:
+                    control.block = decision
+                else:
+                    control.warnings.append(decision)
+            self._lock.notify_all()
+        if not decision.enforced:
+            log_observed(decision)
+        if self.on_decision is not None:
+            self.on_decision(decision)
+
+    def _tool_block_of(self, decision: Decision) -> str:
+        """The tool a block is limited to (``extra["only_tool"]``); "" for every other
+        decision."""
+        raw = decision.extra.get("only_tool")
+        if decision.action is not Action.BLOCK or not raw:
+            return ""
+        try:
+            tool = json.loads(raw)
+        except ValueError:
+            return ""
+        return tool if isinstance(tool, str) else ""
+
+    def decisions(self, run_id: str) -> list[Decision]:
+        with self._lock:
+            return list(self._control[run_id].decisions)
+
+    def wait_for(
+        self, run_id: str, predicate: Callable[[list[Decision]], Any], timeout: float = 10.0
+    ) -> list[Decision]:
+        """Block until ``predicate(decisions)`` holds for the run (tests, demo, tooling)."""
+        with self._lock:
+            control = self._control[run_id]
+            if not self._wait_until(lambda: predicate(list(control.decisions)), timeout):
+                raise TimeoutError(
+                    f"run {run_id}: condition not met in {timeout}s ({len(control.decisions)} seen)"
+                )
+            return list(control.decisions)
+
+    def wait_processed(self, run_id: str, seq: int, timeout: float = 10.0) -> None:
+        """Block until the worker says it has processed the run up to ``seq`` (its watermark
+        on the control topic): every record the worker writes for those events is out."""
+        with self._lock:
+            control = self._control[run_id]
+            if not self._wait_until(lambda: control.watermark >= seq, timeout):
+                raise TimeoutError(
+                    f"run {run_id}: worker processed up to seq {control.watermark}, "
+                    f"not {seq}, in {timeout}s"
+                )
+
+    def _wait_until(self, done: Callable[[], bool], timeout: float) -> bool:
+        """With the lock held: wait for the control thread until ``done()`` or ``timeout``
+        seconds; whether it is done."""
+        deadline = time.monotonic() + timeout
+        while not done():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            self._lock.wait(remaining)
+        return True
+
+    def take_verdict(
+        self, run_id: str, published_seq: int = 0, tool_name: str = "", agent_id: str = ""
+    ) -> Verdict:
+        """The run's verdict once the worker has processed up to ``published_seq``, or at the
+        end of the wait budget, whichever comes first. ``tool_name`` and ``agent_id``: the call
+        about to run, which a block limited to that tool refuses."""
+        if self.wait_budget <= 0:
+            published_seq = 0  # no waiting: enforce whatever has arrived (no timeout either)
+        with self._lock:
+            control = self._control[run_id]
+            self._wait_until(
+                lambda: control.watermark >= published_seq or control.abort is not None,
+                self.wait_budget,
+            )
+            if control.abort is not None:
+                raise RunAborted(control.abort)
+            timed_out = control.watermark < published_seq
+            warnings, control.warnings = tuple(control.warnings), []
+            block, control.block = control.block, None
+            if block is None and tool_name:
+                block = self._tool_blocks.pop((agent_id, tool_name), None)
+            logged, held_back = False, 0
+            if timed_out:
+                self.wait_timeouts += 1
+                if logged := self._timeout_log.admit():
+                    held_back = self._timeout_log.take_held_back()
+        if block is not None:
+            return Verdict(False, warnings, block, timed_out, block.reason)
+        if logged:
+            log.warning(
+                "run %s: loopguard had not processed seq %d within %.0f ms; failing %s%s",
+                run_id,
+                published_seq,
+                self.wait_budget * 1000,
+                self.fail_mode,
+                f" ({held_back} more timed out since the last such line)" if held_back else "",
+            )
+        if timed_out and self.fail_mode == "closed":
+            reason = f"loopguard did not answer within {self.wait_budget * 1000:.0f} ms"
+            return Verdict(False, warnings, None, True, reason)
+        return Verdict(True, warnings, None, timed_out)
