@@ -140,11 +140,14 @@ class GatewayClient:
         run_id: str | None = None,
         session_id: str | None = None,
         trigger: str | None = None,
+        chain_id: str | None = None,
     ) -> GatewayRun:
         """Start a run; ``session_id`` names the conversation it belongs to (``scope:
-        "session"`` carries a loop's counts over to its next run) and ``trigger`` what
-        started it ("user", "heartbeat", "cron", "compaction", ...)."""
-        run = GatewayRun(self, run_id or uuid.uuid4().hex, agent_id, session_id)
+        "session"`` carries a loop's counts over to its next run), ``trigger`` what started
+        it ("user", "heartbeat", "cron", "compaction", ...) and ``chain_id`` the cascade of
+        messages across agents it is part of (every event of the run carries it; loops
+        between agents are then judged per chain, not per gateway)."""
+        run = GatewayRun(self, run_id or uuid.uuid4().hex, agent_id, session_id, chain_id)
         run.emit(RunStarted, trigger=trigger)
         return run
 

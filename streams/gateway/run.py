@@ -39,12 +39,20 @@ class GatewayRun:
     """One agent run: numbers its events and applies loopguard's decisions to its cycles."""
 
     def __init__(
-        self, client: RunChannel, run_id: str, agent_id: str, session_id: str | None = None
+        self,
+        client: RunChannel,
+        run_id: str,
+        agent_id: str,
+        session_id: str | None = None,
+        chain_id: str | None = None,
     ) -> None:
         self.client = client
         self.run_id = run_id
         self.agent_id = agent_id
         self.session_id = session_id or None
+        # The conversation cascade across agents the run belongs to (issue 28): every event
+        # of the run carries it, and the worker judges loops between agents per chain.
+        self.chain_id = chain_id or None
         self.seq = 0
         self.events: list[AgentEvent] = []  # what this run published, in order (audits, tests)
         # Usage reported since the last event that carried it (input, output, cost or None).
@@ -84,6 +92,7 @@ class GatewayRun:
             self.seq,
             int(time.time() * 1000),
             self.session_id,
+            self.chain_id,
         )
         event = kind(envelope=envelope, **fields)
         self.client.publish(event)
