@@ -170,6 +170,14 @@ def main() -> int:
         latencies = sorted((arrivals[r] - sent_at[r]) * 1000 for r in sent_at if r in arrivals)
         p50 = statistics.median(latencies)
         p99 = latencies[int(len(latencies) * 0.99) - 1]
+        p90 = latencies[int(len(latencies) * 0.90) - 1]
+        # the slowest decisions, with when (s into the phase) their run's last event went out
+        started = min(sent_at.values())
+        slowest = sorted(
+            ((arrivals[r] - sent_at[r]) * 1000, sent_at[r] - started)
+            for r in sent_at
+            if r in arrivals
+        )[-8:]
         lost = len(sent_at) - len(latencies)
         client.close()
         producer.close()
@@ -189,8 +197,9 @@ def main() -> int:
     print(f"  end-to-end / core ratio: {e2e_rate / core_rate:.3f}")
     print(
         f"  decision latency at {args.rate} events/s offered: p50 {p50:.1f} ms, "
-        f"p99 {p99:.1f} ms over {len(latencies)} decisions ({lost} missing)"
+        f"p99 {p99:.1f} ms over {len(latencies)} decisions ({lost} missing); p90 {p90:.1f} ms"
     )
+    print("  slowest: " + ", ".join(f"{ms:.1f} ms at {at:.1f} s" for ms, at in reversed(slowest)))
     if args.json:
         print(
             json.dumps(
@@ -201,6 +210,8 @@ def main() -> int:
                     "worker_cpu_us_per_event": round(worker_cpu_us, 1),
                     "latency_p50_ms": round(p50, 2),
                     "latency_p99_ms": round(p99, 2),
+                    "latency_p90_ms": round(p90, 2),
+                    "latency_max_ms": round(latencies[-1], 2),
                     "rate": args.rate,
                     "decisions": len(latencies),
                     "missing": lost,
