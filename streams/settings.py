@@ -17,6 +17,8 @@ from urllib.parse import unquote_plus, urlsplit
 
 Guarantee = Literal["at_least_once", "exactly_once"]  # Faust's processing guarantees
 GUARANTEES: tuple[Guarantee, ...] = ("at_least_once", "exactly_once")
+ControlDelivery = Literal["immediate", "transactional"]  # exactly once: decisions' path
+CONTROL_DELIVERIES: tuple[ControlDelivery, ...] = ("immediate", "transactional")
 
 DEFAULT_DB_URL = "sqlite:///loopguard-data/audit.db"
 
@@ -31,6 +33,16 @@ def _float(name: str, default: float) -> float:
 
 def _int(name: str, default: int) -> int:
     return int(_env(name, str(default)))
+
+
+def _control_delivery() -> ControlDelivery:
+    value = _env("CONTROL_DELIVERY", "immediate")
+    if value not in CONTROL_DELIVERIES:
+        raise ValueError(
+            f"LOOPGUARD_CONTROL_DELIVERY={value!r} is not a control delivery "
+            f"(choose {' or '.join(CONTROL_DELIVERIES)})"
+        )
+    return cast(ControlDelivery, value)
 
 
 @dataclass(frozen=True)
@@ -147,6 +159,12 @@ class Settings:
     # Exactly once: how soon a transactional producer retries (aiokafka's default is 100 ms;
     # every commit's successor meets CONCURRENT_TRANSACTIONS while the markers are written).
     transaction_retry_backoff_ms: int = 5
+    # Exactly once, how decisions and watermarks reach the control topic: "immediate" (sent
+    # outside the transaction, acknowledged before the batch's state and offsets are
+    # committed: gateways see them one produce round trip after the batch) or
+    # "transactional" (in the batch's transaction: visible once it commits).
+    # streams.worker.exactly_once says why either keeps the audit trail whole.
+    control_delivery: ControlDelivery = "immediate"
     producer_max_batch: int = PROFILES["kafka"].producer_max_batch
     processing_guarantee: Guarantee = PROFILES["kafka"].processing_guarantee
     fast_handoff: bool = True
@@ -234,6 +252,7 @@ class Settings:
             ),
             producer_max_batch=_int("PRODUCER_MAX_BATCH", profile.producer_max_batch),
             processing_guarantee=cast(Guarantee, guarantee),
+            control_delivery=_control_delivery(),
             fast_handoff=_int("FAST_HANDOFF", int(cls.fast_handoff)) != 0,
             security_protocol=_env("SECURITY_PROTOCOL", cls.security_protocol),
             sasl_mechanism=_env("SASL_MECHANISM", ""),

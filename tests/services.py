@@ -20,6 +20,7 @@ import os
 import shutil
 import tempfile
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -335,6 +336,23 @@ def control_topic_decisions(bootstrap: str, topic: str, run_ids: set[str]) -> li
     found = [decode_control(record.value) for record in consumer]
     consumer.close()
     return [d for d in found if isinstance(d, Decision) and d.run_id in run_ids]
+
+
+def check_republished(settings: Settings, on_topic: list[Decision], want: dict) -> int:
+    """How many decisions went on the control topic more than once, checked against what
+    the guarantee allows: none exactly once with transactional control delivery; with
+    immediate delivery (a crash before the commit decides the events again) or at least
+    once, only copies equal to the decision the gateways and the audit trail keep."""
+    counts = Counter(d.decision_id for d in on_topic)
+    assert set(counts) == set(want)
+    republished = sum(counts.values()) - len(counts)
+    print(f"decisions published more than once: {republished}")
+    if settings.processing_guarantee == "exactly_once" and (
+        settings.control_delivery == "transactional"
+    ):
+        assert republished == 0, "exactly once, transactional: a decision twice on the topic"
+    assert all(d == want[d.decision_id] for d in on_topic), "a copy differs from its decision"
+    return republished
 
 
 @pytest.fixture

@@ -56,11 +56,12 @@ class Message(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class OutRecord:
-    """A record to produce: ``source`` is the events partition it is committed with."""
+    """A record to produce: ``source`` is the events partition it is committed with; a
+    ``value`` of None is a tombstone (a run's state deleted from the compacted changelog)."""
 
     topic: str
     key: bytes | None
-    value: bytes
+    value: bytes | None
     partition: int
     source: TopicPartition
 

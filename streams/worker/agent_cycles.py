@@ -154,9 +154,18 @@ class AgentCycles:
             records.append((changelog, key, value, source.partition, source))
         await drain_producer_buffer(app.producer.buffer)
         send = app.producer.send
+        # Exactly once with "immediate" control delivery, decisions go outside the
+        # transaction and are acknowledged before the batch's acks (as the guarding agent's).
+        immediate = app.in_transaction and self.settings.control_delivery == "immediate"
+        acknowledged: list[Any] = []
         for topic, key, value, partition, source in records:
-            tid = source_transaction(app, source)
+            outside = immediate and topic == control
+            tid = None if outside else source_transaction(app, source)
             delivery = await send(topic, key, value, partition, None, None, transactional_id=tid)
             delivery.add_done_callback(self.check_delivery)
+            if outside:
+                acknowledged.append(delivery)
+        if acknowledged:
+            await asyncio.gather(*acknowledged)
         if found and self.on_decisions is not None:
             self.on_decisions(found)

@@ -62,6 +62,18 @@ class BatchSends:
                     tids[record.source] = self.transaction_of(record.source)
         await asyncio.gather(*(self.send_chain(chain, tids) for chain in records.values()))
 
+    async def send_outside(
+        self, records: Mapping[TopicPartition, Sequence[OutRecord]]
+    ) -> list[asyncio.Future]:
+        """Hand every record to the producer outside any transaction (exactly once, the
+        control topic's "immediate" delivery: :class:`streams.worker.exactly_once.Checkpoint`)
+        and return their deliveries, for the caller to await before it acks the batch."""
+        deliveries: list[asyncio.Future] = []
+        await asyncio.gather(
+            *(self.send_stretch(chain, None, deliveries) for chain in records.values())
+        )
+        return deliveries
+
     async def send_chain(
         self, records: Sequence[OutRecord], tids: Mapping[TopicPartition, str | None]
     ) -> None:
@@ -76,10 +88,16 @@ class BatchSends:
             await self.send_stretch(records[start:end], tid)
             start = end
 
-    async def send_stretch(self, records: Sequence[OutRecord], tid: str | None) -> None:
+    async def send_stretch(
+        self,
+        records: Sequence[OutRecord],
+        tid: str | None,
+        deliveries: list[asyncio.Future] | None = None,
+    ) -> None:
         """Records for one partition and one producer, appended to aiokafka record batches
         of the producer's batch size (a record each on the tansu profile) and handed over a
-        batch at a time: no future, task or sensor call per record as ``send`` makes."""
+        batch at a time: no future, task or sensor call per record as ``send`` makes. Each
+        batch's delivery goes to ``deliveries`` when given."""
         producer = self.producer  # Faust's; its aiokafka producers are what batches go to
         if tid is None:
             kafka, lock = producer._ensure_producer(), None
@@ -92,17 +110,26 @@ class BatchSends:
             builder = kafka.create_batch()
             for record in records:
                 if builder.append(key=record.key, value=record.value, timestamp=None) is None:
-                    await self.submit(kafka, builder, topic, partition)
+                    await self.submit(kafka, builder, topic, partition, deliveries)
                     builder = kafka.create_batch()  # an empty batch takes any one record
                     builder.append(key=record.key, value=record.value, timestamp=None)
-            await self.submit(kafka, builder, topic, partition)
+            await self.submit(kafka, builder, topic, partition, deliveries)
         finally:
             if lock is not None:
                 lock.release()
 
-    async def submit(self, kafka: Any, builder: Any, topic: str, partition: int) -> None:
+    async def submit(
+        self,
+        kafka: Any,
+        builder: Any,
+        topic: str,
+        partition: int,
+        deliveries: list[asyncio.Future] | None = None,
+    ) -> None:
         delivery = await kafka.send_batch(builder, topic, partition=partition)
         delivery.add_done_callback(self.check_delivery)
+        if deliveries is not None:
+            deliveries.append(delivery)
 
     def check_delivery(self, delivery: asyncio.Future) -> None:
         """A record the producer gave up on (its retries and timeout spent) must not pass

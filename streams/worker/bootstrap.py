@@ -71,8 +71,13 @@ def apply_faust_patches(settings: Settings, commit_barrier: asyncio.Lock) -> Non
     fast_failover()  # a promoted standby reads on where it was; recovery ends once read
     if settings.fast_handoff:
         fast_message_handoff()
-    # Exactly-once commits only between the guarding agent's batches, buffer flushed first.
-    exactly_once_commits(commit_barrier, settings.transaction_retry_backoff_ms)
+    # Exactly-once commits only between the guarding agent's batches, buffer flushed first
+    # (with immediate control delivery, commits are settled off the agent's path instead).
+    exactly_once_commits(
+        commit_barrier,
+        settings.transaction_retry_backoff_ms,
+        between_batches=settings.control_delivery == "transactional",
+    )
 
 
 def build_app(settings: Settings) -> faust.App:

@@ -37,6 +37,12 @@ records. Writes committed ahead of their events' offsets remain possible only ou
 of the stored state, and the processor publishes nothing for them on this guarantee
 (:class:`streams.service.processor.EventProcessor`'s ``republish_duplicates``).
 
+With "immediate" control delivery (``LOOPGUARD_CONTROL_DELIVERY``, the default) a batch's
+decisions and watermarks leave outside the transaction and the rest of the batch is settled
+off the agent's path (:mod:`streams.worker.settling`, which says what stays true); commits
+then take no barrier (:func:`exactly_once_commits`' ``between_batches``). What follows is
+the "transactional" delivery's story, and the commit mechanics both share.
+
 When a commit happens is latency: a read-committed gateway sees a decision and its run's
 watermark only once their transaction commits. Faust commits on a timer
 (``broker_commit_interval``, 0.5 s before), so a verdict waited for it a quarter second on
@@ -83,6 +89,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable
+from functools import partial
 from typing import Any
 
 from aiokafka.errors import KafkaError, ProducerFenced
@@ -91,8 +98,9 @@ from faust.transport import producer as faust_producer
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 
-from streams.service.batch import BatchOutput
+from streams.service.batch import BatchOutput, OutRecord, TopicPartition
 from streams.worker.batch_sends import BatchSends
+from streams.worker.settling import Settling
 
 log = logging.getLogger("loopguard.worker")
 
@@ -101,6 +109,8 @@ _original_send_pending = faust_producer.ProducerBuffer._send_pending
 _original_on_partitions_revoked = faust_consumer.Consumer.on_partitions_revoked
 _original_commit_transactions = faust_aiokafka.Producer.commit_transactions
 _original_settings_extra = faust_aiokafka.Producer._settings_extra
+
+Records = dict[TopicPartition, list[OutRecord]]
 
 # The guarding agent's batch lock (WorkerParts.commit_barrier), set by exactly_once_commits.
 _barrier: asyncio.Lock | None = None
@@ -167,7 +177,9 @@ async def _force_commit_between_batches(
     batch's offsets along with its records."""
     if not self.in_transaction:
         return await _original_force_commit(self, topics, start_new_transaction)
-    assert _barrier is not None, "exactly_once_commits() installs the barrier"
+    if _barrier is None:  # immediate control delivery: acks follow sends (streams.worker.settling)
+        await drain_producer_buffer(self.app.producer.buffer)
+        return await _original_force_commit(self, topics, start_new_transaction)
     async with _barrier:
         await drain_producer_buffer(self.app.producer.buffer)
         return await _original_force_commit(self, topics, start_new_transaction)
@@ -239,10 +251,25 @@ class Checkpoint:
     """
 
     def __init__(
-        self, app: Any, barrier: asyncio.Lock, on_delivery_error: Callable[[BaseException], None]
+        self,
+        app: Any,
+        barrier: asyncio.Lock,
+        on_delivery_error: Callable[[BaseException], None],
+        immediate_topics: frozenset[str] = frozenset(),
+        ahead_topics: frozenset[str] = frozenset(),
     ) -> None:
         self.app, self.barrier = app, barrier
         self.sends = BatchSends(app.producer, self.transaction_of, on_delivery_error)
+        # Exactly once, topics whose records go outside the transaction, acknowledged before
+        # the batch's offsets can commit (the control topic's "immediate" delivery).
+        self.immediate_topics = immediate_topics if app.in_transaction else frozenset()
+        # Of those, topics whose records are acknowledged before the others are sent: a
+        # forwarded agent-to-agent send must be on its topic before its watermark lets the
+        # gateway go on (the next agent's send must come after it, on any worker).
+        self.ahead_topics = ahead_topics & self.immediate_topics
+        self.settling = Settling(
+            self.send_transactional, partial(commit_batch, app.consumer), on_delivery_error
+        )
 
     def transaction_of(self, source: tuple[str, int]) -> str | None:
         return source_transaction(self.app, TP(*source))
@@ -250,16 +277,56 @@ class Checkpoint:
     async def run(
         self, work: Callable[[], Awaitable[BatchOutput]], ack: Callable[[], Awaitable[None]]
     ) -> BatchOutput:
+        if self.immediate_topics:
+            async with self.barrier:
+                output = await work()
+                immediate, transactional = self.split(output.records)
+                ahead = {tp: chain for tp, chain in immediate.items() if tp[0] in self.ahead_topics}
+                if ahead:
+                    await asyncio.gather(*await self.sends.send_outside(ahead))
+                    immediate = {tp: c for tp, c in immediate.items() if tp not in ahead}
+                delivered = await self.sends.send_outside(immediate)  # what gateways wait for
+            # Their acknowledgements, then state, acks and commit: in batch order, later.
+            await self.settling.add(delivered, transactional, ack)
+            return output
         async with self.barrier:
             output = await work()
-            # Table writes through Faust's producer buffer (the sessions table, expiry's
-            # deletes) go first, in order, so a run's delete never overtakes its state.
-            await drain_producer_buffer(self.app.producer.buffer)
-            await self.sends.send(output.records)
+            await self.send_transactional(output.records)
             await ack()  # now, so the commit below carries the batch's offsets
         if self.app.in_transaction:
             await commit_batch(self.app.consumer)
         return output
+
+    async def write_outside_batches(self, records: Records, tps: Iterable[TP]) -> None:
+        """Writes no event's offsets carry (run expiry's tombstones), each in its source
+        partition's transaction, committed on their own: behind the batches still settling
+        (immediate control delivery), else at once. The caller holds the batch lock."""
+        if self.immediate_topics:
+            committed = partial(commit_outside_batches, self.app, list(tps))
+            await self.settling.add([], records, _nothing_to_ack, committed)
+            return
+        await self.send_transactional(records)
+        await commit_outside_batches(self.app, tps)
+
+    def split(self, records: Records) -> tuple[Records, Records]:
+        """The batch's records sent outside the transaction, and those in it."""
+        if not self.immediate_topics:
+            return {}, records
+        immediate: Records = {}
+        transactional: Records = {}
+        for tp, chain in records.items():
+            (immediate if tp[0] in self.immediate_topics else transactional)[tp] = chain
+        return immediate, transactional
+
+    async def send_transactional(self, records: Records) -> None:
+        # Table writes through Faust's producer buffer (the sessions table, expiry's
+        # deletes) go first, in order, so a run's delete never overtakes its state.
+        await drain_producer_buffer(self.app.producer.buffer)
+        await self.sends.send(records)
+
+
+async def _nothing_to_ack() -> None:
+    return None
 
 
 def _quick_transaction_retries(retry_backoff_ms: int) -> Any:
@@ -292,7 +359,8 @@ async def commit_outside_batches(app: Any, tps: Iterable[TP]) -> None:
     for the partition's next event, and a partition that gets none keeps them until the
     broker aborts the transaction on its timeout.
 
-    The caller holds the batch lock, so no batch is half published. Events processed but not
+    The caller holds the batch lock, so no batch is half published (or, with immediate
+    control delivery, runs in the settling chain, behind every batch). Events processed but not
     yet committed have their state and decisions committed ahead of their offsets; replayed,
     they are duplicates of the stored state and publish nothing (as after a timer commit).
     A partition this worker no longer owns is skipped: its transaction goes with its owner.
@@ -316,11 +384,15 @@ async def commit_outside_batches(app: Any, tps: Iterable[TP]) -> None:
             log.warning("could not commit transaction %s outside a batch: %r", tid, exc)
 
 
-def exactly_once_commits(barrier: asyncio.Lock, retry_backoff_ms: int = 5) -> None:
+def exactly_once_commits(
+    barrier: asyncio.Lock, retry_backoff_ms: int = 5, between_batches: bool = True
+) -> None:
     """Install the patches; ``barrier`` is the lock the guarding agent holds per batch,
-    ``retry_backoff_ms`` the transactional producers' retry backoff."""
+    ``retry_backoff_ms`` the transactional producers' retry backoff. ``between_batches``
+    False (immediate control delivery): a commit does not wait for the agent's batch, since
+    every batch acks its events only once its records are sent (:mod:`settling`)."""
     global _barrier
-    _barrier = barrier
+    _barrier = barrier if between_batches else None
     faust_aiokafka.Producer._settings_extra = _quick_transaction_retries(retry_backoff_ms)
     faust_producer.ProducerBuffer._send_pending = _counted_send_pending
     faust_consumer.Consumer.force_commit = _force_commit_between_batches

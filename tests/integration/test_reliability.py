@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 from db_fixtures import fresh_pg_database
 from kafka import KafkaConsumer, TopicPartition
-from services import ENABLED, control_topic_decisions
+from services import ENABLED, check_republished, control_topic_decisions
 from sqlalchemy.engine import make_url
 from tcp_proxy import TcpProxy
 
@@ -100,12 +100,7 @@ def test_worker_killed_mid_stream_is_replaced_without_losing_state(running_pipel
     on_topic = control_topic_decisions(
         pipeline.broker.bootstrap, pipeline.settings.topics.control, set(run_ids)
     )
-    counts = Counter(d.decision_id for d in on_topic)
-    assert set(counts) == set(want)
-    republished = sum(counts.values()) - len(counts)
-    print(f"physical re-publications after the crash: {republished}")
-    if pipeline.settings.processing_guarantee == "exactly_once":
-        assert republished == 0, "exactly-once: no decision twice on the control topic"
+    check_republished(pipeline.settings, on_topic, want)
 
 
 def assigned_partitions(log: str) -> list[int]:

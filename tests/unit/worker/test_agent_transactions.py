@@ -29,7 +29,7 @@ from streams.wire.schema_registry import default_registry
 from streams.worker import agents as agents_module
 from streams.worker.agents import WorkerAgents
 
-PARTITIONS = {b"sess-1": 2, b"run-b": 5}  # the partitioner, as the cluster would hash them
+PARTITIONS = {b"sess-1": 2, b"run-b": 5, b"gateway:gw-1": 3}  # as the cluster would hash them
 
 
 class NoOverrides:
@@ -110,7 +110,8 @@ class RunsTable(dict):
         return self.producer.key_partition("lg-runs-changelog", state.session_id.encode() or key)
 
 
-def worker(block: dict) -> tuple[WorkerAgents, Producer]:
+def worker(block: dict, delivery: str = "transactional") -> tuple[WorkerAgents, Producer]:
+    """The guarding agent over stand-ins; ``delivery``: LOOPGUARD_CONTROL_DELIVERY."""
     producer = Producer()
     app = SimpleNamespace(
         conf=SimpleNamespace(id="lg"),
@@ -125,7 +126,7 @@ def worker(block: dict) -> tuple[WorkerAgents, Producer]:
     runs, sessions = RunsTable(producer, Topic("lg-runs-changelog")), {}
     configs = ConfigBook(fleet(block), NoOverrides())
     parts = SimpleNamespace(
-        settings=Settings.for_profile("kafka"),
+        settings=Settings.for_profile("kafka", control_delivery=delivery),
         app=app,
         control_topic=Topic("lg.control"),
         deadletter_topic=Topic("lg.deadletter"),
@@ -249,7 +250,7 @@ class BatchCommitter:
 
 def guarded(monkeypatch, in_transaction: bool) -> list[Any]:
     """Run guard_runs over two batches of the session run; what was acked and committed."""
-    agents, _ = worker(BLOCK)
+    agents, _ = worker(BLOCK, "transactional")
     parts, log = agents.parts, []
     parts.app.in_transaction = in_transaction
     parts.app.consumer = BatchCommitter(log, parts.commit_barrier)
@@ -278,3 +279,163 @@ def test_exactly_once_each_batch_is_acked_then_committed_between_batches(monkeyp
 
 def test_at_least_once_batches_are_acked_and_left_to_fausts_commit_timer(monkeypatch) -> None:
     assert guarded(monkeypatch, in_transaction=False) == [("ack", n) for n in range(5)]
+
+
+# -- "immediate" control delivery (LOOPGUARD_CONTROL_DELIVERY, the kafka profile's default) --
+
+
+def test_immediate_delivery_sends_decisions_outside_the_transaction_before_the_state() -> None:
+    agents, producer = worker(BLOCK, "immediate")
+
+    async def scenario() -> None:
+        await guard(agents, batch(session_run()))
+        await agents.checkpoint.settling.settled()
+
+    asyncio.run(scenario())
+    control = [(p, tid) for topic, p, tid, _ in producer.sent if topic == "lg.control"]
+    assert control and set(control) == {(5, None)}  # the plain producer: visible once acked
+    topics = [topic for topic, _, _, _ in producer.sent]
+    changelog = [(p, tid) for topic, p, tid, _ in producer.sent if topic == "lg-runs-changelog"]
+    assert changelog == [(2, "lg-0-2")]  # the state still rides with its events' offsets
+    assert topics.index("lg-runs-changelog") > max(
+        i for i, topic in enumerate(topics) if topic == "lg.control"
+    )
+
+
+class HeldCommits(BatchCommitter):
+    """A commit that takes as long as the test says: the first one waits for ``release``."""
+
+    def __init__(self, log: list[Any], barrier: asyncio.Lock) -> None:
+        super().__init__(log, barrier)
+        self.release = asyncio.Event()
+
+    async def commit(self) -> bool:
+        await self.release.wait()
+        return await super().commit()
+
+
+def test_immediate_delivery_decides_the_next_batch_while_a_commit_is_under_way(
+    monkeypatch,
+) -> None:
+    agents, producer = worker(BLOCK, "immediate")
+    parts, log = agents.parts, []
+    committer = parts.app.consumer = HeldCommits(log, parts.commit_barrier)
+    events = batch(session_run())
+    sent_during_commit: list[int] = []
+
+    async def take_ready(stream: Any, max_: int, within: float):
+        yield events[:3]
+        await asyncio.sleep(0)  # the first batch's settling reaches its commit and waits
+        yield events[3:]
+        await asyncio.sleep(0)
+        sent_during_commit.append(sum(1 for topic, *_ in producer.sent if topic == "lg.control"))
+        committer.release.set()
+
+    async def scenario() -> None:
+        monkeypatch.setattr(agents_module, "take_ready", take_ready)
+        # An agent that waited for the commit would never take the second batch: the wait
+        # for it ends the test (a hang bound, not a timing assertion).
+        await asyncio.wait_for(agents.guard_runs(AckingStream(log)), 10)  # type: ignore[arg-type]
+        await agents.checkpoint.settling.settled()
+
+    asyncio.run(scenario())
+    decided = [v for topic, _, _, v in producer.sent if topic == "lg.control"]
+    assert any(type(decode_control(v)).__name__ == "Decision" for v in decided)
+    # The second batch's decisions and watermark went out before the first commit ended.
+    assert sent_during_commit == [len(decided)]
+    # Each batch's events acked after its records, in order; one commit covers both batches
+    # (the second queued behind the first, which was then no longer the last).
+    assert [entry for entry in log if entry[0] == "ack"] == [("ack", n) for n in range(16)]
+    commits = [entry for entry in log if entry[0] == "commit"]
+    assert commits[-1][1] == list(range(16))
+
+
+def test_immediate_delivery_never_acks_a_batch_whose_decision_was_not_delivered() -> None:
+    agents, producer = worker(BLOCK, "immediate")
+    failures: list[BaseException] = []
+    agents.checkpoint.settling.on_failure = failures.append
+    acked: list[int] = []
+
+    class Refused(Transaction):
+        async def send_batch(self, batch: Batch, topic: str, *, partition: int) -> Any:
+            delivered = asyncio.get_running_loop().create_future()
+            delivered.set_exception(RuntimeError("NotEnoughReplicas"))
+            return delivered
+
+    producer._ensure_producer = lambda: Refused(None, producer.log, producer.sent)  # type: ignore[method-assign]
+
+    async def scenario() -> None:
+        async def ack() -> None:
+            acked.append(1)
+
+        messages = [event.message for event in batch(session_run())]
+        await agents.checkpoint.run(partial(agents.guard_batch, messages), ack)
+        await agents.checkpoint.settling.settled()
+
+    asyncio.run(scenario())
+    assert acked == [] and producer.log == []  # not acked, nothing committed
+    assert [str(exc) for exc in failures] == ["NotEnoughReplicas"]
+    assert not [p for topic, p, *_ in producer.sent if topic == "lg-runs-changelog"]
+
+
+def test_immediate_delivery_commits_expired_state_behind_the_batches_still_settling() -> None:
+    agents, producer = worker(BLOCK, "immediate")
+
+    async def scenario() -> None:
+        await guard(agents, batch(session_run()))  # the run ended: it may go
+        agents.parts.expiry.last_touched[b"run-b"] -= 1.0
+        await agents.expire_runs()
+        await agents.checkpoint.settling.settled()
+
+    asyncio.run(scenario())
+    assert agents.parts.runs == {} and agents.parts.sessions == {}
+    tombstones = [
+        (p, tid) for topic, p, tid, v in producer.sent if topic == "lg-runs-changelog" and v is None
+    ]
+    assert tombstones == [(2, "lg-0-2")]
+    assert producer.log[-2:] == [("commit", "lg-0-2"), ("begin", "lg-0-2")]
+
+
+def test_immediate_delivery_puts_a_forwarded_send_on_its_topic_before_the_watermark() -> None:
+    agents, producer = worker(BLOCK, "immediate")
+    forwards = agents.batch_topics.agent_sends
+    unacknowledged: list[asyncio.Future] = []
+
+    class SlowForwards(Transaction):
+        """The plain producer; a forwarded send's delivery waits for the test."""
+
+        async def send_batch(self, batch: Batch, topic: str, *, partition: int) -> Any:
+            delivered = await super().send_batch(batch, topic, partition=partition)
+            if topic != forwards:
+                return delivered
+            unacknowledged.append(asyncio.get_running_loop().create_future())
+            return unacknowledged[-1]
+
+    plain = SlowForwards(None, producer.log, producer.sent)
+    producer._ensure_producer = lambda: plain  # type: ignore[method-assign]
+    run = Run(run_id="run-b", session_id="sess-1", time_step=10)
+    send = {"sessionKey": "agent:beta:main", "message": "any news?"}
+    events = [
+        run.make_start("user"),
+        run.make_call("sessions_send", send, "c1"),
+        run.make_result("sessions_send", send, text_result("noted"), "c1"),
+    ]
+
+    def control_sent() -> int:
+        return sum(1 for topic, *_ in producer.sent if topic == "lg.control")
+
+    async def scenario() -> tuple[int, int]:
+        guarding = asyncio.ensure_future(guard(agents, batch(events)))
+        for _ in range(20):
+            await asyncio.sleep(0)
+        before = control_sent()  # the forward is sent, not yet acknowledged
+        for delivery in unacknowledged:
+            delivery.set_result(None)
+        await guarding
+        await agents.checkpoint.settling.settled()
+        return before, control_sent()
+
+    before, after = asyncio.run(scenario())
+    assert unacknowledged, "the send was forwarded outside the transaction"
+    # The watermark that lets the gateway make the next agent's send waits for the forward.
+    assert (before, after > 0) == (0, True)
