@@ -4,10 +4,10 @@ decisions, in batch order, off the guarding agent's path.
 Once a batch's decisions and watermarks are with the producer (sent outside the
 transaction, :class:`streams.worker.exactly_once.Checkpoint`), nothing a gateway waits for
 is left to the agent: their acknowledgements, the batch's transactional records (its runs'
-changelog writes and dead letters), its acks and the commit that carries them
-are *settled* here, one batch after the other, while the agent already decides the next
-batch. A transaction's commit takes 30 ms and more on a busy cluster; while the agent waited
-for it, every event that arrived meanwhile waited too (p50 45 ms, p99 110 ms at 200
+changelog writes and dead letters), its acks and the commit that carries them are *settled*
+here, in rounds that take every batch queued so far, while the agent already decides the
+next batch. A transaction's commit takes 30 ms and more on a busy cluster; while the agent
+waited for it, every event that arrived meanwhile waited too (p50 45 ms, p99 110 ms at 200
 events/s, docs/benchmarks.md).
 
 What stays true: a batch's records are sent before its events are acked, so committed
@@ -23,81 +23,102 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from streams.service.batch import OutRecord, TopicPartition
 
 log = logging.getLogger("loopguard.worker")
 
-# Batches waiting to be settled before the agent waits for them (a slow commit under a burst).
+# Batches waiting to be settled before the agent waits for room (a slow commit under a burst).
 MAX_UNSETTLED = 64
+
+Records = Mapping[TopicPartition, Sequence[OutRecord]]
+
+
+@dataclass(frozen=True, slots=True)
+class Unsettled:
+    """A batch decided and published, its state, acks and commit still to come."""
+
+    delivered: Sequence[asyncio.Future]  # its decisions' and watermarks' deliveries
+    records: Records  # its transactional records, per destination partition, in order
+    ack: Callable[[], Awaitable[None]]
+    then: Callable[[], Awaitable[Any]] | None = None  # e.g. commit writes no offsets carry
 
 
 class Settling:
-    """The chain of batches still to settle: each awaits the one before it, sends its
-    transactional records, acks its events and, when no later batch is queued, commits."""
+    """The batches still to settle, settled in rounds: a round takes every batch queued so
+    far, waits for their deliveries, sends their records (in batch order), acks their
+    events and commits once, so under load a round grows instead of the queue: one batch at
+    a time, each behind the commit before it, fell behind after a burst, filled the queue
+    and held the agent for a second (docs/benchmarks.md)."""
 
     def __init__(
         self,
-        send: Callable[[Mapping[TopicPartition, Sequence[OutRecord]]], Awaitable[None]],
+        send: Callable[[Records], Awaitable[None]],
         commit: Callable[[], Awaitable[Any]],
         on_failure: Callable[[BaseException], None],
         limit: int = MAX_UNSETTLED,
     ) -> None:
         self.send, self.commit, self.on_failure = send, commit, on_failure
         self.limit = limit
-        self.tail: asyncio.Task | None = None
-        self.unsettled = 0
+        self.queued: list[Unsettled] = []
+        self.room = asyncio.Event()
+        self.room.set()
+        self.rounds: asyncio.Task | None = None
         self.failed: BaseException | None = None
 
     async def add(
         self,
         delivered: Sequence[asyncio.Future],
-        records: Mapping[TopicPartition, Sequence[OutRecord]],
+        records: Records,
         ack: Callable[[], Awaitable[None]],
         then: Callable[[], Awaitable[Any]] | None = None,
     ) -> None:
         """Queue a batch behind the ones before it: ``delivered``, its decisions' and
         watermarks' deliveries, then its transactional ``records``, then ``ack``, then
         ``then`` (writes that no event's offsets carry commit their transactions there).
-        Waits only when ``limit`` batches are queued."""
+        Waits only while ``limit`` batches are queued and no round has taken them."""
+        while not self.room.is_set() and self.failed is None:
+            await self.room.wait()
         if self.failed is not None:
             raise self.failed
-        while self.unsettled >= self.limit and self.tail is not None:
-            await asyncio.wait({self.tail})
-        self.unsettled += 1
-        self.tail = asyncio.ensure_future(self.settle(self.tail, delivered, records, ack, then))
+        self.queued.append(Unsettled(delivered, records, ack, then))
+        if len(self.queued) >= self.limit:
+            self.room.clear()
+        if self.rounds is None or self.rounds.done():
+            self.rounds = asyncio.ensure_future(self.settle_rounds())
 
     async def settled(self) -> None:
         """Return once every batch queued so far is settled (tests, shutdown)."""
-        while self.tail is not None and not self.tail.done():
-            await asyncio.wait({self.tail})
+        while self.rounds is not None and not self.rounds.done():
+            await asyncio.wait({self.rounds})
 
-    async def settle(
-        self,
-        previous: asyncio.Task | None,
-        delivered: Sequence[asyncio.Future],
-        records: Mapping[TopicPartition, Sequence[OutRecord]],
-        ack: Callable[[], Awaitable[None]],
-        then: Callable[[], Awaitable[Any]] | None = None,
-    ) -> None:
-        try:
-            if previous is not None:
-                await asyncio.wait({previous})
-            if self.failed is not None:  # an earlier batch failed: its successors never ack
-                return
-            if delivered:  # acknowledged (acks=all) before any state that follows from them
-                await asyncio.gather(*delivered)
-            await self.send(records)
-            await ack()
-            if then is not None:
-                await then()
-            if self.tail is asyncio.current_task():  # the last queued: commit them all
-                await self.commit()
-        except Exception as exc:  # the worker stops; its successor resumes from the commit
-            if self.failed is None:
+    async def settle_rounds(self) -> None:
+        while self.queued and self.failed is None:
+            batches, self.queued = self.queued, []
+            self.room.set()
+            try:
+                await self.settle(batches)
+            except Exception as exc:  # the worker stops; its successor resumes from the commit
                 self.failed = exc
+                self.room.set()  # the agent's next add raises it
                 log.error("could not settle a batch (its state and offsets): %r", exc)
                 self.on_failure(exc)
-        finally:
-            self.unsettled -= 1
+
+    async def settle(self, batches: list[Unsettled]) -> None:
+        """One round: deliveries, records, acks, then the commit that carries them."""
+        delivered = [delivery for batch in batches for delivery in batch.delivered]
+        if delivered:  # acknowledged (acks=all) before any state that follows from them
+            await asyncio.gather(*delivered)
+        records: dict[TopicPartition, list[OutRecord]] = {}
+        for batch in batches:  # a partition's records in batch order: a run's newest state last
+            for tp, chain in batch.records.items():
+                records.setdefault(tp, []).extend(chain)
+        await self.send(records)
+        for batch in batches:
+            await batch.ack()
+        for batch in batches:
+            if batch.then is not None:
+                await batch.then()
+        await self.commit()
