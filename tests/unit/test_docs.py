@@ -70,9 +70,7 @@ def test_every_variable_settings_reads_is_documented():
 def test_every_variable_named_in_streams_is_documented():
     documented = documented_variables()
     missing = {
-        name: sorted(files)
-        for name, files in literal_variables().items()
-        if name not in documented
+        name: sorted(files) for name, files in literal_variables().items() if name not in documented
     }
     assert not missing, f"docs/configuration.md does not name: {missing}"
 
