@@ -18,75 +18,37 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import Counter
-from dataclasses import dataclass, field
 from functools import cached_property, partial
 from typing import Any
 
 import faust
-from faust.types import TP
 from mode import CrashingSupervisor
 
 from streams.audit.config_changes import ConfigChangeRecorder
-from streams.audit.writer import AuditWriter, RecordRefused
+from streams.audit.writer import RecordRefused
 from streams.core.engine import core_build
 from streams.core.events import AgentEvent, Decision
 from streams.core.fleet import FleetConfig
-from streams.core.run_state import ACTIVE
-from streams.kafka.config_topic import ConfigWatcher
-from streams.kafka.rekey import Rekeyer
-from streams.kafka.schema_topic import SchemaTopic
-from streams.observability.metrics import WorkerMetrics, unread_records
+from streams.observability.metrics import unread_records
 from streams.service.batch import (
     BatchOutput,
     BatchTopics,
-    OutRecord,
-    TopicPartition,
     process_batch,
     writer_fingerprint,
 )
-from streams.service.processor import EventProcessor
-from streams.settings import Settings
-from streams.state.expiry import RunExpiry, eviction_class
-from streams.webhooks.notifier import WebhookNotifier
 from streams.wire.avro import CodecError, decode_control, decode_event
-from streams.wire.schema_registry import SchemaRegistry
 from streams.worker.config_audit import start_config_audit
 from streams.worker.crash_exit import CrashExit
 from streams.worker.exactly_once import Checkpoint
+from streams.worker.parts import WorkerParts
 from streams.worker.ready_batches import take_ready
+from streams.worker.run_expiry import ExpirySweep
 
 log = logging.getLogger("loopguard.worker")
 
 PARTITION_CACHE_SIZE = 65_536  # (topic, key) -> partition, emptied when full
 LAG_SAMPLE_SECONDS = 5.0
 STALL_SECONDS = 30.0  # events waiting and none applied for this long: not guarding
-
-
-@dataclass
-class WorkerParts:
-    """Everything the agents use; built once by :func:`streams.worker.bootstrap.build_worker`."""
-
-    settings: Settings
-    app: faust.App
-    events_topic: Any
-    control_topic: Any
-    deadletter_topic: Any
-    runs: Any  # the Faust table: run id (bytes) -> RunState
-    sessions: Any  # the Faust table: session id (bytes) -> its latest run id (bytes)
-    processor: EventProcessor
-    registry: SchemaRegistry
-    schema_topic: SchemaTopic
-    overrides: ConfigWatcher
-    audit: AuditWriter
-    expiry: RunExpiry
-    rekeyer: Rekeyer
-    metrics: WorkerMetrics
-    webhooks: WebhookNotifier | None = None  # block/abort notifications, when URLs are set
-    fleet: FleetConfig | None = None  # the --config file, recorded as a config change
-    # Held while a batch is applied and published; exactly-once commits wait for it
-    # (streams.worker.exactly_once).
-    commit_barrier: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
 class WorkerAgents:
@@ -128,6 +90,10 @@ class WorkerAgents:
             immediate = frozenset({self.batch_topics.control, self.batch_topics.agent_sends})
         ahead = frozenset({self.batch_topics.agent_sends})
         return Checkpoint(parts.app, parts.commit_barrier, self.delivery_failed, immediate, ahead)
+
+    @cached_property
+    def expiry_sweep(self) -> ExpirySweep:
+        return ExpirySweep(self.parts, self.checkpoint)
 
     @cached_property
     def batch_topics(self) -> BatchTopics:
@@ -279,85 +245,8 @@ class WorkerAgents:
             await self.parts.audit.write_dead_letter(event.value)
 
     async def expire_runs(self) -> None:
-        """Drop state of runs that ended or went idle (see streams.state.expiry), and say so.
-
-        In session scope a session's latest run is kept, ended or not, until it is idle like an
-        active run: the session's next run seeds from it.
-
-        Then, past ``LOOPGUARD_MAX_RUNS``, evict runs as ``RunExpiry.evictions`` orders them
-        (ended, idle, then enforced ones; least recently active first), the same way."""
-        runs, sessions, expiry = self.parts.runs, self.parts.sessions, self.parts.expiry
-        now, cap = time.time(), self.settings.max_runs
-        dropped: Counter[str] = Counter()
-        evicted: Counter[str] = Counter()
-        classes: dict[Any, str] = {}  # the runs kept: their eviction class
-        held: dict[Any, tuple[Any, bool]] = {}  # and their state, and whether a session's latest
-        tombstones: dict[TopicPartition, list[OutRecord]] = {}
-        # Between batches: exactly once, the deletions are committed here on their own (no
-        # event's offsets carry them), and a half-published batch must not go with them.
-        # Only runs of partitions active here: the table also holds standby copies of other
-        # workers' runs (LOOPGUARD_STANDBY_REPLICAS), which their owners expire.
-        owned = self.parts.app.assignor.assigned_actives()
-        async with self.parts.commit_barrier:
-            for run_id, state in list(runs.items()):
-                if runs.changelog_tp(run_id, state) not in owned:
-                    continue
-                session_key = state.session_id.encode()
-                latest = bool(session_key) and sessions.get(session_key) == run_id
-                kept = latest and self.parts.processor.config_for(state.agent_id).session_scope
-                active = state.status == ACTIVE or kept
-                reason = expiry.reason(run_id, active, state.last_event_time, now)
-                if reason:
-                    self.drop_run(run_id, state, tombstones)
-                    if latest:
-                        del sessions[session_key]
-                    expiry.forget(run_id)
-                    dropped[reason] += 1
-                elif cap > 0:
-                    classes[run_id] = eviction_class(state, kept)
-                    held[run_id] = (state, latest)
-            for run_id, why in expiry.evictions(classes, cap):
-                state, latest = held[run_id]
-                self.drop_run(run_id, state, tombstones)
-                if latest:
-                    del sessions[state.session_id.encode()]
-                expiry.forget(run_id)
-                evicted[why] += 1
-            written = {TP(topic, partition) for topic, partition in tombstones}
-            await self.checkpoint.write_outside_batches(tombstones, written)
-        expiry.retain(set(runs.keys()))
-        self.parts.metrics.set_runs_cap(cap)
-        for why, n in evicted.items():
-            self.parts.metrics.runs_evicted_for(why, n)
-        if evicted and expiry.cap_warning_due(now):
-            log.warning(
-                "at the runs cap (LOOPGUARD_MAX_RUNS=%d): evicted %d runs (%s); %d runs in this "
-                "worker's table (this warning at most once a minute)",
-                cap,
-                evicted.total(),
-                ", ".join(f"{n} {why}" for why, n in sorted(evicted.items())),
-                len(runs),
-            )
-        if dropped:
-            log.info(
-                "expired %d runs (%s); %d runs in this worker's table",
-                dropped.total(),
-                ", ".join(f"{n} {why}" for why, n in sorted(dropped.items())),
-                len(runs),
-            )
-
-    def drop_run(
-        self, run_id: bytes, state: Any, tombstones: dict[TopicPartition, list[OutRecord]]
-    ) -> None:
-        """Forget a run here and add its changelog tombstone, for the checkpoint to send
-        with the others in its partition's transaction: one Faust table delete (its
-        producer buffer sends one message at a time) cost 0.4 ms, and an expiry pass that
-        deleted 1,436 ended runs held the guarding agent for 600 ms."""
-        tp = self.parts.runs.changelog_tp(run_id, state)
-        self.parts.runs.data.pop(run_id, None)
-        source = (self.settings.topics.events, tp.partition)
-        tombstone = OutRecord(tp.topic, run_id, None, tp.partition, source)
-        tombstones.setdefault((tp.topic, tp.partition), []).append(tombstone)
+        """Run expiry's sweep (:class:`streams.worker.run_expiry.ExpirySweep`)."""
+        await self.expiry_sweep.sweep()
 
     async def sample_lag(self) -> None:
         metrics = self.parts.metrics

@@ -30,7 +30,7 @@ from streams.webhooks.notifier import WebhookNotifier
 from streams.wire.schema_registry import default_registry
 from streams.worker import state_codec
 from streams.worker.agent_cycles import AgentCycles
-from streams.worker.agents import WorkerAgents, WorkerParts
+from streams.worker.agents import WorkerAgents
 from streams.worker.audit_release import audit_never_holds_a_stop
 from streams.worker.exactly_once import exactly_once_commits
 from streams.worker.fast_failover import fast_failover
@@ -41,6 +41,7 @@ from streams.worker.faust_patches import (
     set_fetch_max_wait,
 )
 from streams.worker.incidents import register_incidents
+from streams.worker.parts import WorkerParts
 from streams.worker.startup import check_faust_patches
 from streams.worker.tables import RunsTable
 

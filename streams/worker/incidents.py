@@ -63,9 +63,9 @@ from streams.wire.incident_codec import (
     encode_incident,
     encode_signal,
 )
-from streams.worker.agents import WorkerParts
 from streams.worker.crash_exit import CrashExit
 from streams.worker.exactly_once import commit_outside_batches
+from streams.worker.parts import WorkerParts
 
 log = logging.getLogger("loopguard.incidents")
 
