@@ -365,10 +365,12 @@ describe('GatewayClient across a broker restart', { skip: !TANSU && 'set LOOPGUA
       });
       // Some control traffic first, so the client's positions are past 0 when the broker
       // comes back empty (memory storage): it must notice and read the new log from its start.
+      // Enough of it that the new log cannot catch up before the client reconnects (with 3
+      // cycles, a reconnect slowed by load found the new log already past its old position).
       const firstWorker = new StandInWorker(brokers, prefix);
       await firstWorker.start();
       const run = client.startRun({ agentId: 'agent' });
-      for (let i = 0; i < 3; i++) {
+      for (let i = 0; i < 40; i++) {
         await run.beforeTool('exec', { n: i });
         await run.afterTool('exec', { n: i }, { result: i });
       }
