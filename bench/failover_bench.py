@@ -36,7 +36,7 @@ from pathlib import Path
 sys.path.append(str(Path(__file__).resolve().parent.parent))
 
 from brokers import add_broker_arg, gateway_fetch_wait_ms, start_broker  # noqa: E402
-from harness import CONFIG, assignment_complete  # noqa: E402
+from harness import CONFIG, assignment_complete, owned_partitions  # noqa: E402
 from kafka import KafkaProducer  # noqa: E402
 from load_gen import Decisions, RunBuilder, compaction_loop_run, sentinel_ids  # noqa: E402
 
@@ -76,18 +76,6 @@ def log_times(path: Path, since_epoch: float) -> dict[str, float]:
             if marker in line and phase not in found:
                 found[phase] = when
     return found
-
-
-def owned_partitions(worker: WorkerProcess) -> list[int]:
-    """The events partitions the worker's last assignment line names."""
-    assert worker.log_path is not None
-    lines = [
-        line.split(ASSIGNED, 1)[1]
-        for line in worker.log_path.read_text(errors="replace").splitlines()
-        if ASSIGNED in line
-    ]
-    text = lines[-1].strip() if lines else "[]"
-    return [int(p) for p in text.strip("[]").split(",") if p.strip()]
 
 
 def open_run_events(run_id: str, cycles: int) -> list[bytes]:
@@ -220,8 +208,8 @@ def main() -> int:
         # milliseconds (a benchmark, not a test: the figure below is what is measured).
         time.sleep(2.0)
 
-        victim = next(w for w in workers if 0 in owned_partitions(w))
-        partitions = owned_partitions(victim)
+        victim = next(w for w in workers if 0 in (owned_partitions(w) or []))
+        partitions = owned_partitions(victim) or []
         sentinels = sentinel_ids("after-kill", args.partitions)  # one per partition
         by_partition = dict(zip(_partitions_of(sentinels, args.partitions), sentinels, strict=True))
         mine = [by_partition[p] for p in partitions]
