@@ -248,6 +248,10 @@ class Checkpoint:
     meanwhile (its timer, a rebalance) carries either all of a batch, records and offsets,
     or none of it; the commit runs after the lock is released (:func:`commit_batch` takes it).
     At least once, Faust's commit flushes the producer before it commits the acked offsets.
+
+    Exactly once with immediate control delivery, only the work and the sends of the control
+    records (and, acknowledged first, the forwarded agent-to-agent sends) run under the lock;
+    the batch's state, acks and commit go to :class:`streams.worker.settling.Settling`.
     """
 
     def __init__(
