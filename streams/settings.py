@@ -35,14 +35,14 @@ def _int(name: str, default: int) -> int:
     return int(_env(name, str(default)))
 
 
-def _control_delivery() -> ControlDelivery:
-    value = _env("CONTROL_DELIVERY", "immediate")
-    if value not in CONTROL_DELIVERIES:
+def _choice(name: str, default: str, choices: tuple[str, ...], what: str) -> str:
+    """``LOOPGUARD_<name>``, which must be one of ``choices`` (a one-line error names them)."""
+    value = _env(name, default)
+    if value not in choices:
         raise ValueError(
-            f"LOOPGUARD_CONTROL_DELIVERY={value!r} is not a control delivery "
-            f"(choose {' or '.join(CONTROL_DELIVERIES)})"
+            f"LOOPGUARD_{name}={value!r} is not {what} (choose {' or '.join(choices)})"
         )
-    return cast(ControlDelivery, value)
+    return value
 
 
 @dataclass(frozen=True)
@@ -209,12 +209,15 @@ class Settings:
                 f"broker profile {chosen!r} is not one (choose {' or '.join(PROFILES)}; "
                 "LOOPGUARD_BROKER_PROFILE or --broker-profile)"
             )
-        guarantee = _env("PROCESSING_GUARANTEE", profile.processing_guarantee)
-        if guarantee not in GUARANTEES:
-            raise ValueError(
-                f"LOOPGUARD_PROCESSING_GUARANTEE={guarantee!r} is not a processing guarantee "
-                f"(choose {' or '.join(GUARANTEES)})"
-            )
+        guarantee = _choice(
+            "PROCESSING_GUARANTEE",
+            profile.processing_guarantee,
+            GUARANTEES,
+            "a processing guarantee",
+        )
+        delivery = _choice(
+            "CONTROL_DELIVERY", "immediate", CONTROL_DELIVERIES, "a control delivery"
+        )
         return cls(
             profile=profile.name,
             app_id=_env("APP_ID", cls.app_id),
@@ -252,7 +255,7 @@ class Settings:
             ),
             producer_max_batch=_int("PRODUCER_MAX_BATCH", profile.producer_max_batch),
             processing_guarantee=cast(Guarantee, guarantee),
-            control_delivery=_control_delivery(),
+            control_delivery=cast(ControlDelivery, delivery),
             fast_handoff=_int("FAST_HANDOFF", int(cls.fast_handoff)) != 0,
             security_protocol=_env("SECURITY_PROTOCOL", cls.security_protocol),
             sasl_mechanism=_env("SASL_MECHANISM", ""),

@@ -52,3 +52,11 @@ def test_an_unknown_guarantee_is_refused(monkeypatch) -> None:
     monkeypatch.setenv("LOOPGUARD_PROCESSING_GUARANTEE", "exactly_twice")
     with pytest.raises(ValueError, match="exactly_twice.*at_least_once or exactly_once"):
         Settings.from_env()
+
+
+def test_an_unknown_control_delivery_is_refused_and_immediate_is_the_default(monkeypatch) -> None:
+    monkeypatch.delenv("LOOPGUARD_CONTROL_DELIVERY", raising=False)
+    assert Settings.from_env().control_delivery == "immediate"
+    monkeypatch.setenv("LOOPGUARD_CONTROL_DELIVERY", "eventually")
+    with pytest.raises(ValueError, match="eventually.*immediate or transactional"):
+        Settings.from_env()
