@@ -88,7 +88,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from functools import partial
 from typing import Any
 
@@ -100,7 +100,7 @@ from faust.types import TP
 
 from streams.service.batch import BatchOutput, OutRecord, TopicPartition
 from streams.worker.batch_sends import BatchSends
-from streams.worker.settling import Settling
+from streams.worker.settling import Records, Settling
 
 log = logging.getLogger("loopguard.worker")
 
@@ -109,8 +109,6 @@ _original_send_pending = faust_producer.ProducerBuffer._send_pending
 _original_on_partitions_revoked = faust_consumer.Consumer.on_partitions_revoked
 _original_commit_transactions = faust_aiokafka.Producer.commit_transactions
 _original_settings_extra = faust_aiokafka.Producer._settings_extra
-
-Records = dict[TopicPartition, list[OutRecord]]
 
 # The guarding agent's batch lock (WorkerParts.commit_barrier), set by exactly_once_commits.
 _barrier: asyncio.Lock | None = None
@@ -301,23 +299,22 @@ class Checkpoint:
             await commit_batch(self.app.consumer)
         return output
 
-    async def write_outside_batches(self, records: Records, tps: Iterable[TP]) -> None:
+    async def write_outside_batches(self, records: Records) -> None:
         """Writes no event's offsets carry (run expiry's tombstones), each in its source
         partition's transaction, committed on their own: behind the batches still settling
         (immediate control delivery), else at once. The caller holds the batch lock."""
+        written = {TP(*tp) for tp in records}
         if self.immediate_topics:
-            committed = partial(commit_outside_batches, self.app, list(tps))
+            committed = partial(commit_outside_batches, self.app, written)
             await self.settling.add([], records, _nothing_to_ack, committed)
             return
         await self.send_transactional(records)
-        await commit_outside_batches(self.app, tps)
+        await commit_outside_batches(self.app, written)
 
     def split(self, records: Records) -> tuple[Records, Records]:
         """The batch's records sent outside the transaction, and those in it."""
-        if not self.immediate_topics:
-            return {}, records
-        immediate: Records = {}
-        transactional: Records = {}
+        immediate: dict[TopicPartition, Sequence[OutRecord]] = {}
+        transactional: dict[TopicPartition, Sequence[OutRecord]] = {}
         for tp, chain in records.items():
             (immediate if tp[0] in self.immediate_topics else transactional)[tp] = chain
         return immediate, transactional

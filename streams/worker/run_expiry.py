@@ -9,8 +9,6 @@ import time
 from collections import Counter
 from typing import Any
 
-from faust.types import TP
-
 from streams.core.run_state import ACTIVE
 from streams.service.batch import OutRecord, TopicPartition
 from streams.state.expiry import eviction_class
@@ -73,8 +71,7 @@ class ExpirySweep:
                     del sessions[state.session_id.encode()]
                 expiry.forget(run_id)
                 evicted[why] += 1
-            written = {TP(topic, partition) for topic, partition in tombstones}
-            await self.checkpoint.write_outside_batches(tombstones, written)
+            await self.checkpoint.write_outside_batches(tombstones)
         expiry.retain(set(runs.keys()))
         self.parts.metrics.set_runs_cap(cap)
         for why, n in evicted.items():
