@@ -78,6 +78,14 @@ class RunControl:
     seen: set[str] = field(default_factory=set)
     decisions: list[Decision] = field(default_factory=list)
     watermark: int = 0  # highest seq of the run the worker has processed
+    # The calls waiting on this run (on the state's lock), made by the first such wait: a
+    # record wakes its own run's callers only, not every caller of a thousand-agent gateway.
+    changed: threading.Condition | None = None
+
+    def notify(self) -> None:
+        """With the state's lock held: wake the calls waiting on this run."""
+        if self.changed is not None:
+            self.changed.notify_all()
 
 
 class ControlState:
@@ -123,7 +131,7 @@ class ControlState:
             control = self._control[mark.run_id]
             if mark.seq > control.watermark:
                 control.watermark = mark.seq
-                self._lock.notify_all()
+                control.notify()
         if self.on_watermark is not None:
             self.on_watermark(mark)
 
@@ -148,7 +156,7 @@ class ControlState:
                     control.block = decision
                 else:
                     control.warnings.append(decision)
-            self._lock.notify_all()
+            control.notify()
         if not decision.enforced:
             log_observed(decision)
         if self.on_decision is not None:
@@ -176,7 +184,7 @@ class ControlState:
         """Block until ``predicate(decisions)`` holds for the run (tests, demo, tooling)."""
         with self._lock:
             control = self._control[run_id]
-            if not self._wait_until(lambda: predicate(list(control.decisions)), timeout):
+            if not self._wait_until(control, lambda: predicate(list(control.decisions)), timeout):
                 raise TimeoutError(
                     f"run {run_id}: condition not met in {timeout}s ({len(control.decisions)} seen)"
                 )
@@ -187,21 +195,23 @@ class ControlState:
         on the control topic): every record the worker writes for those events is out."""
         with self._lock:
             control = self._control[run_id]
-            if not self._wait_until(lambda: control.watermark >= seq, timeout):
+            if not self._wait_until(control, lambda: control.watermark >= seq, timeout):
                 raise TimeoutError(
                     f"run {run_id}: worker processed up to seq {control.watermark}, "
                     f"not {seq}, in {timeout}s"
                 )
 
-    def _wait_until(self, done: Callable[[], bool], timeout: float) -> bool:
-        """With the lock held: wait for the control thread until ``done()`` or ``timeout``
-        seconds; whether it is done."""
+    def _wait_until(self, control: RunControl, done: Callable[[], bool], timeout: float) -> bool:
+        """With the lock held: wait for the control thread's news of this run until ``done()``
+        or ``timeout`` seconds; whether it is done."""
         deadline = time.monotonic() + timeout
         while not done():
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return False
-            self._lock.wait(remaining)
+            if control.changed is None:
+                control.changed = threading.Condition(self._lock)
+            control.changed.wait(remaining)
         return True
 
     def take_verdict(
@@ -215,6 +225,7 @@ class ControlState:
         with self._lock:
             control = self._control[run_id]
             self._wait_until(
+                control,
                 lambda: control.watermark >= published_seq or control.abort is not None,
                 self.wait_budget,
             )

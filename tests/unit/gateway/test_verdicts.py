@@ -1,0 +1,94 @@
+"""The gateway's control state: a call waits for its own run's watermark, is woken by it, and
+is not woken by other runs' records (a gateway with a thousand agents waiting would otherwise
+wake them all for every record)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from types import SimpleNamespace
+
+from streams.core.events import Action, Decision
+from streams.gateway.verdicts import ControlState
+from streams.wire.avro import RunWatermark, encode_decision, encode_watermark
+
+
+def watermark(run_id: str, seq: int) -> SimpleNamespace:
+    mark = RunWatermark(run_id=run_id, agent_id="agent", gateway_id="gw", seq=seq, event_time=0)
+    return SimpleNamespace(value=encode_watermark(mark))
+
+
+def block(run_id: str, seq: int) -> SimpleNamespace:
+    decision = Decision(
+        run_id=run_id,
+        agent_id="agent",
+        gateway_id="gw",
+        seq=seq,
+        event_time=0,
+        action=Action.BLOCK,
+        detector="exact_repeat",
+        severity="critical",
+        count=3,
+        tool_name="exec",
+        reason="same call again",
+    )
+    return SimpleNamespace(value=encode_decision(decision))
+
+
+def in_thread(work):
+    out: dict[str, object] = {}
+    thread = threading.Thread(target=lambda: out.setdefault("value", work()), daemon=True)
+    thread.start()
+    return thread, out
+
+
+def test_a_call_is_answered_when_its_runs_watermark_arrives() -> None:
+    state = ControlState("gw", wait_budget_ms=5_000)
+    thread, out = in_thread(lambda: state.take_verdict("r1", published_seq=3))
+    state.on_control(watermark("r1", 3))
+    thread.join(timeout=5)
+    verdict = out["value"]
+    assert verdict.allowed and not verdict.timed_out
+
+
+def test_a_block_arriving_during_the_wait_refuses_the_call() -> None:
+    state = ControlState("gw", wait_budget_ms=5_000)
+    thread, out = in_thread(lambda: state.take_verdict("r1", published_seq=2))
+    state.on_control(block("r1", 2))
+    state.on_control(watermark("r1", 2))
+    thread.join(timeout=5)
+    assert not out["value"].allowed
+    assert out["value"].blocked_by.seq == 2
+
+
+def test_other_runs_records_do_not_wake_a_waiting_call() -> None:
+    state = ControlState("gw")
+    checks = 0
+
+    def blocked(decisions: list[Decision]) -> bool:
+        nonlocal checks
+        checks += 1  # once before waiting, then once per wake-up
+        return any(d.action is Action.BLOCK for d in decisions)
+
+    thread, out = in_thread(lambda: state.wait_for("r1", blocked, timeout=5))
+    deadline = time.monotonic() + 5
+    while checks == 0:  # its first check holds the lock until it waits
+        assert time.monotonic() < deadline
+        time.sleep(0.001)
+    for seq in range(1, 201):
+        state.on_control(watermark("r2", seq))
+        state.on_control(block("r2", seq))
+    assert checks == 1
+    state.on_control(block("r1", 1))
+    thread.join(timeout=5)
+    assert [(d.run_id, d.seq) for d in out["value"]] == [("r1", 1)]
+    assert checks == 2
+
+
+def test_a_call_times_out_when_only_other_runs_progress() -> None:
+    state = ControlState("gw", wait_budget_ms=30)
+    for seq in range(1, 50):
+        state.on_control(watermark("r2", seq))
+    verdict = state.take_verdict("r1", published_seq=1)
+    assert verdict.allowed and verdict.timed_out
+    assert state.wait_timeouts == 1
