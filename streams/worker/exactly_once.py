@@ -90,7 +90,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from aiokafka.errors import KafkaError, ProducerFenced
 from faust.transport import consumer as faust_consumer
@@ -98,7 +98,7 @@ from faust.transport import producer as faust_producer
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 
-from streams.service.batch import BatchOutput, OutRecord, TopicPartition
+from streams.service.batch import OutRecord, TopicPartition
 from streams.worker.batch_sends import BatchSends
 from streams.worker.settling import Records, Settling
 
@@ -237,10 +237,23 @@ async def _commit_transactions_concurrently(
             raise result
 
 
+class BatchWork(Protocol):
+    """What a batch's work hands :meth:`Checkpoint.run`: its records per destination
+    partition, in order, each naming its source partition (a
+    :class:`~streams.service.batch.BatchOutput`, an agent-cycles batch)."""
+
+    @property
+    def records(self) -> Records: ...
+
+
+Work = TypeVar("Work", bound=BatchWork)
+
+
 class Checkpoint:
-    """The guarding agent's one step per batch: the batch's work, its records handed to the
-    producer in their source partitions' transactions, its events acked, then (exactly once)
-    its offsets committed with those transactions.
+    """An agent's one step per batch (the guarding agent's, the agent-cycles agent's): the
+    batch's work, its records handed to the producer in their source partitions'
+    transactions, its events acked, then (exactly once) its offsets committed with those
+    transactions.
 
     The work, the sends and the acks run under the batch lock, so a commit that Faust starts
     meanwhile (its timer, a rebalance) carries either all of a batch, records and offsets,
@@ -277,8 +290,8 @@ class Checkpoint:
         return source_transaction(self.app, TP(*source))
 
     async def run(
-        self, work: Callable[[], Awaitable[BatchOutput]], ack: Callable[[], Awaitable[None]]
-    ) -> BatchOutput:
+        self, work: Callable[[], Awaitable[Work]], ack: Callable[[], Awaitable[None]]
+    ) -> Work:
         if self.immediate_topics:
             async with self.barrier:
                 output = await work()
