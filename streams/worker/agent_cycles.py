@@ -8,10 +8,12 @@ Data flow::
 
 The guarding agent forwards every agent-to-agent send call, its bytes unchanged, keyed by its
 :func:`~streams.core.agent_cycles.cycle_key`, so one partition holds a cycle key's whole graph
-(docs/design.md, "Loops between agents"). This agent applies them in batches under the same
-commit barrier as the guarding agent: exactly once, a batch's decisions and graph writes go in
-its source partition's transaction, committed with its offsets; the audit agent and the
-gateways read them from the control topic like every other decision.
+(docs/design.md, "Loops between agents"). This agent applies them in batches, each one step
+of its own :class:`~streams.worker.exactly_once.Checkpoint` under the guarding agent's barrier,
+so the same guarantees hold: exactly once, a batch's graph writes (and, with transactional
+control delivery, its decisions) go in its source partition's transaction, committed with its
+offsets; the audit agent and the gateways read the decisions from the control topic, keyed by
+run id, like every other decision.
 """
 
 from __future__ import annotations
@@ -19,24 +21,22 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cached_property, partial
 from typing import Any
 
 import faust
-from faust.types import TP
 from mode import CrashingSupervisor
 
 from streams.core.agent_cycles import CycleGraph, apply_send, cycle_key, is_send_call
 from streams.core.config import LoopDetectionConfig
 from streams.core.events import AgentEvent, Decision
+from streams.service.batch import OutRecord, TopicPartition
 from streams.settings import Settings
 from streams.wire.avro import CodecError, decode_event, encode_decision
 from streams.wire.schema_registry import SchemaRegistry
 from streams.worker.crash_exit import CrashExit
-from streams.worker.exactly_once import (
-    commit_batch,
-    drain_producer_buffer,
-    source_transaction,
-)
+from streams.worker.exactly_once import Checkpoint
 from streams.worker.ready_batches import take_ready
 
 log = logging.getLogger("loopguard.worker")
@@ -52,6 +52,19 @@ def forward_key(event: AgentEvent) -> bytes | None:
     """The agent-sends topic's key of ``event``; None for an event that is not a send call
     (nothing to forward)."""
     return cycle_key(event).encode() if is_send_call(event) else None
+
+
+@dataclass
+class CycleBatch:
+    """What one batch of forwarded sends produced, for its checkpoint to send: records per
+    destination partition (each naming its source partition, whose transaction takes it) and
+    the decisions found."""
+
+    records: dict[TopicPartition, list[OutRecord]] = field(default_factory=dict)
+    decisions: list[Decision] = field(default_factory=list)
+
+    def add(self, record: OutRecord) -> None:
+        self.records.setdefault((record.topic, record.partition), []).append(record)
 
 
 class AgentCycles:
@@ -103,35 +116,62 @@ class AgentCycles:
             exit_after.guard(AGENT_NAME, self.guard_cycles)
         )
 
-    async def guard_cycles(self, stream: faust.StreamT) -> None:
-        """Apply forwarded sends in batches; commit each batch with its records."""
-        app, settings = self.app, self.settings
-        async for batch in take_ready(stream, settings.batch_size, settings.batch_window):
-            async with self.commit_barrier:
-                await self.apply_batch([event.message for event in batch])
-                for event in batch:
-                    await stream.ack(event)
-            if app.in_transaction:
-                await commit_batch(app.consumer)
+    @cached_property
+    def checkpoint(self) -> Checkpoint:
+        """This agent's checkpoint, built on its first batch (Faust's producer and consumer
+        exist by then): exactly once with immediate control delivery, decisions go outside
+        the transaction, acknowledged before the batch's graph writes, acks and commit."""
+        immediate: frozenset[str] = frozenset()
+        if self.settings.control_delivery == "immediate":
+            immediate = frozenset({self.settings.topics.control})
+        return Checkpoint(self.app, self.commit_barrier, self.delivery_failed, immediate)
 
-    def check_delivery(self, delivery: asyncio.Future) -> None:
+    async def guard_cycles(self, stream: faust.StreamT) -> None:
+        """Apply forwarded sends in batches, each one checkpoint step: work, sends, acks and
+        (exactly once) the commit, as the guarding agent's batches."""
+        settings = self.settings
+        async for batch in take_ready(stream, settings.batch_size, settings.batch_window):
+            found: list[Decision] = []  # filled by the work, reported once acked
+            messages = [event.message for event in batch]
+            await self.checkpoint.run(
+                partial(self.decide, messages, found), partial(self.acked, stream, batch, found)
+            )
+
+    async def decide(self, messages: list[Any], found: list[Decision]) -> CycleBatch:
+        output = self.apply_batch(messages, self.partition_for)
+        found.extend(output.decisions)
+        return output
+
+    async def acked(self, stream: faust.StreamT, batch: list[Any], found: list[Decision]) -> None:
+        """Ack a batch whose records are with the producer (its decisions acknowledged,
+        with immediate control delivery), then report its decisions."""
+        for event in batch:
+            await stream.ack(event)
+        if found and self.on_decisions is not None:
+            self.on_decisions(found)
+
+    def partition_for(self, topic: str, key: bytes) -> int:
+        """The producer's partition for ``key`` (murmur2, as the gateways'): a run's
+        decisions land where its gateway reads them."""
+        return self.app.producer.key_partition(topic, key).partition
+
+    def delivery_failed(self, exc: BaseException) -> None:
         """A decision or graph the producer gave up on stops the worker (its supervisor
         restarts it from the last commit), as the guarding agent's records do."""
-        if delivery.cancelled() or delivery.exception() is None:
-            return
-        log.error("agent cycles: a record was not delivered: %r", delivery.exception())
-        self.crashing = asyncio.ensure_future(self.app.crash(delivery.exception()))
+        self.crashing = asyncio.ensure_future(self.app.crash(exc))
 
-    async def apply_batch(self, messages: list[Any]) -> None:
-        """Each touched graph is written once (to its source partition's changelog), after
-        the batch's decisions, all in the source's transaction."""
-        app = self.app
-        touched: dict[bytes, tuple[CycleGraph, TP]] = {}
-        records: list[tuple[str, bytes, bytes, int | None, TP]] = []
+    def apply_batch(
+        self, messages: list[Any], partition_for: Callable[[str, bytes], int]
+    ) -> CycleBatch:
+        """Apply a batch's sends to their graphs (stored in the table's memory) and return
+        the records to produce: each decision on the control topic by run id
+        (``partition_for(topic, key)``: the producer's partitioner), then each touched graph
+        once on its source partition's changelog; all from their source partition."""
+        touched: dict[bytes, tuple[CycleGraph, TopicPartition]] = {}
         control = self.settings.topics.control
-        found: list[Decision] = []
+        out = CycleBatch()
         for message in messages:
-            source = TP(message.topic, message.partition)
+            source = (message.topic, message.partition)
             try:
                 event = decode_event(
                     message.value, self.registry, max_size=self.settings.max_message_bytes
@@ -144,28 +184,13 @@ class AgentCycles:
             graph = held[0] if held else CycleGraph.decode(self.graphs.get(key))
             touched[key] = (graph, source)
             for decision in apply_send(graph, event, self.config_for):
-                found.append(decision)
-                encoded = encode_decision(decision)
-                records.append((control, decision.run_id.encode(), encoded, None, source))
+                out.decisions.append(decision)
+                run_key = decision.run_id.encode()
+                partition = partition_for(control, run_key)
+                out.add(OutRecord(control, run_key, encode_decision(decision), partition, source))
         changelog = changelog_name(self.settings)
         for key, (graph, source) in touched.items():
             value = graph.encode()
             self.graphs.data[key] = value  # stored without Faust's own changelog write
-            records.append((changelog, key, value, source.partition, source))
-        await drain_producer_buffer(app.producer.buffer)
-        send = app.producer.send
-        # Exactly once with "immediate" control delivery, decisions go outside the
-        # transaction and are acknowledged before the batch's acks (as the guarding agent's).
-        immediate = app.in_transaction and self.settings.control_delivery == "immediate"
-        acknowledged: list[Any] = []
-        for topic, key, value, partition, source in records:
-            outside = immediate and topic == control
-            tid = None if outside else source_transaction(app, source)
-            delivery = await send(topic, key, value, partition, None, None, transactional_id=tid)
-            delivery.add_done_callback(self.check_delivery)
-            if outside:
-                acknowledged.append(delivery)
-        if acknowledged:
-            await asyncio.gather(*acknowledged)
-        if found and self.on_decisions is not None:
-            self.on_decisions(found)
+            out.add(OutRecord(changelog, key, value, source[1], source))
+        return out
