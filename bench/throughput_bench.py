@@ -190,7 +190,7 @@ def run_contender(name: str, ctx: dict, plan) -> dict:
         pids = [p.process.pid for p in processes if p.process]
         sampler = RssSampler(pids)
         sampler.start()
-        drain = time_drain(name, args, processes, progress, ends)
+        drain = time_drain(name, args, processes, progress, ends, broker_pids(broker))
         sampler.stop()
         figures.update(drain_figures(drain, before, started))
         figures.update(
@@ -233,6 +233,7 @@ def drain_figures(drain: Drain, before: int, started: float) -> dict:
     else:
         counted, elapsed = drain.last.count - drain.first.count, drain.last.at - drain.first.at
     cpu = sum(drain.cpu_by_process())
+    broker_cpu = drain.broker_cpu()
     workers = None
     if not with_start and not drain.reassigned():
         owned = drain.last.owned
@@ -247,6 +248,13 @@ def drain_figures(drain: Drain, before: int, started: float) -> dict:
         if counted > 0 and not with_start
         else None,
         "per_worker": workers,
+        "broker_cpu_us_per_event": round(broker_cpu / counted * 1e6, 1)
+        if counted > 0 and not with_start
+        else None,
+        # the contender's and the broker's CPU over the window, as a share of all the cores
+        "machine_busy": round((cpu + broker_cpu) / (elapsed * (os.cpu_count() or 1)), 3)
+        if elapsed > 0 and not with_start
+        else None,
     }
 
 

@@ -8,6 +8,7 @@ process's CPU seconds and partitions, so the events and CPU of each worker come 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,7 @@ class Mark:
     committed: dict[int, int]  # partition -> committed offset, capped at its backlog's end
     cpu_s: list[float]  # per process, in the contender's order
     owned: list[list[int]]  # partitions per process
+    broker_cpu_s: float = 0.0  # the broker's processes together (every Kafka node, or tansu)
 
     @property
     def count(self) -> int:
@@ -44,6 +46,11 @@ class Drain:
         start = self.first.cpu_s if self.first else [0.0] * len(self.last.cpu_s)
         return [end - begin for begin, end in zip(start, self.last.cpu_s, strict=True)]
 
+    def broker_cpu(self) -> float:
+        """The broker's CPU seconds over the window: beside the contender's, it says whether
+        the machine's cores, not the contender, bound the rate."""
+        return self.last.broker_cpu_s - (self.first.broker_cpu_s if self.first else 0.0)
+
     def reassigned(self) -> bool:
         """Whether a process's partitions changed inside the window (a rebalance): then its
         events are not its partitions' alone."""
@@ -61,10 +68,25 @@ def process_cpu(processes: list[WorkerProcess]) -> list[float]:
     return values
 
 
-def mark(processes: list[WorkerProcess], committed: dict[int, int], workers: bool, partitions):
+def pids_cpu(pids: list[int]) -> float:
+    """CPU seconds of these processes so far (one that is gone counts 0)."""
+    total = 0.0
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            total += cpu_seconds(pid)
+    return total
+
+
+def mark(
+    processes: list[WorkerProcess],
+    committed: dict[int, int],
+    workers: bool,
+    partitions: int,
+    broker_pids: list[int],
+) -> Mark:
     """Commits, CPU and partitions now; a baseline owns every partition (it logs none)."""
     owned = [(owned_partitions(p) or []) if workers else list(range(partitions)) for p in processes]
-    return Mark(time.monotonic(), committed, process_cpu(processes), owned)
+    return Mark(time.monotonic(), committed, process_cpu(processes), owned, pids_cpu(broker_pids))
 
 
 def time_drain(
@@ -73,6 +95,7 @@ def time_drain(
     processes: list[WorkerProcess],
     progress: GroupProgress,
     ends: dict[int, int],
+    broker_pids: list[int],
 ) -> Drain:
     """Poll the group's commits every 50 ms. The clock starts at the first commit seen after
     every process has its final partitions (start-up, joins and rebalances stay outside) and
@@ -96,12 +119,12 @@ def time_drain(
         now = time.monotonic()
         count = sum(committed.values())
         if stable and first is None and last_seen is not None and count > last_seen:
-            first = mark(processes, committed, workers, args.partitions)
+            first = mark(processes, committed, workers, args.partitions, broker_pids)
         last_seen = count
         if first is not None and deadline > first.at + args.drain_timeout:
             deadline = first.at + args.drain_timeout  # --drain-timeout counts from t0
         if count >= total or now > deadline:
-            return Drain(first, mark(processes, committed, workers, args.partitions))
+            return Drain(first, mark(processes, committed, workers, args.partitions, broker_pids))
         if now - last_report >= args.progress:
             last_report = now
             print(f"  [{name}] committed {count:,} of {total:,}", flush=True)

@@ -193,6 +193,12 @@ def print_report(
             f"      load average (1/5/15 min) {r['load_start']} at its start, "
             f"{r['load_end']} at its end; {r['cpu_count']} cores"
         )
+        if r.get("broker_cpu_us_per_event") is not None:
+            print(
+                f"      broker: {_us(r['broker_cpu_us_per_event']).strip()} us CPU per event; "
+                f"it and the contender kept {_pct(r.get('machine_busy'))} of the "
+                f"{r['cpu_count']} cores busy"
+            )
         if name not in BASELINES:
             for i, w in enumerate(r.get("per_worker") or []):
                 print(
