@@ -19,6 +19,8 @@ agent,tool,enforced}``                                    "false": observe-only 
 ``loopguard_audit_quarantined_total``          counter    audit records the database refused
                                                           for their data, kept in quarantine
 ``loopguard_event_processing_seconds``         histogram  one event: decode → decisions sent
+``loopguard_event_age_seconds``                histogram  an event's timestamp → taken in by
+                                                          the worker (the broker path's share)
 ``loopguard_gateway_wait_timeouts_total        counter    gateways that gave up waiting for a
 {gateway}``                                               decision (when they report it)
 ``loopguard_last_event_timestamp_seconds``     gauge      wall-clock time of the last event
@@ -60,6 +62,12 @@ LATENCY_BUCKETS = (
     5.0,
 )
 
+# An event's age when the worker takes it in: milliseconds on a healthy cluster, seconds in a
+# backlog (then the consumer lag says why).
+AGE_BUCKETS = (
+    0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 15.0, 60.0,
+)  # fmt: skip
+
 #: Every time series family the registry exposes (counter families without ``_total``; the
 #: exposition adds ``_total``/``_created``, histograms ``_bucket``/``_sum``/``_count``).
 METRIC_NAMES = (
@@ -75,6 +83,7 @@ METRIC_NAMES = (
     "loopguard_audit_write_errors",
     "loopguard_audit_quarantined",
     "loopguard_event_processing_seconds",
+    "loopguard_event_age_seconds",
     "loopguard_gateway_wait_timeouts",
     "loopguard_last_event_timestamp_seconds",
     "loopguard_worker_start_time_seconds",
@@ -149,6 +158,14 @@ class MetricFamilies:
             "loopguard_event_processing_seconds",
             "Time to process one event, from decode to its decisions being sent.",
             buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.event_age = Histogram(
+            "loopguard_event_age_seconds",
+            "Time from an event's timestamp (its gateway's send, as the broker stored it) to the "
+            "worker taking it into a batch: the broker path's share of decision latency (Kafka "
+            "Streams' record-e2e-latency).",
+            buckets=AGE_BUCKETS,
             registry=r,
         )
         self.gateway_timeouts = Counter(

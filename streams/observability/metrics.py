@@ -125,6 +125,15 @@ class WorkerMetrics(MetricFamilies):
         for _ in range(n):
             self.latency.observe(seconds)
 
+    def observe_event_ages(self, now: float, timestamps: Iterable[float | None]) -> None:
+        """How old each event of a batch was when the worker took it in (``now`` and the
+        broker timestamps in epoch seconds; an event without one is skipped). A clock ahead
+        of the gateway's counts 0."""
+        observe = self.event_age.observe
+        for stamp in timestamps:
+            if stamp is not None:
+                observe(max(0.0, now - stamp))
+
     def audit_written(self, n: int = 1) -> None:
         """``n`` records were newly written to the audit trail."""
         if n > 0:

@@ -133,6 +133,7 @@ class WorkerAgents:
         records are the checkpoint's to send."""
         parts = self.parts
         started, now = time.perf_counter(), time.time()
+        parts.metrics.observe_event_ages(now, [message.timestamp for message in messages])
         output = process_batch(
             messages,
             parts.processor,

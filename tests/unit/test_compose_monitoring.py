@@ -92,6 +92,7 @@ def exposed() -> dict[str, set[str]]:
     m.set_lag(0, 1)
     m.set_runs(1)
     m.observe_latency(0.01)
+    m.observe_event_ages(1.0, [0.99])
     m.audit_written(1)
     m.audit_error()
     m.set_audit_backlog(1)

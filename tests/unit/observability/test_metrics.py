@@ -242,3 +242,12 @@ def test_gauges_latency_audit_and_snapshot() -> None:
     assert snap["lag_total"] == 6
     assert snap["mean_processing_ms"] == 2.0
     assert 0 <= snap["last_event_age_seconds"] < 5
+
+
+def test_event_ages_are_observed_per_event_from_their_timestamps() -> None:
+    m = WorkerMetrics()
+    m.observe_event_ages(100.0, [99.996, 99.975, None, 100.5])  # 4 ms, 25 ms, none, a clock ahead
+    assert sample(m, "loopguard_event_age_seconds_count") == 3
+    assert sample(m, "loopguard_event_age_seconds_bucket", le="0.005") == 2  # 4 ms and 0
+    assert sample(m, "loopguard_event_age_seconds_bucket", le="0.03") == 3
+    assert sample(m, "loopguard_event_age_seconds_sum") == pytest.approx(0.029)

@@ -157,7 +157,12 @@ def batch(events: list[AgentEvent]) -> list[SimpleNamespace]:
     return [
         SimpleNamespace(
             message=SimpleNamespace(
-                topic="lg.events", partition=2, offset=n, key=b"sess-1", value=encode_event(e)
+                topic="lg.events",
+                partition=2,
+                offset=n,
+                key=b"sess-1",
+                value=encode_event(e),
+                timestamp=e.envelope.event_time / 1000,  # as the gateway's producer stamped it
             )
         )
         for n, e in enumerate(events)
@@ -300,6 +305,21 @@ def test_immediate_delivery_sends_decisions_outside_the_transaction_before_the_s
     assert topics.index("lg-runs-changelog") > max(
         i for i, topic in enumerate(topics) if topic == "lg.control"
     )
+
+
+def test_each_events_age_when_taken_in_is_observed() -> None:
+    agents, _ = worker(BLOCK, "immediate")
+    events = session_run()
+
+    async def scenario() -> None:
+        await guard(agents, batch(events))
+        await agents.checkpoint.settling.settled()
+
+    asyncio.run(scenario())
+    registry = agents.parts.metrics.registry
+    assert registry.get_sample_value("loopguard_event_age_seconds_count") == len(events)
+    # the events' timestamps are the Run helper's (long past), so each is old when taken in
+    assert registry.get_sample_value("loopguard_event_age_seconds_bucket", {"le": "60.0"}) == 0
 
 
 class HeldCommits(BatchCommitter):
