@@ -28,13 +28,20 @@ from pathlib import Path
 sys.path.append(str(Path(__file__).resolve().parent.parent))
 
 from brokers import add_broker_arg, gateway_fetch_wait_ms, start_broker  # noqa: E402
-from harness import CONFIG, cpu_seconds, start_workers  # noqa: E402
+from harness import (  # noqa: E402
+    CONFIG,
+    bucket_quantile,
+    cpu_seconds,
+    histogram_buckets,
+    start_workers,
+)
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition  # noqa: E402
 from load_gen import sentinel_ids  # noqa: E402  (this directory is on sys.path)
 
 from streams.core.engine import LoopGuard  # noqa: E402
 from streams.core.events import CompactionRetry, Decision, Envelope, ToolCall, ToolResult  # noqa: E402
 from streams.core.fleet import fleet_from_document  # noqa: E402
+from streams.devtools.embedded_broker import free_port  # noqa: E402
 from streams.devtools.worker_process import wait_until_processing  # noqa: E402
 from streams.gateway.client import GatewayClient  # noqa: E402
 from streams.kafka.topics import ensure_topics  # noqa: E402
@@ -42,6 +49,7 @@ from streams.settings import Settings  # noqa: E402
 from streams.wire.avro import encode_event  # noqa: E402
 
 PARTITIONS = 4
+AGE_METRIC = "loopguard_event_age_seconds"
 
 
 def compaction_loop_run(run_id: str, t0: int = 0) -> list:
@@ -120,8 +128,15 @@ def main() -> int:
         ensure_topics(
             Settings.for_profile(broker.profile, broker=broker.url, partitions=PARTITIONS)
         )
+        web_port = free_port()  # its /metrics: how old events were when it took them in
         (worker,) = start_workers(
-            broker, 1, tmp, db_url=db_url, config_file=config_file, partitions=PARTITIONS
+            broker,
+            1,
+            tmp,
+            db_url=db_url,
+            config_file=config_file,
+            partitions=PARTITIONS,
+            web_port=web_port,
         )
         client = GatewayClient(
             broker.bootstrap,
@@ -171,6 +186,7 @@ def main() -> int:
         core_rate = len(events) / (time.perf_counter() - core_start)
 
         # -- latency at a fixed offered rate: one decision per 7-event run -----------------
+        ages_before = histogram_buckets(web_port, AGE_METRIC)
         sent_at: dict[str, float] = {}
         interval = 1.0 / args.rate
         next_at = time.perf_counter()
@@ -192,6 +208,9 @@ def main() -> int:
         with arrived:
             arrived.wait_for(lambda: all(r in arrivals for r in sent_at), timeout=120)
         latencies = sorted((arrivals[r] - sent_at[r]) * 1000 for r in sent_at if r in arrivals)
+        ages_after = histogram_buckets(web_port, AGE_METRIC)
+        age_p50, aged = bucket_quantile(ages_before, ages_after, 0.5)
+        age_p99, _ = bucket_quantile(ages_before, ages_after, 0.99)
         p50 = statistics.median(latencies)
         p99 = latencies[int(len(latencies) * 0.99) - 1]
         p90 = latencies[int(len(latencies) * 0.90) - 1]
@@ -229,6 +248,11 @@ def main() -> int:
         f"p99 {p99:.1f} ms over {len(latencies)} decisions ({lost} missing); p90 {p90:.1f} ms"
     )
     print("  slowest: " + ", ".join(f"{ms:.1f} ms at {at:.1f} s" for ms, at in reversed(slowest)))
+    print(
+        f"  events' age when the worker took them in (its {AGE_METRIC} histogram, latency "
+        f"phase, {aged} events): p50 <= {_ms(age_p50)}, p99 <= {_ms(age_p99)} (bucket bounds): "
+        "the broker path before the worker"
+    )
     if args.json:
         print(
             json.dumps(
@@ -245,10 +269,16 @@ def main() -> int:
                     "rate": args.rate,
                     "decisions": len(latencies),
                     "missing": lost,
+                    "event_age_p50_max_ms": None if age_p50 is None else age_p50 * 1000,
+                    "event_age_p99_max_ms": None if age_p99 is None else age_p99 * 1000,
                 }
             )
         )
     return 0
+
+
+def _ms(seconds: float | None) -> str:
+    return "n/a" if seconds is None else f"{seconds * 1000:g} ms"
 
 
 if __name__ == "__main__":

@@ -10,10 +10,12 @@ from __future__ import annotations
 import os
 import threading
 import time
+import urllib.request
 from dataclasses import replace
 from pathlib import Path
 
 from kafka import KafkaConsumer, TopicPartition
+from prometheus_client.parser import text_string_to_metric_families
 
 from streams.devtools.worker_process import WorkerProcess
 from streams.settings import Settings, Topics
@@ -46,8 +48,10 @@ def start_workers(
     app_id: str = "loopguard",
     prefix: str = "loopguard",
     env: dict[str, str] | None = None,
+    web_port: int | None = None,
 ) -> list[WorkerProcess]:
-    """Start ``count`` workers of one app (one consumer group); the caller stops them."""
+    """Start ``count`` workers of one app (one consumer group); the caller stops them.
+    ``web_port``: the first worker's web port (its /metrics), the next ones' the ports after."""
     workers = [
         WorkerProcess(
             broker.url,
@@ -59,6 +63,7 @@ def start_workers(
             partitions=partitions,
             data_dir=str(workdir / f"{app_id}-data-{i}"),
             env={**GROUP_ENV, **(env or {}), "LOOPGUARD_TOPIC_PREFIX": prefix},
+            web_port=web_port + i if web_port else None,
         )
         for i in range(count)
     ]
@@ -259,3 +264,30 @@ def scan_topic(bootstrap: str, topic: str, partitions: int, timeout: float = 300
                 yield from batch
     finally:
         consumer.close()
+
+
+def histogram_buckets(port: int, name: str) -> dict[float, float]:
+    """A worker's histogram ``name`` from its /metrics: cumulative count per upper bound."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    buckets: dict[float, float] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name != name:
+            continue
+        for sample in family.samples:
+            if sample.name == f"{name}_bucket":
+                buckets[float(sample.labels["le"])] = sample.value
+    return buckets
+
+
+def bucket_quantile(before: dict[float, float], after: dict[float, float], q: float):
+    """The upper bound of the bucket holding quantile ``q`` of what was observed between two
+    scrapes (None when nothing was), and how many observations that was."""
+    counts = sorted((le, after[le] - before.get(le, 0.0)) for le in after)
+    total = counts[-1][1] if counts else 0.0
+    if total <= 0:
+        return None, 0
+    for le, cumulative in counts:
+        if cumulative >= q * total:
+            return le, int(total)
+    return counts[-1][0], int(total)
