@@ -9,7 +9,7 @@ Data flow::
 The guarding agent forwards every agent-to-agent send call, its bytes unchanged, keyed by its
 :func:`~streams.core.agent_cycles.cycle_key`, so one partition holds a cycle key's whole graph
 (docs/design.md, "Loops between agents"). This agent applies them in batches, each one step
-of its own :class:`~streams.worker.exactly_once.Checkpoint` under the guarding agent's barrier,
+of its own :class:`~streams.worker.checkpoint.Checkpoint` under the guarding agent's barrier,
 so the same guarantees hold: exactly once, a batch's graph writes (and, with transactional
 control delivery, its decisions) go in its source partition's transaction, committed with its
 offsets; the audit agent and the gateways read the decisions from the control topic, keyed by
@@ -35,8 +35,8 @@ from streams.service.batch import OutRecord, TopicPartition
 from streams.settings import Settings
 from streams.wire.avro import CodecError, decode_event, encode_decision
 from streams.wire.schema_registry import SchemaRegistry
+from streams.worker.checkpoint import Checkpoint
 from streams.worker.crash_exit import CrashExit
-from streams.worker.exactly_once import Checkpoint
 from streams.worker.ready_batches import take_ready
 
 log = logging.getLogger("loopguard.worker")

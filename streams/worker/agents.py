@@ -37,9 +37,9 @@ from streams.service.batch import (
     writer_fingerprint,
 )
 from streams.wire.avro import CodecError, decode_control, decode_event
+from streams.worker.checkpoint import Checkpoint
 from streams.worker.config_audit import start_config_audit
 from streams.worker.crash_exit import CrashExit
-from streams.worker.exactly_once import Checkpoint
 from streams.worker.parts import WorkerParts
 from streams.worker.ready_batches import take_ready
 from streams.worker.run_expiry import ExpirySweep
@@ -111,7 +111,7 @@ class WorkerAgents:
 
         A batch is decided by :func:`streams.service.batch.process_batch` (no Faust, no I/O:
         unknown writer schemas are looked up first) and finished by one checkpoint
-        (:class:`streams.worker.exactly_once.Checkpoint`): its records go to the producer,
+        (:class:`streams.worker.checkpoint.Checkpoint`): its records go to the producer,
         its events are acked and, exactly once, its offsets are committed with its records
         as soon as the batch is done, so a read-committed gateway sees its decisions and
         watermarks one commit after the batch, not on Faust's timer.

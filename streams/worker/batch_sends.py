@@ -66,7 +66,7 @@ class BatchSends:
         self, records: Mapping[TopicPartition, Sequence[OutRecord]]
     ) -> list[asyncio.Future]:
         """Hand every record to the producer outside any transaction (exactly once, the
-        control topic's "immediate" delivery: :class:`streams.worker.exactly_once.Checkpoint`)
+        control topic's "immediate" delivery: :class:`streams.worker.checkpoint.Checkpoint`)
         and return their deliveries, for the caller to await before it acks the batch."""
         deliveries: list[asyncio.Future] = []
         await asyncio.gather(

@@ -12,7 +12,7 @@ from typing import Any
 from streams.core.run_state import ACTIVE
 from streams.service.batch import OutRecord, TopicPartition
 from streams.state.expiry import eviction_class
-from streams.worker.exactly_once import Checkpoint
+from streams.worker.checkpoint import Checkpoint
 from streams.worker.parts import WorkerParts
 
 log = logging.getLogger("loopguard.worker")

@@ -2,7 +2,7 @@
 decisions, in batch order, off the guarding agent's path.
 
 Once a batch's decisions and watermarks are with the producer (sent outside the
-transaction, :class:`streams.worker.exactly_once.Checkpoint`), nothing a gateway waits for
+transaction, :class:`streams.worker.checkpoint.Checkpoint`), nothing a gateway waits for
 is left to the agent: their acknowledgements, the batch's transactional records (its runs'
 changelog writes and dead letters), its acks and the commit that carries them are *settled*
 here, in rounds that take every batch queued so far, while the agent already decides the

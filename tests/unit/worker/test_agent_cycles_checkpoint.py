@@ -3,7 +3,7 @@
 Three agents send the same message round a triangle (issue 28); the sends reach the agent from
 one agent-sends partition (3 here), their decisions are keyed by run id (partitions 6 and 1 by
 murmur2 over 8). The agent runs for real (decoding, the graphs, its table writes, its
-:class:`~streams.worker.exactly_once.Checkpoint`); Faust's producer and consumer are stand-ins
+:class:`~streams.worker.checkpoint.Checkpoint`); Faust's producer and consumer are stand-ins
 that record which transaction each record joined, the deliveries, acks and commits. End to
 end: tests/integration/test_agent_cycles.py on both brokers.
 """
