@@ -1,0 +1,27 @@
+"""The benchmarks' reading of a worker's histogram: the bucket holding a quantile of what was
+observed between two scrapes (e2e_bench's event-age line)."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+sys.path.append(str(Path(__file__).resolve().parents[1].parent / "bench"))
+
+from harness import bucket_quantile  # noqa: E402  (bench/ is not a package)
+
+BEFORE = {0.01: 90.0, 0.03: 95.0, 0.05: 100.0, math.inf: 100.0}
+
+
+def test_the_quantile_of_what_came_between_two_scrapes() -> None:
+    # 100 more observations: 60 up to 10 ms, 39 more up to 30 ms, 1 over 50 ms
+    after = {0.01: 150.0, 0.03: 194.0, 0.05: 199.0, math.inf: 200.0}
+    assert bucket_quantile(BEFORE, after, 0.5) == (0.01, 100)
+    assert bucket_quantile(BEFORE, after, 0.99) == (0.03, 100)
+    assert bucket_quantile(BEFORE, after, 1.0) == (math.inf, 100)
+
+
+def test_nothing_observed_has_no_quantile() -> None:
+    assert bucket_quantile(BEFORE, dict(BEFORE), 0.99) == (None, 0)
+    assert bucket_quantile({}, {}, 0.5) == (None, 0)
