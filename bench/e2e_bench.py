@@ -30,12 +30,13 @@ sys.path.append(str(Path(__file__).resolve().parent.parent))
 from brokers import add_broker_arg, gateway_fetch_wait_ms, start_broker  # noqa: E402
 from harness import (  # noqa: E402
     CONFIG,
+    GroupProgress,
     bucket_quantile,
     cpu_seconds,
     histogram_buckets,
     start_workers,
 )
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition  # noqa: E402
+from kafka import KafkaProducer  # noqa: E402
 from load_gen import sentinel_ids  # noqa: E402  (this directory is on sys.path)
 
 from streams.core.engine import LoopGuard  # noqa: E402
@@ -85,19 +86,13 @@ def busy_run(run_id: str, length: int) -> list:
 
 def wait_committed(bootstrap: str, group: str, topic: str, timeout: float) -> None:
     """Return once ``group`` has committed ``topic`` up to its end offsets."""
-    # A group member that never subscribes: it only asks for the group's committed offsets.
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
+    progress = GroupProgress(bootstrap, group, topic, PARTITIONS)
     try:
-        parts = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            ends = consumer.end_offsets(parts)
-            if all((consumer.committed(tp) or 0) >= ends[tp] for tp in parts):
-                return
-            time.sleep(0.05)
-        raise SystemExit(f"the worker did not commit {topic} within {timeout:.0f} s")
+        progress.wait_for(progress.ends(), timeout)
+    except TimeoutError as exc:
+        raise SystemExit(f"the worker did not commit {topic}: {exc}") from exc
     finally:
-        consumer.close(autocommit=False)
+        progress.close()
 
 
 def main() -> int:
