@@ -56,20 +56,14 @@ class ExpirySweep:
                 active = state.status == ACTIVE or kept
                 reason = expiry.reason(run_id, active, state.last_event_time, now)
                 if reason:
-                    self.drop(run_id, state, tombstones)
-                    if latest:
-                        del sessions[session_key]
-                    expiry.forget(run_id)
+                    self.drop(run_id, state, latest, tombstones)
                     dropped[reason] += 1
                 elif cap > 0:
                     classes[run_id] = eviction_class(state, kept)
                     held[run_id] = (state, latest)
             for run_id, why in expiry.evictions(classes, cap):
                 state, latest = held[run_id]
-                self.drop(run_id, state, tombstones)
-                if latest:
-                    del sessions[state.session_id.encode()]
-                expiry.forget(run_id)
+                self.drop(run_id, state, latest, tombstones)
                 evicted[why] += 1
             await self.checkpoint.write_outside_batches(tombstones)
         expiry.retain(set(runs.keys()))
@@ -94,13 +88,21 @@ class ExpirySweep:
             )
 
     def drop(
-        self, run_id: bytes, state: Any, tombstones: dict[TopicPartition, list[OutRecord]]
+        self,
+        run_id: bytes,
+        state: Any,
+        latest: bool,
+        tombstones: dict[TopicPartition, list[OutRecord]],
     ) -> None:
-        """Forget a run here and add its changelog tombstone, for the checkpoint to send
-        with the others, as batches in its partition's transaction (a Faust table delete
-        goes through Faust's producer buffer, which sends one message at a time)."""
+        """Forget a run here (and its session's pointer to it when it is the ``latest``) and
+        add its changelog tombstone, for the checkpoint to send with the others, as batches
+        in its partition's transaction (a Faust table delete goes through Faust's producer
+        buffer, which sends one message at a time)."""
         tp = self.parts.runs.changelog_tp(run_id, state)
         self.parts.runs.data.pop(run_id, None)
         source = (self.settings.topics.events, tp.partition)
         tombstone = OutRecord(tp.topic, run_id, None, tp.partition, source)
         tombstones.setdefault((tp.topic, tp.partition), []).append(tombstone)
+        if latest:
+            del self.parts.sessions[state.session_id.encode()]
+        self.parts.expiry.forget(run_id)
