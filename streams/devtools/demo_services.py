@@ -69,9 +69,6 @@ class StopRequest:
 
     def check(self) -> None:
         if self.signals:
-            # The body's Kafka clients close on the way out, some while a thread still reads
-            # from them: their errors are not news (a traceback showed, under load, at CI).
-            logging.getLogger("kafka").setLevel(logging.CRITICAL)
             raise KeyboardInterrupt
 
 
@@ -94,6 +91,10 @@ def stopped_on_exit(processes: list[Any], kept: Callable[[], bool]) -> Iterator[
 
     def on_signal(_signum: int, _frame: FrameType | None) -> None:
         state.signals += 1
+        # From the first stop request on, the body's Kafka clients lose their broker (killed
+        # at once on a second Ctrl-C) while a thread still reads from them: their errors are
+        # not news (a traceback showed at CI, both when the body stopped and on Ctrl-C twice).
+        logging.getLogger("kafka").setLevel(logging.CRITICAL)
         if (state.signals > 1 or state.stopping) and not kept():
             kill_now()
 
