@@ -60,12 +60,19 @@ sys.path.append(str(Path(__file__).resolve().parent.parent))
 
 from brokers import add_broker_arg, gateway_fetch_wait_ms, start_broker  # noqa: E402
 from fleet_typescript import ensure_ts_build, typescript_leg  # noqa: E402
-from harness import cpu_seconds, percentile, start_workers  # noqa: E402
+from harness import (  # noqa: E402
+    bucket_quantile,
+    cpu_seconds,
+    histogram_buckets,
+    percentile,
+    start_workers,
+)
 
 from streams.core.engine import LoopGuard  # noqa: E402
 from streams.core.events import Action, AgentEvent, Decision, ToolCall  # noqa: E402
 from streams.core.fleet import fleet_from_document  # noqa: E402
-from streams.devtools.worker_process import WorkerProcess, wait_until_processing  # noqa: E402
+from streams.devtools.embedded_broker import free_port  # noqa: E402
+from streams.devtools.worker_process import wait_until_processing  # noqa: E402
 from streams.gateway.client import GatewayClient, GatewayRun, RunAborted  # noqa: E402
 from streams.kafka.topics import ensure_topics  # noqa: E402
 from streams.settings import Settings  # noqa: E402
@@ -99,6 +106,34 @@ def is_looping(index: int, share: float) -> bool:
     """Whether agent ``index`` loops: floor(N x share) of N agents, evenly spread, the same
     ones in both legs (fleet-agents.mjs has the same rule)."""
     return math.floor((index + 1) * share) > math.floor(index * share)
+
+
+AGE_METRIC = "loopguard_event_age_seconds"
+
+
+@dataclass
+class WorkerWindow:
+    """The worker's CPU and its event-age histogram at the measured window's start and end:
+    how much of a decision's time passed before the worker took the event in."""
+
+    pid: int
+    web_port: int
+    cpu: dict[str, float] = field(default_factory=dict)
+    ages: dict[str, dict[float, float]] = field(default_factory=dict)
+
+    def mark(self, name: str) -> None:
+        self.cpu[name] = cpu_seconds(self.pid)
+        self.ages[name] = histogram_buckets(self.web_port, AGE_METRIC)
+
+    def figures(self) -> dict[str, Any]:
+        before, after = self.ages.get("measuring", {}), self.ages.get("stopped", {})
+        p50, _ = bucket_quantile(before, after, 0.5)
+        p99, _ = bucket_quantile(before, after, 0.99)
+        return {
+            "worker_cpu_s": self.cpu.get("stopped", 0.0) - self.cpu.get("measuring", 0.0),
+            "event_age_p50_max_ms": None if p50 is None else p50 * 1000,
+            "event_age_p99_max_ms": None if p99 is None else p99 * 1000,
+        }
 
 
 @dataclass
@@ -226,7 +261,7 @@ class Agent(threading.Thread):
 
 
 def summary(
-    client: str, m: Measurements, args: argparse.Namespace, worker_cpu_s: float, **extra: Any
+    client: str, m: Measurements, args: argparse.Namespace, window: WorkerWindow, **extra: Any
 ) -> dict[str, Any]:
     waits, decisions, leaked = sorted(m.wait_ms), sorted(m.decision_ms), sorted(m.leaked)
     marks = sorted(m.watermark_ms)
@@ -254,15 +289,14 @@ def summary(
         "leaked_p99": percentile(leaked, 0.99) if leaked else None,
         "leaked_max": leaked[-1] if leaked else None,
         "refused_early": m.early,
-        "worker_cpu_s": round(worker_cpu_s, 1),
+        **window.figures(),
         **extra,
         "load_average": round(os.getloadavg()[0], 2),
     }
 
 
-def python_leg(broker: Any, worker: WorkerProcess, args: argparse.Namespace) -> dict[str, Any]:
+def python_leg(broker: Any, window: WorkerWindow, args: argparse.Namespace) -> dict[str, Any]:
     """The fleet as threads of this process, through one Python GatewayClient."""
-    assert worker.process is not None
     m = Measurements(measure_from=math.inf)
     client = GatewayClient(
         broker.bootstrap,
@@ -280,10 +314,11 @@ def python_leg(broker: Any, worker: WorkerProcess, args: argparse.Namespace) -> 
         for agent in agents:
             agent.start()
         time.sleep(args.warmup)
-        cpu_before = cpu_seconds(worker.process.pid), cpu_seconds(os.getpid())
+        window.mark("measuring")
+        client_before = cpu_seconds(os.getpid())
         time.sleep(args.seconds)
-        worker_cpu = cpu_seconds(worker.process.pid) - cpu_before[0]
-        client_cpu = cpu_seconds(os.getpid()) - cpu_before[1]
+        window.mark("stopped")
+        client_cpu = cpu_seconds(os.getpid()) - client_before
         for agent in agents:
             agent.stop.set()
         for agent in agents:
@@ -293,7 +328,7 @@ def python_leg(broker: Any, worker: WorkerProcess, args: argparse.Namespace) -> 
         for agent in agents:
             agent.stop.set()
         client.close()
-    return summary("python", m, args, worker_cpu, client_cpu_s=round(client_cpu, 1))
+    return summary("python", m, args, window, client_cpu_s=round(client_cpu, 1))
 
 
 def print_leg(result: dict[str, Any], args: argparse.Namespace) -> None:
@@ -323,8 +358,15 @@ def print_leg(result: dict[str, Any], args: argparse.Namespace) -> None:
         f"({r['refused_early']} refused earlier than the core would)"
     )
     lag = r.get("event_loop_delay_p99_ms")
+    if r["event_age_p50_max_ms"] is not None:
+        print(
+            f"  events' age when the worker took them in (its {AGE_METRIC} histogram, bucket "
+            f"bounds): p50 <= {r['event_age_p50_max_ms']:g} ms, p99 <= "
+            f"{r['event_age_p99_max_ms']:g} ms: the gateway's send and the broker, before the "
+            "worker"
+        )
     print(
-        f"  CPU over the measured {args.seconds:g} s: worker {r['worker_cpu_s']} s, client "
+        f"  CPU over the measured {args.seconds:g} s: worker {r['worker_cpu_s']:.1f} s, client "
         f"process {r['client_cpu_s']} s"
         + (f" (its event loop delay p99 {lag} ms)" if lag is not None else "")
     )
@@ -372,6 +414,7 @@ def main() -> int:
     broker = start_broker(args.broker, tmp)
     worker = None
     results: list[dict[str, Any]] = []
+    web_port = free_port()  # the worker's /metrics: how old events were when it took them in
     try:
         ensure_topics(
             Settings.for_profile(broker.profile, broker=broker.url, partitions=args.partitions)
@@ -384,6 +427,7 @@ def main() -> int:
             config_file=config_file,
             partitions=args.partitions,
             env={"LOOPGUARD_PROCESSING_GUARANTEE": args.guarantee},
+            web_port=web_port,
         )
         print(
             f"fleet: {args.agents} agents ({args.looping:.0%} looping), think lognormal median "
@@ -399,13 +443,14 @@ def main() -> int:
                 wait_until_processing(probe, workers=[worker])
             finally:
                 probe.close()
+            assert worker.process is not None
+            window = WorkerWindow(worker.process.pid, web_port)
             if name == "python":
-                results.append(python_leg(broker, worker, args))
+                results.append(python_leg(broker, window, args))
             else:
                 m = Measurements(measure_from=math.inf)
-                assert worker.process is not None
-                worker_cpu, extra = typescript_leg(broker, worker.process.pid, args, m, tmp)
-                results.append(summary("typescript", m, args, worker_cpu, **extra))
+                extra = typescript_leg(broker, window.mark, args, m, tmp)
+                results.append(summary("typescript", m, args, window, **extra))
             print(f"  {name} leg done", flush=True)
     except RuntimeError as error:
         print(f"fleet benchmark failed: {error}", file=sys.stderr)

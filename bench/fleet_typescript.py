@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from brokers import gateway_fetch_wait_ms
-from harness import cpu_seconds
 
 from streams.wire.avro import decode_event
 
@@ -96,22 +95,17 @@ def fill_measurements(m: Measurements, report: dict[str, Any]) -> None:
 
 
 def typescript_leg(
-    broker: Any, worker_pid: int, args: Any, m: Measurements, workdir: Path
-) -> tuple[float, dict[str, Any]]:
+    broker: Any, on_mark: Callable[[str], None], args: Any, m: Measurements, workdir: Path
+) -> dict[str, Any]:
     """Run the node fleet for fleet_bench's ``args`` and fill ``m`` (node's stderr goes to
-    ``workdir``); returns the worker's CPU seconds over the measured time and the leg's extra
-    figures (the node process's CPU over the same time, its event loop delay, publish errors,
-    warnings logged)."""
+    ``workdir``); ``on_mark`` is called as the measured time starts ("measuring") and ends
+    ("stopped"). Returns the leg's extra figures (the node process's CPU over the measured
+    time, its event loop delay, publish errors, warnings logged)."""
     cmd = node_command(
         broker.bootstrap, broker.profile, gateway_fetch_wait_ms(broker.profile), args
     )
     timeout = args.warmup + args.seconds + 180
     log_path = workdir / "fleet-typescript.log"
-    cpu_at: dict[str, float] = {}
-
-    def on_mark(mark: str) -> None:
-        cpu_at[mark] = cpu_seconds(worker_pid)
-
     with log_path.open("w") as log:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True)
         watchdog = threading.Timer(timeout, proc.kill)
@@ -131,8 +125,7 @@ def typescript_leg(
             if proc.poll() is None:
                 proc.kill()
     fill_measurements(m, report)
-    worker_cpu = cpu_at.get("stopped", 0.0) - cpu_at.get("measuring", 0.0)
-    return worker_cpu, {
+    return {
         "client_cpu_s": round(report["cpuSeconds"] or 0.0, 1),
         "event_loop_delay_p99_ms": round(report["eventLoopDelayMs"]["p99"], 1),
         "publish_errors": report["stats"]["publishErrors"],

@@ -18,7 +18,13 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-from fleet_bench import Measurements, is_looping, reference_refusal, summary  # noqa: E402
+from fleet_bench import (  # noqa: E402
+    Measurements,
+    WorkerWindow,
+    is_looping,
+    reference_refusal,
+    summary,
+)
 from fleet_typescript import fill_measurements, node_command, read_report  # noqa: E402
 
 from streams.core.events import Envelope, RunStarted, ToolCall, ToolResult  # noqa: E402
@@ -98,7 +104,16 @@ def test_leaked_calls_are_counted_from_the_reported_events() -> None:
     assert sorted(m.leaked) == [0, 2]
     assert m.looping_runs == 2 and m.early == 0
     args = Namespace(broker="tansu", guarantee="at_least_once", agents=10, seconds=2.0)
-    figures = summary("typescript", m, args, 0.5, client_cpu_s=1.5)
+    # The worker's window as two scrapes would leave it: 10 events aged <= 5 ms, 2 <= 50 ms.
+    window = WorkerWindow(pid=0, web_port=0)
+    window.cpu = {"measuring": 3.0, "stopped": 3.5}
+    window.ages = {
+        "measuring": {0.005: 4.0, 0.05: 4.0, math.inf: 4.0},
+        "stopped": {0.005: 14.0, 0.05: 16.0, math.inf: 16.0},
+    }
+    figures = summary("typescript", m, args, window, client_cpu_s=1.5)
+    assert figures["worker_cpu_s"] == 0.5
+    assert figures["event_age_p50_max_ms"] == 5.0 and figures["event_age_p99_max_ms"] == 50.0
     assert figures["leaked_max"] == 2 and figures["timeouts"] == 1
     assert figures["within_budget"] == 0.75 and figures["decisions"] == 2
     assert figures["events_decided"] == 3 and figures["client"] == "typescript"
