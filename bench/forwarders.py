@@ -1,17 +1,21 @@
-"""The two baselines of ``bench/throughput_bench.py``: forwarders that do nothing else.
+"""The baselines of ``bench/throughput_bench.py``: processes that do nothing else.
 
 * ``aiokafka``: a bare aiokafka consume → produce loop (what a Python Kafka consumer can do
   on this machine);
 * ``faust``: a Faust app built like the worker (``build_app``, the same Faust patches, broker
-  profile and group settings) with one agent that only forwards (Faust's own cost).
+  profile and group settings) with one agent that only forwards (Faust's own cost);
+* ``faustconsume``: the same Faust app with one agent that only takes the events in, in the
+  worker's batches (``streams.worker.ready_batches.take_ready``), acks them and sends
+  nothing: the least any Faust agent that reads every record as an event can cost, so the
+  ceiling of the worker's events/s on this machine.
 
-Both read ``<prefix>.events`` and write every record, same key and value, to
+The first two read ``<prefix>.events`` and write every record, same key and value, to
 ``<prefix>.forward``. They run as a child process, like a worker, and take the worker's
 ``LOOPGUARD_*`` environment (broker, profile, app id = consumer group, topic prefix, session
 timeouts, commit interval, fetch wait; the bench sets 16 KB producer batches), so a
 difference in figures is the cost of what loopguard does on top, not of other settings:
 
-    LOOPGUARD_BROKER=kafka://127.0.0.1:9092 python bench/forwarders.py aiokafka|faust
+    LOOPGUARD_BROKER=kafka://127.0.0.1:9092 python bench/forwarders.py aiokafka|faust|faustconsume
 """
 
 from __future__ import annotations
@@ -93,6 +97,27 @@ def faust_forward(settings: Settings) -> None:
     app.main()
 
 
+def faust_consume(settings: Settings) -> None:
+    """One Faust agent: ``async for batch in take_ready(stream, ...)``, then ack its events."""
+    from streams.worker.bootstrap import apply_faust_patches, build_app
+    from streams.worker.ready_batches import take_ready
+
+    apply_faust_patches(settings, asyncio.Lock())
+    Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
+    app = build_app(settings)
+    raw = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw"}
+    source = app.topic(settings.topics.events, value_serializer="raw", **raw)
+
+    async def consume(stream) -> None:  # faust.StreamT
+        async for batch in take_ready(stream, settings.batch_size, settings.batch_window):
+            for event in batch:
+                await stream.ack(event)
+
+    app.agent(source, name="consume")(consume)
+    sys.argv = ["forwarders", "worker", "-l", "warn", "--without-web"]
+    app.main()
+
+
 def main() -> int:
     kind = sys.argv[1] if len(sys.argv) > 1 else ""
     settings = Settings.from_env()
@@ -101,6 +126,9 @@ def main() -> int:
         return 0
     if kind == "faust":
         faust_forward(settings)
+        return 0
+    if kind == "faustconsume":
+        faust_consume(settings)
         return 0
     print(__doc__, file=sys.stderr)
     return 2

@@ -12,7 +12,11 @@ from collections.abc import Iterable, Sequence
 
 from harness import load_average, mb
 
-BASELINES = {"aiokafka": "bare aiokafka loop", "faust": "bare Faust forwarding agent"}
+BASELINES = {
+    "aiokafka": "bare aiokafka loop",
+    "faust": "bare Faust forwarding agent",
+    "faustconsume": "bare Faust agent, consume only",
+}
 LOOPGUARD = "loopguardx"
 
 
@@ -24,7 +28,8 @@ def contender_workers(name: str) -> int:
     count = name[len(LOOPGUARD) :] if name.startswith(LOOPGUARD) else ""
     if not count.isdigit() or int(count) < 1:
         raise ValueError(
-            f"unknown contender {name!r}: expected aiokafka, faust or loopguardx<N> (N >= 1)"
+            f"unknown contender {name!r}: expected aiokafka, faust, faustconsume or "
+            "loopguardx<N> (N >= 1)"
         )
     return int(count)
 

@@ -22,6 +22,7 @@ from throughput_report import (  # noqa: E402  (bench/ is not a package)
 def test_contender_names_give_their_worker_counts() -> None:
     assert contender_workers("aiokafka") == 1
     assert contender_workers("faust") == 1
+    assert contender_workers("faustconsume") == 1
     assert [contender_workers(f"loopguardx{n}") for n in (1, 2, 4, 8, 16)] == [1, 2, 4, 8, 16]
     for bad in ("loopguardx0", "loopguard", "loopguardx", "loopguardxtwo", "kafka"):
         with pytest.raises(ValueError, match="unknown contender"):
