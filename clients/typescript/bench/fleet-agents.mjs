@@ -194,6 +194,8 @@ async function main() {
       return; // skipped (and counted) by the client already
     }
     if (message.type === 'watermark') m.onWatermark(message.watermark, at);
+    // A batch's RunWatermarks (issue 24): every run in it reached its watermark at once.
+    else if (message.type === 'watermarks') for (const mark of message.watermarks) m.onWatermark(mark, at);
   };
 
   const start = now();

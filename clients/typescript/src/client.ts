@@ -392,7 +392,8 @@ export class GatewayClient {
   // -- control topic ----------------------------------------------------------------
 
   /**
-   * Handle one control-topic message (Decision or RunWatermark). Undecodable messages are
+   * Handle one control-topic message (a Decision, a RunWatermark, or a batch's RunWatermarks,
+   * each of whose watermarks counts as one RunWatermark would). Undecodable messages are
    * skipped with a warning; nothing here throws.
    */
   ingestControl(value: Buffer | null, where = 'control message'): void {
@@ -413,6 +414,7 @@ export class GatewayClient {
       return;
     }
     if (message.type === 'watermark') this.applyWatermark(message.watermark);
+    else if (message.type === 'watermarks') for (const watermark of message.watermarks) this.applyWatermark(watermark);
     else this.applyDecision(message.decision);
   }
 

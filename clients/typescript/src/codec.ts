@@ -1,6 +1,6 @@
 /**
- * Avro single-object encoding of events, decisions and run watermarks, byte-compatible with the
- * Python codec (`streams.avro_codec`).
+ * Avro single-object encoding of events, decisions and run watermarks (one run's, or a batch's
+ * RunWatermarks), byte-compatible with the Python codec (`streams.avro_codec`).
  *
  * Every message is `C3 01` + the 8-byte CRC-64-AVRO fingerprint of the writer schema's Parsing
  * Canonical Form (little-endian) + the Avro binary datum. The AgentEvent `body` union branch is
@@ -489,9 +489,14 @@ export function encodeWatermark(watermark: RunWatermark, options: EncodeOptions 
 /** Decode a RunWatermark: every field of the schema, camelCase; longs must be safe integers. */
 export function decodeWatermark(data: Uint8Array, options: DecodeOptions = {}): RunWatermark {
   const datum = decodeWith('RunWatermark', data, options);
+  return watermarkFromDatum(datum, recordFields(ownSchemas().RunWatermark));
+}
+
+/** One RunWatermark datum (alone or in a batch) as camelCase values, longs as safe integers. */
+function watermarkFromDatum(datum: Record<string, unknown>, fields: AvroField[]): RunWatermark {
   if (!datum.run_id) throw new MissingRunIdError('RunWatermark');
   const out: Record<string, unknown> = {};
-  for (const field of recordFields(ownSchemas().RunWatermark)) {
+  for (const field of fields) {
     const camel = camelCase(field.name);
     const value = datum[field.name];
     out[camel] = typeof value === 'bigint' ? safeNumber('RunWatermark', camel, value) : value;
@@ -500,28 +505,76 @@ export function decodeWatermark(data: Uint8Array, options: DecodeOptions = {}): 
   return out as unknown as RunWatermark;
 }
 
+// ------------------------------------------------------------------------ batched watermarks
+
+/** The fields of the RunWatermark record defined inline in RunWatermarks (the same as RunWatermark's). */
+function batchedWatermarkFields(): AvroField[] {
+  const array = (ownSchemas().RunWatermarks.type as unknown as { fields: { type: avro.Type }[] }).fields[0].type;
+  return (array as unknown as { itemsType: { fields: AvroField[] } }).itemsType.fields;
+}
+
+/**
+ * Single-object Avro bytes for a RunWatermarks record (issue 24): what a worker publishes once
+ * per control partition and batch instead of one RunWatermark per run (no key). Each watermark
+ * is mapped as {@link encodeWatermark} maps one; the client only reads these, this is for tests
+ * and the cross-language vectors.
+ */
+export function encodeWatermarks(watermarks: readonly RunWatermark[], options: EncodeOptions = {}): Buffer {
+  if (!Array.isArray(watermarks)) throw new EncodeError(`not a list of RunWatermark: ${describeValue(watermarks)}`);
+  const fields = batchedWatermarkFields();
+  const items = watermarks.map((watermark) => {
+    if (!watermark || typeof watermark !== 'object') throw new EncodeError(`not a RunWatermark: ${describeValue(watermark)}`);
+    if (!watermark.runId) throw new MissingRunIdError('RunWatermark');
+    const source = watermark as unknown as Record<string, unknown>;
+    const datum: Record<string, unknown> = {};
+    for (const field of fields) {
+      const value = source[camelCase(field.name)];
+      datum[field.name] = value === undefined ? field.defaultValue() : value;
+    }
+    return datum;
+  });
+  return encodeWith('RunWatermarks', { watermarks: items }, options.maxSize ?? DEFAULT_MAX_MESSAGE_SIZE);
+}
+
+/** Decode a RunWatermarks record: its watermarks in order, each shaped as {@link decodeWatermark}'s. */
+export function decodeWatermarks(data: Uint8Array, options: DecodeOptions = {}): RunWatermark[] {
+  const datum = decodeWith('RunWatermarks', data, options);
+  const fields = batchedWatermarkFields();
+  return (datum.watermarks as Record<string, unknown>[]).map((item) => watermarkFromDatum(item, fields));
+}
+
 // ------------------------------------------------------------------------------ control
 
 export type ControlMessage =
   | { type: 'decision'; decision: Decision }
-  | { type: 'watermark'; watermark: RunWatermark };
+  | { type: 'watermark'; watermark: RunWatermark }
+  | { type: 'watermarks'; watermarks: RunWatermark[] };
 
 /**
- * Decode a control-topic message: a Decision or a RunWatermark, told apart by the writer
- * schema's fingerprint (ours, or one registered under the same record name).
+ * Decode a control-topic message: a Decision, a RunWatermark or a batch's RunWatermarks, told
+ * apart by the writer schema's fingerprint (ours, or one registered under the same record name).
+ * Workers write RunWatermarks unless LOOPGUARD_WATERMARKS=per_run; both kinds are read.
  */
 export function decodeControl(data: Uint8Array, options: DecodeOptions = {}): ControlMessage {
   if (!(data instanceof Uint8Array)) {
     throw new InvalidDatumError(`expected bytes, got ${data === null ? 'null' : typeof data}`);
   }
   if (data.length >= HEADER_SIZE && data[0] === MARKER[0] && data[1] === MARKER[1]) {
-    const fingerprint = Buffer.from(data.subarray(2, HEADER_SIZE));
+    const fullname = controlRecordName(Buffer.from(data.subarray(2, HEADER_SIZE)), options);
     const own = ownSchemas();
-    let fullname: string | undefined;
-    if (fingerprint.equals(own.RunWatermark.fingerprint)) fullname = own.RunWatermark.fullname;
-    else if (fingerprint.equals(own.Decision.fingerprint)) fullname = own.Decision.fullname;
-    else fullname = (options.registry ?? defaultRegistry()).get(fingerprint).fullname; // or UnknownSchemaError
     if (fullname === own.RunWatermark.fullname) return { type: 'watermark', watermark: decodeWatermark(data, options) };
+    if (fullname === own.RunWatermarks.fullname) {
+      return { type: 'watermarks', watermarks: decodeWatermarks(data, options) };
+    }
   }
   return { type: 'decision', decision: decodeDecision(data, options) };
+}
+
+/** The record name a control message was written with; ours without a registry look-up. */
+function controlRecordName(fingerprint: Buffer, options: DecodeOptions): string {
+  const own = ownSchemas();
+  for (const schema of [own.RunWatermarks, own.RunWatermark, own.Decision]) {
+    if (fingerprint.equals(schema.fingerprint)) return schema.fullname;
+  }
+  return (options.registry ?? defaultRegistry()).get(fingerprint).fullname; // or UnknownSchemaError
 }

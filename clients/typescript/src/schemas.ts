@@ -23,7 +23,8 @@ import { crc64AvroBytes } from './crc64';
 import { InvalidSchemaError, SchemaMismatchError, UnknownSchemaError, oneLine } from './errors';
 import { pyJsonDumps } from './pyjson';
 
-export const SCHEMA_NAMES = ['AgentEvent', 'Decision', 'DeadLetter', 'RunWatermark'] as const;
+/** RunWatermarks (issue 24): every run's watermark of a worker batch, one record per control partition. */
+export const SCHEMA_NAMES = ['AgentEvent', 'Decision', 'DeadLetter', 'RunWatermark', 'RunWatermarks'] as const;
 export type SchemaName = (typeof SCHEMA_NAMES)[number];
 
 const INT64_MIN = -(2n ** 63n);

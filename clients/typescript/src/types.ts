@@ -144,7 +144,8 @@ export type DecisionInput = Optional<
 >;
 
 /**
- * The worker processed a run's events up to and including `seq` (control topic, key = run id).
+ * The worker processed a run's events up to and including `seq` (control topic, key = run id;
+ * or, since issue 24, one of the watermarks of a batch's RunWatermarks record, which has no key).
  * The record is new and growing: the codec maps every field of the schema it was built with
  * (camelCase), so the optional ones below appear when the schema has them.
  */

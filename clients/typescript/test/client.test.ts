@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 
 import { EncodeError, GUARD_TIMEOUT_RESULT, RunAborted, type ToolResultEvent } from '../src';
-import { decisionFor, makeClient, watermarkFor } from './fakes';
+import { decisionFor, makeClient, watermarkFor, watermarksFor } from './fakes';
 
 const VETO_JSON = '{"details": {"status": "blocked", "deniedReason": "tool-loop"}}'; // Python's bytes
 
@@ -216,6 +216,31 @@ describe('GatewayClient / GatewayRun', () => {
     const again = Date.now();
     assert.equal((await run.beforeTool('exec', { n: 2 })).allowed, true);
     assert.ok(Date.now() - again < 100);
+  });
+
+  it("releases the waits of every run in one batch's RunWatermarks record (issue 24)", async () => {
+    const { client } = makeClient({ waitBudgetMs: 10_000, failMode: 'closed' });
+    const first = client.startRun({ agentId: 'agent', runId: 'run-m1' });
+    const second = client.startRun({ agentId: 'agent', runId: 'run-m2' });
+    for (const run of [first, second]) {
+      await run.beforeTool('exec', { n: 1 }); // seq 2
+      await run.afterTool('exec', { n: 1 }, { result: 'same' }); // seq 3
+    }
+    const verdicts = Promise.all([first.beforeTool('exec', { n: 1 }), second.beforeTool('exec', { n: 1 })]);
+    assert.equal(client.stats().waits, 2, 'both calls wait for their run');
+    client.ingestControl(decisionFor('run-m2', 2, 'block'));
+    client.ingestControl(watermarksFor(['run-m1', 3], ['someone-else', 9], ['run-m2', 3]));
+    const [one, two] = await verdicts;
+    assert.deepEqual([one.allowed, one.timedOut], [true, false]);
+    assert.deepEqual([two.allowed, two.timedOut, two.blockedBy?.runId], [false, false, 'run-m2']);
+    assert.deepEqual([client.watermark('run-m1'), client.watermark('run-m2')], [3, 3]);
+    const stats = client.stats();
+    assert.equal(stats.watermarks, 2, 'each watermark of the batch counts as one RunWatermark would');
+    assert.equal(stats.otherRuns, 1);
+    assert.equal(stats.waitTimeouts, 0);
+    // A batch never lowers a run's watermark (redelivered after a worker restart).
+    client.ingestControl(watermarksFor(['run-m1', 1]));
+    assert.equal(client.watermark('run-m1'), 3);
   });
 
   it("fails open on timeout: the call runs, the timeout is counted and logged", async () => {

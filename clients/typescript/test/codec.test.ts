@@ -10,9 +10,11 @@ import {
   decodeDecision,
   decodeEvent,
   decodeWatermark,
+  decodeWatermarks,
   encodeDecision,
   encodeEvent,
   encodeWatermark,
+  encodeWatermarks,
   ownSchemas,
   parsingCanonicalForm,
   schemaFingerprint,
@@ -168,6 +170,70 @@ describe('watermarks', () => {
     assert.equal(back.seq, 7);
     if (fields.includes('status')) assert.equal(back.status, 'active');
     assert.throws(() => encodeWatermark({ runId: '', gatewayId: 'g', seq: 1 }), { name: 'MissingRunIdError' });
+  });
+});
+
+describe('batched watermarks (RunWatermarks, issue 24)', () => {
+  const usage = {
+    inputTokens: 120_000,
+    outputTokens: 3_000,
+    costUsd: 1.25,
+    toolCalls: 4,
+    loopTokens: 61_500,
+    loopCostUsd: 0.625,
+    loopCalls: 2,
+    savedTokens: 1_200_000,
+  };
+  const zeroUsage = { inputTokens: 0, outputTokens: 0, costUsd: 0, toolCalls: 0, loopTokens: 0, loopCostUsd: 0, loopCalls: 0, savedTokens: 0 };
+  const marks = [
+    { runId: 'run-a', agentId: 'agent', gatewayId: 'gw', seq: 3, eventTime: 1000, status: 'active', eventCount: 3 },
+    { runId: 'run-ü-🦀', agentId: 'agént', gatewayId: 'gw-日本', seq: 2 ** 53 - 1, eventTime: 2000, status: 'aborted', eventCount: 2 ** 40, ...usage },
+    { runId: 'run-c', agentId: '', gatewayId: '', seq: 0, eventTime: 0 },
+  ];
+
+  it('round-trip several runs in order, with and without usage, defaults for what is left out', () => {
+    const bytes = encodeWatermarks(marks);
+    const back = decodeWatermarks(bytes);
+    assert.deepEqual(back, [
+      { ...marks[0], ...zeroUsage },
+      marks[1],
+      { ...marks[2], status: 'active', eventCount: 0, ...zeroUsage },
+    ]);
+    assert.ok(encodeWatermarks(back).equals(bytes), 'decoded watermarks re-encode byte for byte');
+    assert.ok(bytes.subarray(2, HEADER_SIZE).equals(ownSchemas().RunWatermarks.fingerprint));
+  });
+
+  it('shape each watermark as decodeWatermark does', () => {
+    const alone = decodeWatermark(encodeWatermark(marks[1]));
+    assert.deepEqual(decodeWatermarks(encodeWatermarks([marks[1]])), [alone]);
+    assert.deepEqual(Object.keys(decodeWatermarks(encodeWatermarks([marks[0]]))[0]), Object.keys(alone));
+  });
+
+  it('hold no watermark at all, or refuse a run without id and records of another schema', () => {
+    assert.deepEqual(decodeWatermarks(encodeWatermarks([])), []);
+    assert.throws(() => encodeWatermarks([marks[0], { ...marks[2], runId: '' }]), { name: 'MissingRunIdError' });
+    assert.throws(() => encodeWatermarks([marks[0], null as never]), { name: 'EncodeError' });
+    assert.throws(() => encodeWatermarks([{ ...marks[0], seq: 1.5 }]), { name: 'EncodeError' });
+    assert.throws(() => decodeWatermarks(encodeWatermark(marks[0])), { name: 'SchemaMismatchError' });
+    assert.throws(() => decodeWatermarks(encodeWatermarks(marks).subarray(0, -2)), { name: 'TruncatedMessageError' });
+    assert.throws(() => encodeWatermarks(marks, { maxSize: 64 }), { name: 'PayloadTooLargeError' });
+  });
+
+  it('refuse a batch holding a watermark with an empty run id on decode', () => {
+    const datum = { watermarks: [{ ...ownSchemas().RunWatermarks.type.fromBuffer(encodeWatermarks([marks[0]]).subarray(HEADER_SIZE)).watermarks[0], run_id: '' }] };
+    const body = ownSchemas().RunWatermarks.type.toBuffer(datum);
+    const message = Buffer.concat([Buffer.from([0xc3, 0x01]), ownSchemas().RunWatermarks.fingerprint, body]);
+    assert.throws(() => decodeWatermarks(message), { name: 'MissingRunIdError' });
+  });
+
+  it('decodeControl tells decisions, one run\'s watermark and a batch\'s watermarks apart', () => {
+    const kinds = [encodeDecision(decision), encodeWatermark(marks[0]), encodeWatermark(marks[1]), encodeWatermarks(marks)].map(
+      (bytes) => decodeControl(bytes),
+    );
+    assert.deepEqual(kinds.map((k) => k.type), ['decision', 'watermark', 'watermark', 'watermarks']);
+    const batch = kinds[3];
+    assert.ok(batch.type === 'watermarks');
+    assert.deepEqual(batch.watermarks.map((w) => [w.runId, w.seq]), marks.map((m) => [m.runId, m.seq]));
   });
 });
 

@@ -11,6 +11,7 @@ import {
   decodeEvent,
   encodeDecision,
   encodeWatermark,
+  encodeWatermarks,
 } from '../src';
 
 export interface Sent {
@@ -83,4 +84,9 @@ export function decisionFor(runId: string, seq: number, action: Decision['action
 
 export function watermarkFor(runId: string, seq: number): Buffer {
   return encodeWatermark({ runId, gatewayId: 'gw-ts', seq, agentId: 'agent', eventTime: Date.now() });
+}
+
+/** One RunWatermarks record (issue 24) with a watermark per `[runId, seq]`, as a worker batch writes it. */
+export function watermarksFor(...marks: [runId: string, seq: number][]): Buffer {
+  return encodeWatermarks(marks.map(([runId, seq]) => ({ runId, gatewayId: 'gw-ts', seq, agentId: 'agent', eventTime: Date.now() })));
 }
