@@ -17,6 +17,8 @@ clients/typescript) with the Python codec.
 File format (everything JSON-safe):
 - Avro longs (seq, event_time, count) are decimal strings, so 64-bit values survive JS parsers.
 - ``hex``: the whole single-object message (``c301`` + fingerprint + datum).
+- ``watermark_batches``: RunWatermarks records (issue 24), ``watermarks`` the fields of each
+  of their watermarks in order.
 - ``gateway_json`` values are tagged trees (``{"int": "7"}``, ``{"float": "0.1"}``,
   ``{"str": ...}``, ``{"bool": true}``, ``{"null": null}``, ``{"list": [...]}``,
   ``{"dict": [[key, value], ...]}``) so floats, big ints and key order reach the other side
@@ -348,6 +350,15 @@ WATERMARKS = [  # RunWatermark fields; the last one leaves status and event_coun
     ),
 ]
 
+# RunWatermarks records (issue 24): a worker batch's watermarks on one control partition, by
+# the names of WATERMARKS above, in order.
+WATERMARK_BATCHES = [
+    ("two_runs", ["first", "with_usage"]),
+    ("every_run", [name for name, _ in WATERMARKS]),
+    ("one_run_defaults", ["empty_gateway_defaults"]),
+    ("empty", []),
+]
+
 
 def js_float(x: float) -> bool:
     """Finite and non-zero, and a JS client writes it as a float too (not integral below 1e21)."""
@@ -603,6 +614,15 @@ def build() -> dict[str, Any]:
         fields = longs(dataclasses.asdict(mark), ("seq", "event_time", "event_count"))
         watermarks.append({"name": name, "fields": fields, "hex": data.hex()})
 
+    by_name = dict(WATERMARKS)
+    watermark_batches = []
+    for name, names in WATERMARK_BATCHES:
+        marks = tuple(codec.RunWatermark(**by_name[n]) for n in names)
+        data = codec.encode_watermarks(marks)
+        assert codec.decode_watermarks(data).marks == marks, name
+        fields = [longs(dataclasses.asdict(m), ("seq", "event_time", "event_count")) for m in marks]
+        watermark_batches.append({"name": name, "watermarks": fields, "hex": data.hex()})
+
     return {
         "generator": "clients/vectors/make_python_vectors.py",
         "codec_module": CODEC_MODULE,
@@ -616,6 +636,7 @@ def build() -> dict[str, Any]:
         "decisions": decisions,
         "decisions_unsafe_for_js": unsafe,
         "watermarks": watermarks,
+        "watermark_batches": watermark_batches,
         "invalid": make_invalid(),
         "gateway_json": gateway_json_cases(),
     }
@@ -629,7 +650,8 @@ def main() -> None:
     args.out.write_text(json.dumps(data, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
     print(
         f"wrote {args.out}: {len(data['events'])} events, {len(data['decisions'])} decisions, "
-        f"{len(data['watermarks'])} watermarks, {len(data['invalid'])} invalid, "
+        f"{len(data['watermarks'])} watermarks, "
+        f"{len(data['watermark_batches'])} watermark batches, {len(data['invalid'])} invalid, "
         f"{len(data['gateway_json'])} JSON cases (codec {data['codec_module']})"
     )
 

@@ -87,6 +87,7 @@ export interface PythonVectors {
   decisions: { name: string; fields: Record<string, unknown>; extra_json: Record<string, string>; hex: string }[];
   decisions_unsafe_for_js: { name: string; hex: string }[];
   watermarks: { name: string; fields: Record<string, unknown>; hex: string }[];
+  watermark_batches: { name: string; watermarks: Record<string, unknown>[]; hex: string }[];
   invalid: {
     name: string;
     decoder: 'decode_event' | 'decode_decision' | 'decode_watermark';

@@ -16,9 +16,11 @@ import {
   decodeDecision,
   decodeEvent,
   decodeWatermark,
+  decodeWatermarks,
   encodeDecision,
   encodeEvent,
   encodeWatermark,
+  encodeWatermarks,
   eventSchemaJson,
   fingerprints,
   ownSchemas,
@@ -105,6 +107,22 @@ describe('watermarks from Python', () => {
       assert.ok(encodeWatermark(fromWire(vector.fields) as unknown as RunWatermark).equals(bytes));
       const control = decodeControl(bytes);
       assert.equal(control.type, 'watermark');
+    });
+  }
+});
+
+describe('batched watermarks (RunWatermarks) from Python', () => {
+  for (const vector of vectors.watermark_batches) {
+    it(vector.name, () => {
+      const bytes = Buffer.from(vector.hex, 'hex');
+      const watermarks = decodeWatermarks(bytes);
+      assert.deepEqual(watermarks.map(toWire), vector.watermarks);
+      assert.ok(encodeWatermarks(watermarks).equals(bytes), 'decoded watermarks re-encode byte for byte');
+      const fromFields = vector.watermarks.map((fields) => fromWire(fields) as unknown as RunWatermark);
+      assert.ok(encodeWatermarks(fromFields).equals(bytes), 'the same fields encode to the same bytes');
+      const control = decodeControl(bytes);
+      assert.equal(control.type, 'watermarks');
+      assert.deepEqual(control.type === 'watermarks' && control.watermarks, watermarks);
     });
   }
 });

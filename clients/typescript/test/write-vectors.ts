@@ -16,13 +16,16 @@ import {
   type AgentEventInput,
   type DecisionInput,
   GatewayClient,
+  type RunWatermark,
   SCHEMA_NAMES,
   decodeDecision,
   decodeEvent,
   decodeWatermark,
+  decodeWatermarks,
   encodeDecision,
   encodeEvent,
   encodeWatermark,
+  encodeWatermarks,
   eventSchemaJson,
   fingerprints,
   ownSchemas,
@@ -146,6 +149,30 @@ function watermarks(): { name: string; bytes: Buffer }[] {
   }));
 }
 
+/** RunWatermarks records (issue 24): what one worker batch publishes per control partition. */
+function watermarkBatches(): { name: string; bytes: Buffer }[] {
+  const base = { agentId: 'agent-ts', gatewayId: 'gw-ts', eventTime: T0 };
+  const usage = { inputTokens: 120_000, outputTokens: 3_000, costUsd: 1.25, toolCalls: 4, loopTokens: 61_500, loopCostUsd: 0.625, loopCalls: 2, savedTokens: 1_200_000 };
+  const cases: [string, RunWatermark[]][] = [
+    [
+      'two_runs_one_with_usage',
+      [
+        { ...base, runId: 'ts-run-1', seq: 3, status: 'active', eventCount: 3 },
+        { ...base, runId: 'ts-run-2', seq: 9, status: 'aborted', eventCount: 9, ...usage },
+      ],
+    ],
+    [
+      'edge_values',
+      [
+        { runId: 'run-ü-🦀', agentId: 'agént', gatewayId: 'gw-日本', seq: 2 ** 53 - 1, eventTime: T0 + 42, status: 'ended', eventCount: 2 ** 40 },
+        { runId: 'ts-run-3', agentId: '', gatewayId: '', seq: 0, eventTime: 0 },
+      ],
+    ],
+    ['empty', []],
+  ];
+  return cases.map(([name, marks]) => ({ name, bytes: encodeWatermarks(marks) }));
+}
+
 async function main(): Promise<void> {
   const out = {
     generator: 'clients/typescript: npm run vectors (test/write-vectors.ts)',
@@ -166,12 +193,18 @@ async function main(): Promise<void> {
       fields: toWire(decodeWatermark(bytes)),
       hex: bytes.toString('hex'),
     })),
+    watermark_batches: watermarkBatches().map(({ name, bytes }) => ({
+      name,
+      watermarks: decodeWatermarks(bytes).map((watermark) => toWire(watermark)),
+      hex: bytes.toString('hex'),
+    })),
     json: Object.entries(JSON_VALUES).map(([name, value]) => ({ name, typescript: pyJsonDumps(value) })),
   };
   const file = path.join(vectorsDir(), 'typescript.json');
   fs.writeFileSync(file, `${JSON.stringify(out, null, 1)}\n`);
   console.log(
-    `wrote ${file}: ${out.events.length} events, ${out.decisions.length} decisions, ${out.watermarks.length} watermarks, ${out.json.length} JSON texts`,
+    `wrote ${file}: ${out.events.length} events, ${out.decisions.length} decisions, ${out.watermarks.length} watermarks, ` +
+      `${out.watermark_batches.length} watermark batches, ${out.json.length} JSON texts`,
   );
 }
 

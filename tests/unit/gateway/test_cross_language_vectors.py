@@ -113,6 +113,28 @@ def test_typescript_watermark_decodes_and_reencodes(vector: dict[str, Any]) -> N
     assert codec.decode_control(data) == mark
 
 
+BATCHES = TS["watermark_batches"]
+
+
+@pytest.mark.parametrize("vector", BATCHES, ids=[v["name"] for v in BATCHES])
+def test_typescript_watermark_batch_decodes_and_reencodes(vector: dict[str, Any]) -> None:
+    """A RunWatermarks record (issue 24) the TypeScript codec wrote reads here mark for mark."""
+    data = bytes.fromhex(vector["hex"])
+    batch = codec.decode_watermarks(data)
+    assert [dataclasses.asdict(m) for m in batch.marks] == [_longs(f) for f in vector["watermarks"]]
+    assert codec.encode_watermarks(batch.marks) == data
+    assert codec.decode_control(data) == batch
+    assert codec.control_messages(data) == batch.marks
+
+
+def test_typescript_vectors_hold_a_batch_of_several_runs_with_usage() -> None:
+    """The batches cover what a worker writes: several runs in one record, usage and none."""
+    sizes = [len(v["watermarks"]) for v in BATCHES]
+    assert max(sizes) >= 2 and 0 in sizes
+    marks = [m for v in BATCHES for m in v["watermarks"]]
+    assert any(m["input_tokens"] for m in marks) and any(not m["input_tokens"] for m in marks)
+
+
 # -------------------------------------------------------------------------------- JSON
 
 
