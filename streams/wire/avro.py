@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import MISSING, dataclass, replace
 from dataclasses import fields as dataclass_fields
 from functools import cache
@@ -66,16 +66,22 @@ __all__ = [
     "MissingRunIdError",
     "PayloadTooLargeError",
     "SchemaMismatchError",
+    "RunWatermarks",
     "SchemaRegistry",
     "TruncatedMessageError",
     "UnknownSchemaError",
     "decode_dead_letter",
     "decode_decision",
+    "control_messages",
+    "decode_control",
     "decode_event",
+    "decode_watermarks",
     "default_registry",
     "encode_dead_letter",
     "encode_decision",
     "encode_event",
+    "encode_watermark_chunks",
+    "encode_watermarks",
     "event_from_dict_checked",
     "event_schema_fingerprint",
     "event_schema_json",
@@ -359,18 +365,87 @@ def decode_watermark(
     return RunWatermark(**{name: datum[name] for name in _WATERMARK_FIELDS})
 
 
+@dataclass(frozen=True, slots=True)
+class RunWatermarks:
+    """Watermarks of every run a batch touched on one control partition, in one record
+    (schemas/RunWatermarks.avsc): the worker's records no longer grow with its runs."""
+
+    marks: tuple[RunWatermark, ...]
+
+
+def encode_watermarks(
+    marks: Sequence[RunWatermark], *, max_size: int = DEFAULT_MAX_MESSAGE_SIZE
+) -> bytes:
+    """Single-object Avro bytes for a RunWatermarks record; :class:`PayloadTooLargeError`
+    when the marks do not fit ``max_size`` (split them: :func:`encode_watermark_chunks`)."""
+    for mark in marks:
+        if not isinstance(mark, RunWatermark):
+            raise EncodeError(f"not a RunWatermark: {type(mark).__name__}")
+        if not mark.run_id:
+            raise MissingRunIdError("RunWatermark")
+    fields = _WATERMARK_FIELDS
+    datum = {"watermarks": [{n: getattr(m, n) for n in fields} for m in marks]}
+    return own_codecs()["RunWatermarks"].encode(datum, max_size)
+
+
+def encode_watermark_chunks(
+    marks: Sequence[RunWatermark], *, max_size: int = DEFAULT_MAX_MESSAGE_SIZE
+) -> list[bytes]:
+    """``marks`` as few RunWatermarks records as fit ``max_size`` each (halved until they
+    do; one mark too large for a record of its own raises :class:`PayloadTooLargeError`)."""
+    try:
+        return [encode_watermarks(marks, max_size=max_size)]
+    except PayloadTooLargeError:
+        if len(marks) < 2:
+            raise
+    half = len(marks) // 2
+    return [
+        *encode_watermark_chunks(marks[:half], max_size=max_size),
+        *encode_watermark_chunks(marks[half:], max_size=max_size),
+    ]
+
+
+def decode_watermarks(
+    data: bytes,
+    registry: SchemaRegistry | None = None,
+    *,
+    max_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+) -> RunWatermarks:
+    datum = own_codecs()["RunWatermarks"].decode(data, registry, max_size)
+    marks = tuple(RunWatermark(**mark) for mark in datum["watermarks"])
+    if not all(mark.run_id for mark in marks):
+        raise MissingRunIdError("RunWatermark")
+    return RunWatermarks(marks)
+
+
 def decode_control(
     data: bytes,
     registry: SchemaRegistry | None = None,
     *,
     max_size: int = DEFAULT_MAX_MESSAGE_SIZE,
-) -> Decision | RunWatermark:
-    """A control-topic message: a watermark when it carries the watermark schema's
-    fingerprint, otherwise a Decision (ours or a registered evolution of it)."""
+) -> Decision | RunWatermark | RunWatermarks:
+    """A control-topic message: a run's watermark or a batch's watermarks when it carries
+    their schema's fingerprint, otherwise a Decision (ours or a registered evolution)."""
     is_bytes = isinstance(data, bytes | bytearray | memoryview)  # a tombstone is None
-    if is_bytes and data[len(MARKER) : HEADER_SIZE] in _watermark_fingerprints():
-        return decode_watermark(data, registry, max_size=max_size)
+    if is_bytes:
+        fingerprint = data[len(MARKER) : HEADER_SIZE]
+        if fingerprint == own_codecs()["RunWatermarks"].schema.fingerprint:
+            return decode_watermarks(data, registry, max_size=max_size)
+        if fingerprint in _watermark_fingerprints():
+            return decode_watermark(data, registry, max_size=max_size)
     return decode_decision(data, registry, max_size=max_size)
+
+
+def control_messages(
+    data: bytes,
+    registry: SchemaRegistry | None = None,
+    *,
+    max_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+) -> tuple[Decision | RunWatermark, ...]:
+    """A control-topic message as the decisions and run watermarks it holds (a
+    RunWatermarks record holds several)."""
+    message = decode_control(data, registry, max_size=max_size)
+    return message.marks if isinstance(message, RunWatermarks) else (message,)
 
 
 @cache

@@ -51,7 +51,7 @@ __all__ = [
 ]
 
 SCHEMA_DIR = Path(schemas.__file__).resolve().parent  # top-level schemas/, also installed
-SCHEMA_NAMES = ("AgentEvent", "Decision", "RunWatermark", "DeadLetter")
+SCHEMA_NAMES = ("AgentEvent", "Decision", "RunWatermark", "RunWatermarks", "DeadLetter")
 # Earlier versions of our schemas, ``<name>.v<N>.avsc``, known to every registry so that
 # bytes written with them read without a schemas-topic lookup (and, for RunWatermark, the
 # version the worker still writes for runs without usage, which older gateways read).

@@ -114,7 +114,7 @@ def schema_dict(name: str) -> dict[str, Any]:
 
 def test_schemas_load_and_mirror_the_dataclasses() -> None:
     schemas = load_schemas()
-    assert set(schemas) == {"AgentEvent", "Decision", "RunWatermark", "DeadLetter"}
+    assert set(schemas) == {"AgentEvent", "Decision", "RunWatermark", "RunWatermarks", "DeadLetter"}
     event = schemas["AgentEvent"]
     assert event.fullname == "loopguard.AgentEvent"
     envelope = [f.name for f in fields(Envelope)]
