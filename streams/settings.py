@@ -19,6 +19,8 @@ Guarantee = Literal["at_least_once", "exactly_once"]  # Faust's processing guara
 GUARANTEES: tuple[Guarantee, ...] = ("at_least_once", "exactly_once")
 ControlDelivery = Literal["immediate", "transactional"]  # exactly once: decisions' path
 CONTROL_DELIVERIES: tuple[ControlDelivery, ...] = ("immediate", "transactional")
+WatermarkFormat = Literal["batched", "per_run"]  # RunWatermarks or RunWatermark records
+WATERMARK_FORMATS: tuple[WatermarkFormat, ...] = ("batched", "per_run")
 
 DEFAULT_DB_URL = "sqlite:///loopguard-data/audit.db"
 
@@ -165,6 +167,11 @@ class Settings:
     # "transactional" (in the batch's transaction: visible once it commits).
     # streams.worker.exactly_once says why either keeps the audit trail whole.
     control_delivery: ControlDelivery = "immediate"
+    # How a batch's watermarks go out: "batched", one RunWatermarks record per control
+    # partition (what the worker, its gateways and its audit agent read no longer grows with
+    # the runs in a batch), or "per_run", one RunWatermark record per run, for gateways from
+    # before RunWatermarks (schemas/RunWatermarks.avsc).
+    watermarks: WatermarkFormat = "batched"
     producer_max_batch: int = PROFILES["kafka"].producer_max_batch
     processing_guarantee: Guarantee = PROFILES["kafka"].processing_guarantee
     fast_handoff: bool = True
@@ -218,6 +225,7 @@ class Settings:
         delivery = _choice(
             "CONTROL_DELIVERY", "immediate", CONTROL_DELIVERIES, "a control delivery"
         )
+        watermarks = _choice("WATERMARKS", cls.watermarks, WATERMARK_FORMATS, "a watermark format")
         return cls(
             profile=profile.name,
             app_id=_env("APP_ID", cls.app_id),
@@ -256,6 +264,7 @@ class Settings:
             producer_max_batch=_int("PRODUCER_MAX_BATCH", profile.producer_max_batch),
             processing_guarantee=cast(Guarantee, guarantee),
             control_delivery=cast(ControlDelivery, delivery),
+            watermarks=cast(WatermarkFormat, watermarks),
             fast_handoff=_int("FAST_HANDOFF", int(cls.fast_handoff)) != 0,
             security_protocol=_env("SECURITY_PROTOCOL", cls.security_protocol),
             sasl_mechanism=_env("SASL_MECHANISM", ""),

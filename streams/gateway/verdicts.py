@@ -15,13 +15,13 @@ import logging
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from streams.core.events import Action, Decision
 from streams.gateway.throttle import LogThrottle
-from streams.wire.avro import CodecError, RunWatermark, decode_control
+from streams.wire.avro import CodecError, RunWatermark, RunWatermarks, decode_control
 
 log = logging.getLogger("loopguard.gateway")
 TIMEOUT_LOG_INTERVAL = 10.0  # seconds between "had not processed" warnings
@@ -121,19 +121,24 @@ class ControlState:
         except CodecError as exc:
             log.warning("skipping undecodable control message: %s", exc)
             return
-        if isinstance(message, RunWatermark):
-            self._on_watermark(message)
+        if isinstance(message, RunWatermarks):
+            self._on_watermarks(message.marks)
+        elif isinstance(message, RunWatermark):
+            self._on_watermarks((message,))
         else:
             self._on_decision(message)
 
-    def _on_watermark(self, mark: RunWatermark) -> None:
+    def _on_watermarks(self, marks: Sequence[RunWatermark]) -> None:
+        """A run's watermark, or a batch's (one lock for all): each wakes its run's waits."""
         with self._lock:
-            control = self._control[mark.run_id]
-            if mark.seq > control.watermark:
-                control.watermark = mark.seq
-                control.notify()
+            for mark in marks:
+                control = self._control[mark.run_id]
+                if mark.seq > control.watermark:
+                    control.watermark = mark.seq
+                    control.notify()
         if self.on_watermark is not None:
-            self.on_watermark(mark)
+            for mark in marks:
+                self.on_watermark(mark)
 
     def _on_decision(self, decision: Decision) -> None:
         with self._lock:

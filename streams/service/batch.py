@@ -9,8 +9,9 @@ batch, so the per-event cost is the detector's and the codec's, not the runtime'
 
 Records are grouped by destination (topic, partition) in the order they must reach it: an
 event's decisions in event order, then each touched run's state (changelog) and watermark
-(control) after every decision of the batch. Each record names its *source*: the events
-partition whose offsets it is committed with (exactly once, its transaction).
+(control; one RunWatermarks record per partition) after every decision of the batch. Each
+record names its *source*: the events partition whose offsets it is committed with (exactly
+once, its transaction).
 """
 
 from __future__ import annotations
@@ -29,9 +30,11 @@ from streams.service.processor import EventProcessor
 from streams.state.state_format import encode as encode_state
 from streams.wire.avro import (
     DeadLetterRecord,
+    RunWatermark,
     encode_dead_letter,
     encode_decision,
     encode_watermark,
+    encode_watermark_chunks,
 )
 from streams.wire.errors import CodecError
 from streams.wire.single_object import HEADER_SIZE, MARKER
@@ -139,12 +142,15 @@ def process_batch(
     changelog_partition: Callable[[bytes, RunState], int],
     max_message_bytes: int,
     now: float,
+    per_run_watermarks: bool = False,
 ) -> BatchOutput:
     """Decide a batch: per event what :meth:`EventProcessor.apply` says, per run its state
     and watermark once. ``decode`` raises :class:`CodecError` for bad input (an unknown
     schema included: resolve those first); ``partition_for(topic, key)`` is the producer's
     partitioner; ``changelog_partition(run key, state)`` where a run's state is written;
-    ``now`` is wall-clock seconds (dead letters' time)."""
+    ``now`` is wall-clock seconds (dead letters' time). The watermarks go out as one
+    RunWatermarks record per control partition (and source), or with ``per_run_watermarks``
+    one RunWatermark record per run, for gateways that know no other."""
     out = BatchOutput()
     control = topics.control
     newest = -1
@@ -189,6 +195,7 @@ def process_batch(
                 out.add(OutRecord(topics.agent_sends, key, value, partition, source))
     if newest >= 0:
         out.newest_event_time_ms = newest
+    marks: dict[tuple[int, TopicPartition], list[RunWatermark]] = {}
     for run in processor.take_touched():
         # The state goes to its events' partition (streams.worker.tables): an applied event
         # came from there (else it was re-keyed), and so goes the watermark, after the run's
@@ -198,12 +205,15 @@ def process_batch(
         source = (topics.events, partition)
         out.state_writes.append(StateWrite(run.key, run.state))
         out.add(OutRecord(topics.changelog, run.key, encode_state(run.state), partition, source))
-        out.add(
-            OutRecord(
-                control, run.key, encode_watermark(run.watermark),
-                partition_for(control, run.key), source,
-            )
-        )  # fmt: skip
+        destination = partition_for(control, run.key)
+        if per_run_watermarks:
+            value = encode_watermark(run.watermark)
+            out.add(OutRecord(control, run.key, value, destination, source))
+        else:
+            marks.setdefault((destination, source), []).append(run.watermark)
+    for (destination, source), batch_marks in marks.items():
+        for value in encode_watermark_chunks(batch_marks, max_size=max_message_bytes):
+            out.add(OutRecord(control, None, value, destination, source))
     out.sessions = processor.take_sessions()
     return out
 

@@ -36,7 +36,7 @@ from streams.service.batch import (
     process_batch,
     writer_fingerprint,
 )
-from streams.wire.avro import CodecError, decode_control, decode_event
+from streams.wire.avro import CodecError, control_messages, decode_event
 from streams.worker.checkpoint import Checkpoint
 from streams.worker.config_audit import start_config_audit
 from streams.worker.crash_exit import CrashExit
@@ -143,6 +143,7 @@ class WorkerAgents:
             changelog_partition=self.changelog_partition,
             max_message_bytes=self.settings.max_message_bytes,
             now=now,
+            per_run_watermarks=self.settings.watermarks == "per_run",
         )
         runs, expiry = parts.runs, parts.expiry
         for write in output.state_writes:
@@ -224,14 +225,15 @@ class WorkerAgents:
             decisions, watermarks = [], []
             for value in batch:
                 try:
-                    message = decode_control(value)
+                    messages = control_messages(value)
                 except CodecError as exc:
                     log.warning("skipping undecodable control message: %s", exc)
                     continue
-                if isinstance(message, Decision):
-                    decisions.append(message)
-                else:
-                    watermarks.append(message)
+                for message in messages:
+                    if isinstance(message, Decision):
+                        decisions.append(message)
+                    else:
+                        watermarks.append(message)
             # A decision the database refused is quarantined, not posted (issue 26).
             _, stored = await self.parts.audit.store_decisions(decisions)
             if self.parts.webhooks is not None:  # queues; never waits for an endpoint

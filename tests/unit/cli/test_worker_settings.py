@@ -60,3 +60,15 @@ def test_an_unknown_control_delivery_is_refused_and_immediate_is_the_default(mon
     monkeypatch.setenv("LOOPGUARD_CONTROL_DELIVERY", "eventually")
     with pytest.raises(ValueError, match="eventually.*immediate or transactional"):
         Settings.from_env()
+
+
+def test_watermarks_are_batched_unless_per_run_is_asked_and_others_are_refused(
+    monkeypatch,
+) -> None:
+    monkeypatch.delenv("LOOPGUARD_WATERMARKS", raising=False)
+    assert Settings.from_env().watermarks == "batched"
+    monkeypatch.setenv("LOOPGUARD_WATERMARKS", "per_run")
+    assert Settings.from_env().watermarks == "per_run"
+    monkeypatch.setenv("LOOPGUARD_WATERMARKS", "sometimes")
+    with pytest.raises(ValueError, match="sometimes.*batched or per_run"):
+        Settings.from_env()

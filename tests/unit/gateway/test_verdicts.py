@@ -10,12 +10,24 @@ from types import SimpleNamespace
 
 from streams.core.events import Action, Decision
 from streams.gateway.verdicts import ControlState
-from streams.wire.avro import RunWatermark, encode_decision, encode_watermark
+from streams.wire.avro import RunWatermark, encode_decision, encode_watermark, encode_watermarks
 
 
 def watermark(run_id: str, seq: int) -> SimpleNamespace:
     mark = RunWatermark(run_id=run_id, agent_id="agent", gateway_id="gw", seq=seq, event_time=0)
     return SimpleNamespace(value=encode_watermark(mark))
+
+
+def watermarks(*marks: tuple[str, int]) -> SimpleNamespace:
+    """A batch's RunWatermarks record: (run id, seq) per run."""
+    return SimpleNamespace(
+        value=encode_watermarks(
+            [
+                RunWatermark(run_id=r, agent_id="agent", gateway_id="gw", seq=s, event_time=0)
+                for r, s in marks
+            ]
+        )
+    )
 
 
 def block(run_id: str, seq: int) -> SimpleNamespace:
@@ -92,3 +104,21 @@ def test_a_call_times_out_when_only_other_runs_progress() -> None:
     verdict = state.take_verdict("r1", published_seq=1)
     assert verdict.allowed and verdict.timed_out
     assert state.wait_timeouts == 1
+
+
+def test_one_batch_record_answers_the_calls_of_each_run_it_holds() -> None:
+    seen: list[tuple[str, int]] = []
+    state = ControlState(
+        "gw", wait_budget_ms=5_000, on_watermark=lambda m: seen.append((m.run_id, m.seq))
+    )
+    first, out1 = in_thread(lambda: state.take_verdict("r1", published_seq=4))
+    second, out2 = in_thread(lambda: state.take_verdict("r2", published_seq=2))
+    state.on_control(watermarks(("r1", 4), ("r2", 2), ("r3", 9)))
+    first.join(timeout=5)
+    second.join(timeout=5)
+    for out in (out1, out2):
+        assert out["value"].allowed and not out["value"].timed_out
+    assert seen == [("r1", 4), ("r2", 2), ("r3", 9)]
+    # An older watermark in a later batch moves no run back.
+    state.on_control(watermarks(("r1", 1)))
+    assert state.take_verdict("r1", published_seq=4).timed_out is False

@@ -64,7 +64,8 @@ def changelog_partition(key: bytes, state: RunState) -> int:
 class Worker:
     """A table (dict) and a processor, fed batch by batch as the adapter does."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, per_run_watermarks: bool = False) -> None:
+        self.per_run_watermarks = per_run_watermarks
         self.table: dict[bytes, RunState] = {}
         configs = ConfigBook(fleet(BLOCK), NoOverrides())
         self.processor = EventProcessor(self.table.get, configs.for_agent)
@@ -90,6 +91,7 @@ class Worker:
             changelog_partition=changelog_partition,
             max_message_bytes=max_bytes,
             now=1_700_000_000.0,
+            per_run_watermarks=self.per_run_watermarks,
         )
         self.table.update({write.key: write.state for write in out.state_writes})
         return out
@@ -142,14 +144,53 @@ def test_a_partitions_records_keep_decisions_before_the_runs_watermark() -> None
     out = worker.batch(worker.messages(looping("run-a")))
     key = b"run-a"
     control = out.records[(TOPICS.control, partition_for(TOPICS.control, key))]
-    kinds = [type(decode_control(r.value)).__name__ for r in control]
+    messages = [decode_control(r.value) for r in control]
+    kinds = [type(m).__name__ for m in messages]
     assert kinds.count("Decision") >= 2
-    assert kinds[-1] == "RunWatermark" and "RunWatermark" not in kinds[:-1]
-    seqs = [decode_control(r.value).seq for r in control]
-    assert seqs[:-1] == sorted(seqs[:-1])  # decisions in event order
-    assert seqs[-1] == len(looping("run-a"))  # the watermark: every event applied
+    assert kinds[-1] == "RunWatermarks" and "RunWatermarks" not in kinds[:-1]
+    seqs = [m.seq for m in messages[:-1]]
+    assert seqs == sorted(seqs)  # decisions in event order
+    (mark,) = messages[-1].marks
+    assert mark.run_id == "run-a" and mark.seq == len(looping("run-a"))  # every event applied
+    assert control[-1].key is None  # a partition's record, not a run's
     source = (TOPICS.events, partition_for(TOPICS.events, key))
     assert {r.source for r in control} == {source}  # committed with the events' offsets
+
+
+def runs_on_one_partition(count: int) -> list[str]:
+    """``count`` run ids the producer's partitioner puts on the same control partition."""
+    by_partition: dict[int, list[str]] = {}
+    n = 0
+    while True:
+        run_id = f"run-{n}"
+        same = by_partition.setdefault(partition_for(TOPICS.control, run_id.encode()), [])
+        same.append(run_id)
+        if len(same) == count:
+            return same
+        n += 1
+
+
+def test_a_partitions_watermarks_go_out_as_one_record_after_its_decisions() -> None:
+    run_ids = runs_on_one_partition(3)
+    worker = Worker()
+    out = worker.batch(worker.messages(interleaved([looping(r) for r in run_ids])))
+    control = out.records[(TOPICS.control, partition_for(TOPICS.control, run_ids[0].encode()))]
+    messages = [decode_control(r.value) for r in control]
+    assert [type(m).__name__ for m in messages[:-1]] == ["Decision"] * (len(messages) - 1)
+    assert len(messages) > 3  # the runs did decide
+    marks = messages[-1].marks  # one record, every run's watermark
+    assert sorted(m.run_id for m in marks) == sorted(run_ids)
+    assert {m.seq for m in marks} == {len(looping(run_ids[0]))}
+
+
+def test_per_run_watermarks_go_out_one_record_per_run_for_older_gateways() -> None:
+    run_ids = runs_on_one_partition(2)
+    worker = Worker(per_run_watermarks=True)
+    out = worker.batch(worker.messages(interleaved([looping(r) for r in run_ids])))
+    control = out.records[(TOPICS.control, partition_for(TOPICS.control, run_ids[0].encode()))]
+    marks = [(r.key, decode_control(r.value)) for r in control[-2:]]
+    assert [type(m).__name__ for _, m in marks] == ["RunWatermark", "RunWatermark"]
+    assert sorted((key, m.run_id) for key, m in marks) == [(r.encode(), r) for r in run_ids]
 
 
 def test_state_is_written_once_per_run_per_batch_and_holds_the_batchs_last_event() -> None:

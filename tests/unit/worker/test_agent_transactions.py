@@ -191,7 +191,7 @@ def test_a_session_runs_decisions_and_watermark_go_in_its_events_partitions_tran
         if topic == "lg.control"
     ]
     kinds = [kind for _, _, kind in control]
-    assert kinds.count("Decision") >= 1 and kinds[-1] == "RunWatermark"  # it did decide
+    assert kinds.count("Decision") >= 1 and kinds[-1] == "RunWatermarks"  # it did decide
     # Keyed by run id, so written to partition 5, but committed with partition 2's offsets.
     assert {(p, tid) for p, tid, _ in control} == {(5, "lg-0-2")}
     assert set(agents.parts.runs) == {b"run-b"}
