@@ -197,7 +197,7 @@ class Decision:
         write of a looping run converts each decision it keeps."""
         data = {name: getattr(self, name) for name in DECISION_FIELD_NAMES}
         data["action"] = self.action.value
-        data["extra"] = copy.deepcopy(self.extra)
+        data["extra"] = copy_extra(self.extra)
         return data
 
     @classmethod
@@ -209,3 +209,13 @@ class Decision:
 
 
 DECISION_FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in fields(Decision))
+_IMMUTABLE_SCALARS = (str, int, float, bool, type(None))
+
+
+def copy_extra(extra: dict[str, Any]) -> dict[str, Any]:
+    """A decision's ``extra`` the caller may change: flat (what the detectors write, e.g.
+    ``{"blocks": "3"}``) a plain copy, nested a deep one. Every state write copies each
+    decision its run keeps, and ``deepcopy`` costs three times as much as ``dict``."""
+    if all(isinstance(value, _IMMUTABLE_SCALARS) for value in extra.values()):
+        return dict(extra)
+    return copy.deepcopy(extra)

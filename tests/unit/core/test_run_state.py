@@ -901,3 +901,25 @@ def test_a_second_result_omitting_its_args_still_uses_its_calls_args():
     records = lg.runs["run-1"].history.records
     assert [r.sig for r in records] == [args_hash("read", {"path": "a"})] * 2
     assert records[0].result_hash == records[1].result_hash is not None
+
+
+def test_a_decisions_dict_owns_its_extra_flat_or_nested() -> None:
+    """``to_dict`` copies ``extra`` (a plain copy when flat): changing the dict's never
+    changes the decision's, which the run's state keeps."""
+    from streams.core.events import Action, Decision
+
+    def decision(extra: dict) -> Decision:
+        return Decision(
+            run_id="r", agent_id="a", gateway_id="g", seq=3, event_time=0,
+            action=Action.BLOCK, detector="exact_repeat", severity="critical", count=3,
+            tool_name="read", reason="x", extra=extra,
+        )  # fmt: skip
+
+    flat = decision({"blocks": "3"})
+    data = flat.to_dict()
+    data["extra"]["blocks"] = "4"
+    assert flat.extra == {"blocks": "3"} and Decision.from_dict(flat.to_dict()) == flat
+    nested = decision({"cycle": {"agents": ["a", "b"]}})
+    data = nested.to_dict()
+    data["extra"]["cycle"]["agents"].append("c")
+    assert nested.extra == {"cycle": {"agents": ["a", "b"]}}
