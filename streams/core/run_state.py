@@ -372,6 +372,17 @@ class RunState:
     # -- persistence (Faust table values) ---------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
+        return self._as_dict(
+            [[seq, [recent_decision_dict(d) for d in ds]] for seq, ds in self.recent]
+        )
+
+    def snapshot(self) -> dict[str, Any]:
+        """What :meth:`from_dict` restores, taken to roll a failed event back: as
+        :meth:`to_dict`, but the decisions the run keeps stay objects (frozen, so nothing to
+        copy; converting each to a dict was most of what a snapshot cost)."""
+        return self._as_dict([[seq, list(ds)] for seq, ds in self.recent])
+
+    def _as_dict(self, recent: list[list[Any]]) -> dict[str, Any]:
         data: dict[str, Any] = {
             "run_id": self.run_id,
             "agent_id": self.agent_id,
@@ -388,7 +399,7 @@ class RunState:
             "history": self.history.to_list(),
             "guard": self.guard.to_dict(),
             "stats": [self.stats.events, self.stats.duplicates, self.stats.gaps, self.stats.late],
-            "recent": [[seq, [recent_decision_dict(d) for d in ds]] for seq, ds in self.recent],
+            "recent": recent,
         }
         if self.session_id:  # states of runs without a session read and compare as before
             data["session_id"] = self.session_id
@@ -424,5 +435,6 @@ class RunState:
         if usage:
             state.usage = RunUsage.from_list(usage)
         for seq, decisions in data.get("recent", []):
-            keep_recent(state.recent, seq, [Decision.from_dict(d) for d in decisions])
+            kept = [d if isinstance(d, Decision) else Decision.from_dict(d) for d in decisions]
+            keep_recent(state.recent, seq, kept)
         return state

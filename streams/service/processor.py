@@ -132,7 +132,7 @@ class EventProcessor:
         if state is None:
             state = self.load_state(run_key)
             # As the run was before this batch: what a failed evaluation goes back to.
-            self.before_batch[run_key] = None if state is None else state.to_dict()
+            self.before_batch[run_key] = None if state is None else state.snapshot()
             if state is None:
                 state = RunState(envelope.run_id, cfg.history_size)
         self.touched[run_key] = state
