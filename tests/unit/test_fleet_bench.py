@@ -119,7 +119,7 @@ def test_leaked_calls_are_counted_from_the_reported_events() -> None:
     assert figures["events_decided"] == 3 and figures["client"] == "typescript"
 
 
-def test_node_command_passes_the_fleet_and_tansus_batch_limit() -> None:
+def test_node_command_passes_the_fleet_and_no_per_partition_cap() -> None:
     args = SimpleNamespace(
         agents=50,
         seconds=15.0,
@@ -132,12 +132,11 @@ def test_node_command_passes_the_fleet_and_tansus_batch_limit() -> None:
         budget_ms=50.0,
         seed=1,
     )
-    cmd = node_command("127.0.0.1:9092", "tansu", 5, args)
+    cmd = node_command("127.0.0.1:9092", 5, args)
     flags = dict(zip(cmd[2::2], cmd[3::2], strict=True))
     assert flags["--agents"] == "50" and flags["--think-median"] == "1.5"
     assert flags["--back-to-back"] == "0.2" and flags["--budget-ms"] == "50"
-    assert flags["--fetch-max-wait-ms"] == "5" and flags["--max-events-per-partition"] == "1"
-    assert "--max-events-per-partition" not in node_command("b:1", "kafka", 20, args)
+    assert flags["--fetch-max-wait-ms"] == "5" and "--max-events-per-partition" not in flags
 
 
 def test_the_looping_share_is_exact_and_spread() -> None:
