@@ -29,10 +29,11 @@ sys.path.append(str(Path(__file__).resolve().parent.parent))
 
 from brokers import add_broker_arg, gateway_fetch_wait_ms, start_broker  # noqa: E402
 from harness import (  # noqa: E402
+    AGE_METRIC,
     CONFIG,
     GroupProgress,
-    bucket_quantile,
     cpu_seconds,
+    event_age_figures,
     histogram_buckets,
     start_workers,
 )
@@ -50,7 +51,6 @@ from streams.settings import Settings  # noqa: E402
 from streams.wire.avro import encode_event  # noqa: E402
 
 PARTITIONS = 4
-AGE_METRIC = "loopguard_event_age_seconds"
 
 
 def compaction_loop_run(run_id: str, t0: int = 0) -> list:
@@ -204,8 +204,7 @@ def main() -> int:
             arrived.wait_for(lambda: all(r in arrivals for r in sent_at), timeout=120)
         latencies = sorted((arrivals[r] - sent_at[r]) * 1000 for r in sent_at if r in arrivals)
         ages_after = histogram_buckets(web_port, AGE_METRIC)
-        age_p50, aged = bucket_quantile(ages_before, ages_after, 0.5)
-        age_p99, _ = bucket_quantile(ages_before, ages_after, 0.99)
+        ages = event_age_figures(ages_before, ages_after)
         p50 = statistics.median(latencies)
         p99 = latencies[int(len(latencies) * 0.99) - 1]
         p90 = latencies[int(len(latencies) * 0.90) - 1]
@@ -245,7 +244,8 @@ def main() -> int:
     print("  slowest: " + ", ".join(f"{ms:.1f} ms at {at:.1f} s" for ms, at in reversed(slowest)))
     print(
         f"  events' age when the worker took them in (its {AGE_METRIC} histogram, latency "
-        f"phase, {aged} events): p50 <= {_ms(age_p50)}, p99 <= {_ms(age_p99)} (bucket bounds): "
+        f"phase, {ages['events_aged']} events): p50 <= {_ms(ages['event_age_p50_max_ms'])}, "
+        f"p99 <= {_ms(ages['event_age_p99_max_ms'])} (bucket bounds): "
         "the broker path before the worker"
     )
     if args.json:
@@ -264,16 +264,16 @@ def main() -> int:
                     "rate": args.rate,
                     "decisions": len(latencies),
                     "missing": lost,
-                    "event_age_p50_max_ms": None if age_p50 is None else age_p50 * 1000,
-                    "event_age_p99_max_ms": None if age_p99 is None else age_p99 * 1000,
+                    "event_age_p50_max_ms": ages["event_age_p50_max_ms"],
+                    "event_age_p99_max_ms": ages["event_age_p99_max_ms"],
                 }
             )
         )
     return 0
 
 
-def _ms(seconds: float | None) -> str:
-    return "n/a" if seconds is None else f"{seconds * 1000:g} ms"
+def _ms(ms: float | None) -> str:
+    return "n/a" if ms is None else f"{ms:g} ms"
 
 
 if __name__ == "__main__":

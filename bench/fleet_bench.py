@@ -61,8 +61,9 @@ sys.path.append(str(Path(__file__).resolve().parent.parent))
 from brokers import add_broker_arg, gateway_fetch_wait_ms, start_broker  # noqa: E402
 from fleet_typescript import ensure_ts_build, typescript_leg  # noqa: E402
 from harness import (  # noqa: E402
-    bucket_quantile,
+    AGE_METRIC,
     cpu_seconds,
+    event_age_figures,
     histogram_buckets,
     percentile,
     start_workers,
@@ -108,9 +109,6 @@ def is_looping(index: int, share: float) -> bool:
     return math.floor((index + 1) * share) > math.floor(index * share)
 
 
-AGE_METRIC = "loopguard_event_age_seconds"
-
-
 @dataclass
 class WorkerWindow:
     """The worker's CPU and its event-age histogram at the measured window's start and end:
@@ -126,13 +124,11 @@ class WorkerWindow:
         self.ages[name] = histogram_buckets(self.web_port, AGE_METRIC)
 
     def figures(self) -> dict[str, Any]:
-        before, after = self.ages.get("measuring", {}), self.ages.get("stopped", {})
-        p50, _ = bucket_quantile(before, after, 0.5)
-        p99, _ = bucket_quantile(before, after, 0.99)
+        ages = event_age_figures(self.ages.get("measuring", {}), self.ages.get("stopped", {}))
         return {
             "worker_cpu_s": self.cpu.get("stopped", 0.0) - self.cpu.get("measuring", 0.0),
-            "event_age_p50_max_ms": None if p50 is None else p50 * 1000,
-            "event_age_p99_max_ms": None if p99 is None else p99 * 1000,
+            "event_age_p50_max_ms": ages["event_age_p50_max_ms"],
+            "event_age_p99_max_ms": ages["event_age_p99_max_ms"],
         }
 
 

@@ -266,6 +266,9 @@ def scan_topic(bootstrap: str, topic: str, partitions: int, timeout: float = 300
         consumer.close()
 
 
+AGE_METRIC = "loopguard_event_age_seconds"  # a worker's event age at take (its /metrics)
+
+
 def histogram_buckets(port: int, name: str) -> dict[float, float]:
     """A worker's histogram ``name`` from its /metrics: cumulative count per upper bound."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
@@ -291,3 +294,15 @@ def bucket_quantile(before: dict[float, float], after: dict[float, float], q: fl
         if cumulative >= q * total:
             return le, int(total)
     return counts[-1][0], int(total)
+
+
+def event_age_figures(before: dict[float, float], after: dict[float, float]) -> dict:
+    """p50 and p99 of the events' age between two scrapes of :data:`AGE_METRIC`, as bucket
+    upper bounds in ms (None when nothing was observed), and how many events that was."""
+    p50, aged = bucket_quantile(before, after, 0.5)
+    p99, _ = bucket_quantile(before, after, 0.99)
+    return {
+        "event_age_p50_max_ms": None if p50 is None else p50 * 1000,
+        "event_age_p99_max_ms": None if p99 is None else p99 * 1000,
+        "events_aged": aged,
+    }

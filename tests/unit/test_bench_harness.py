@@ -9,7 +9,7 @@ from pathlib import Path
 
 sys.path.append(str(Path(__file__).resolve().parents[1].parent / "bench"))
 
-from harness import bucket_quantile  # noqa: E402  (bench/ is not a package)
+from harness import bucket_quantile, event_age_figures  # noqa: E402  (bench/ is not a package)
 
 BEFORE = {0.01: 90.0, 0.03: 95.0, 0.05: 100.0, math.inf: 100.0}
 
@@ -25,3 +25,14 @@ def test_the_quantile_of_what_came_between_two_scrapes() -> None:
 def test_nothing_observed_has_no_quantile() -> None:
     assert bucket_quantile(BEFORE, dict(BEFORE), 0.99) == (None, 0)
     assert bucket_quantile({}, {}, 0.5) == (None, 0)
+
+
+def test_event_age_figures_are_the_quantiles_in_ms() -> None:
+    after = {0.01: 150.0, 0.03: 194.0, 0.05: 199.0, math.inf: 200.0}
+    assert event_age_figures(BEFORE, after) == {
+        "event_age_p50_max_ms": 10.0,
+        "event_age_p99_max_ms": 30.0,
+        "events_aged": 100,
+    }
+    nothing = {"event_age_p50_max_ms": None, "event_age_p99_max_ms": None, "events_aged": 0}
+    assert event_age_figures(BEFORE, dict(BEFORE)) == nothing
