@@ -338,12 +338,23 @@ def _previous_watermark_codec() -> SchemaCodec:
     return SchemaCodec("RunWatermark", previous_schemas()[PREVIOUS_WATERMARK])
 
 
-def encode_watermark(mark: RunWatermark, *, max_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> bytes:
-    """Single-object Avro bytes for a RunWatermark (control topic)."""
+def _require_watermark(mark: RunWatermark) -> None:
     if not isinstance(mark, RunWatermark):
         raise EncodeError(f"not a RunWatermark: {type(mark).__name__}")
     if not mark.run_id:
         raise MissingRunIdError("RunWatermark")
+
+
+def _watermark_from(datum: Mapping[str, Any]) -> RunWatermark:
+    """A decoded RunWatermark datum (alone or in a RunWatermarks record) as the dataclass."""
+    if not datum["run_id"]:
+        raise MissingRunIdError("RunWatermark")
+    return RunWatermark(**{name: datum[name] for name in _WATERMARK_FIELDS})
+
+
+def encode_watermark(mark: RunWatermark, *, max_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> bytes:
+    """Single-object Avro bytes for a RunWatermark (control topic)."""
+    _require_watermark(mark)
     if not mark.has_usage:
         return _previous_watermark_codec().encode(
             {n: getattr(mark, n) for n in _PREVIOUS_WATERMARK_FIELDS}, max_size
@@ -359,10 +370,7 @@ def decode_watermark(
     *,
     max_size: int = DEFAULT_MAX_MESSAGE_SIZE,
 ) -> RunWatermark:
-    datum = own_codecs()["RunWatermark"].decode(data, registry, max_size)
-    if not datum["run_id"]:
-        raise MissingRunIdError("RunWatermark")
-    return RunWatermark(**{name: datum[name] for name in _WATERMARK_FIELDS})
+    return _watermark_from(own_codecs()["RunWatermark"].decode(data, registry, max_size))
 
 
 @dataclass(frozen=True, slots=True)
@@ -379,10 +387,7 @@ def encode_watermarks(
     """Single-object Avro bytes for a RunWatermarks record; :class:`PayloadTooLargeError`
     when the marks do not fit ``max_size`` (split them: :func:`encode_watermark_chunks`)."""
     for mark in marks:
-        if not isinstance(mark, RunWatermark):
-            raise EncodeError(f"not a RunWatermark: {type(mark).__name__}")
-        if not mark.run_id:
-            raise MissingRunIdError("RunWatermark")
+        _require_watermark(mark)
     fields = _WATERMARK_FIELDS
     datum = {"watermarks": [{n: getattr(m, n) for n in fields} for m in marks]}
     return own_codecs()["RunWatermarks"].encode(datum, max_size)
@@ -412,10 +417,7 @@ def decode_watermarks(
     max_size: int = DEFAULT_MAX_MESSAGE_SIZE,
 ) -> RunWatermarks:
     datum = own_codecs()["RunWatermarks"].decode(data, registry, max_size)
-    marks = tuple(RunWatermark(**mark) for mark in datum["watermarks"])
-    if not all(mark.run_id for mark in marks):
-        raise MissingRunIdError("RunWatermark")
-    return RunWatermarks(marks)
+    return RunWatermarks(tuple(_watermark_from(mark) for mark in datum["watermarks"]))
 
 
 def decode_control(
