@@ -40,6 +40,7 @@ from streams.wire.avro import CodecError, control_messages, decode_event
 from streams.worker.checkpoint import Checkpoint
 from streams.worker.config_audit import start_config_audit
 from streams.worker.crash_exit import CrashExit
+from streams.worker.gc_freeze import freeze_start_up_objects
 from streams.worker.parts import WorkerParts
 from streams.worker.ready_batches import take_ready
 from streams.worker.run_expiry import ExpirySweep
@@ -77,6 +78,7 @@ class WorkerAgents:
         app.timer(interval=10.0, name="expire_runs")(self.expire_runs)
         app.timer(interval=LAG_SAMPLE_SECONDS, name="sample_lag")(self.sample_lag)
         app.task(self.announce)
+        app.task(freeze_start_up_objects)  # after table recovery, once
         if parts.webhooks is not None:
             app.task(parts.webhooks.run)
         app.on_partitions_assigned.connect(self.log_assignment)

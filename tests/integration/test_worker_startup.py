@@ -40,6 +40,11 @@ def test_a_worker_on_a_bare_broker_creates_its_topics_and_guards(broker, tmp_pat
                     run.after_tool("read", {"path": "same.txt"}, result={"text": "same"})
         run.end()
         client.wait_for(run.run_id, lambda ds: any(d.action is Action.BLOCK for d in ds), 60)
+        # once recovery was done, its start-up objects left the collector's full scans
+        log_path = pipeline.workers[0].log_path
+        assert log_path is not None
+        log_text = log_path.read_text(errors="replace")
+        assert "start-up objects out of the garbage collector's scans" in log_text
     finally:
         pipeline.close()
 
