@@ -16,13 +16,16 @@ the call's outcome, so the worker's no-progress streak keeps counting), an abort
 An observe-only decision (``enforced`` false: the agent's config is ``mode: "observe"``) is
 logged once ("would block ...") and otherwise ignored: shadow mode never refuses a call.
 
-In time: after each batch the worker publishes a :class:`RunWatermark` per run behind that
-run's decisions, so ``before_tool`` first waits (at most ``wait_budget_ms``) until the worker
+In time: after each batch the worker publishes its runs' watermarks (a
+:class:`~streams.wire.avro.RunWatermarks` record per control partition) behind their
+decisions, so ``before_tool`` first waits (at most ``wait_budget_ms``) until the worker
 has processed everything this run published. A guard that does not answer in time is
 counted in ``wait_timeouts`` and logged; ``fail_mode="open"`` lets the call run,
 ``"closed"`` refuses it.
 Every partition of the control topic is read without a consumer group, so a gateway starts
-hearing decisions at once instead of waiting for a group join.
+hearing decisions at once instead of waiting for a group join. It keeps what it hears of its
+own runs (those it published for or asked about; the last ``ended_runs_kept`` once ended)
+and hands every decision to ``on_decision``.
 """
 
 from __future__ import annotations
@@ -33,9 +36,10 @@ from typing import Any
 
 from kafka import KafkaProducer
 
-from streams.core.events import AgentEvent, Decision, RunStarted, partition_key
+from streams.core.events import AgentEvent, Decision, RunEnded, RunStarted, partition_key
 from streams.gateway.run import LOOP_VETO_RESULT, GatewayRun
 from streams.gateway.verdicts import (
+    ENDED_RUNS_KEPT,
     OBSERVED_EFFECT,
     TIMEOUT_LOG_INTERVAL,
     ControlState,
@@ -80,10 +84,11 @@ class GatewayClient:
         fail_mode: str = "open",
         fetch_max_wait_ms: int = 20,
         on_watermark: Callable[[RunWatermark], None] | None = None,
+        ended_runs_kept: int = ENDED_RUNS_KEPT,
         **kafka_options: Any,
     ) -> None:
         self.control = ControlState(
-            gateway_id, wait_budget_ms, fail_mode, on_decision, on_watermark
+            gateway_id, wait_budget_ms, fail_mode, on_decision, on_watermark, ended_runs_kept
         )
         self.gateway_id = gateway_id
         self.topics = topics or Topics()
@@ -120,6 +125,11 @@ class GatewayClient:
         return self.control.wait_timeouts
 
     @property
+    def other_runs(self) -> int:
+        """Decisions and watermarks heard for runs this gateway does not keep."""
+        return self.control.other_runs
+
+    @property
     def duplicates(self) -> int:
         """Decisions delivered again (after a worker restart) and ignored."""
         return self.control.duplicates
@@ -127,6 +137,8 @@ class GatewayClient:
     # -- publishing ------------------------------------------------------------------
 
     def publish(self, event: AgentEvent) -> None:
+        # this gateway keeps the run's decisions and watermarks from now on (to its end)
+        self.control.track(event.envelope.run_id, ended=isinstance(event, RunEnded))
         # keyed by the session id when the run has one: a session's runs share a partition
         key = partition_key(event.envelope).encode()
         self._producer.send(self.topics.events, key=key, value=encode_event(event))

@@ -6,6 +6,11 @@ that tool); an abort ends the run; an observe-only decision is logged and ignore
 first waits (at most the wait budget) for the worker's watermark to reach what the run
 published; a guard that does not answer in time is counted, logged at most once per
 interval, and fails open or closed.
+
+Every gateway reads the whole control topic, so it hears of every run in the fleet: it keeps
+the runs it publishes for or asks about and counts the rest (``other_runs``); of its ended
+runs it keeps the last ``ended_runs_kept``, so its memory follows its own live runs, not the
+fleet's history (as the TypeScript client's).
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import json
 import logging
 import threading
 import time
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +30,7 @@ from streams.wire.avro import CodecError, RunWatermark, RunWatermarks, decode_co
 
 log = logging.getLogger("loopguard.gateway")
 TIMEOUT_LOG_INTERVAL = 10.0  # seconds between "had not processed" warnings
+ENDED_RUNS_KEPT = 1000  # ended runs whose decisions stay readable (the TypeScript default)
 
 
 class RunAborted(RuntimeError):
@@ -99,6 +105,7 @@ class ControlState:
         fail_mode: str = "open",
         on_decision: Callable[[Decision], None] | None = None,
         on_watermark: Callable[[RunWatermark], None] | None = None,
+        ended_runs_kept: int = ENDED_RUNS_KEPT,
     ) -> None:
         if fail_mode not in ("open", "closed"):
             raise ValueError(f"fail_mode must be 'open' or 'closed', not {fail_mode!r}")
@@ -109,11 +116,37 @@ class ControlState:
         self._timeout_log = LogThrottle(TIMEOUT_LOG_INTERVAL)
         self.on_decision = on_decision
         self.on_watermark = on_watermark  # each run's progress as it arrives (benchmarks)
+        # The runs this gateway publishes for or asks about; a record of any other run is
+        # only counted in other_runs. Looking a run up through this dict (not .get) tracks it.
         self._control: dict[str, RunControl] = defaultdict(RunControl)
+        self._ended: OrderedDict[str, None] = OrderedDict()  # oldest first
+        self.ended_runs_kept = ended_runs_kept
+        self.other_runs = 0
         # (agent id, tool) -> a block for that agent's next call of that tool (agent_cycle)
         self._tool_blocks: dict[tuple[str, str], Decision] = {}
         self.duplicates = 0
         self._lock = threading.Condition()
+
+    def track(self, run_id: str, ended: bool = False) -> None:
+        """A run this gateway publishes for: its records are kept from now on. ``ended``: its
+        last event; it then stays among the last ``ended_runs_kept`` ended runs."""
+        if not ended and run_id in self._control and run_id not in self._ended:
+            return  # the common case, a live run's next event: no lock
+        with self._lock:
+            self._control[run_id]
+            if not ended:
+                self._ended.pop(run_id, None)
+                return
+            self._ended[run_id] = None
+            self._ended.move_to_end(run_id)
+            while len(self._ended) > self.ended_runs_kept:
+                oldest, _ = self._ended.popitem(last=False)
+                self._control.pop(oldest, None)
+
+    def tracked_runs(self) -> int:
+        """Runs whose records this gateway keeps (live ones and the last ended ones)."""
+        with self._lock:
+            return len(self._control)
 
     def on_control(self, record: Any) -> None:
         try:
@@ -132,8 +165,10 @@ class ControlState:
         """A run's watermark, or a batch's (one lock for all): each wakes its run's waits."""
         with self._lock:
             for mark in marks:
-                control = self._control[mark.run_id]
-                if mark.seq > control.watermark:
+                control = self._control.get(mark.run_id)
+                if control is None:
+                    self.other_runs += 1
+                elif mark.seq > control.watermark:
                     control.watermark = mark.seq
                     control.notify()
         if self.on_watermark is not None:
@@ -141,31 +176,43 @@ class ControlState:
                 self.on_watermark(mark)
 
     def _on_decision(self, decision: Decision) -> None:
+        """Put a decision in effect for its run; one for a run this gateway does not keep
+        only reaches ``on_decision`` (and a block limited to a tool, when it is this
+        gateway's agent's, still waits for that agent's next call of the tool)."""
+        only_tool = self._tool_block_of(decision) if decision.enforced else ""
         with self._lock:
-            control = self._control[decision.run_id]
-            if decision.decision_id in control.seen:
+            control = self._control.get(decision.run_id)
+            ours = control is not None
+            if control is not None and decision.decision_id in control.seen:
                 self.duplicates += 1
                 return  # redelivered after a worker restart: already in effect
-            control.seen.add(decision.decision_id)
-            control.decisions.append(decision)
-            if decision.enforced:  # shadow mode's decisions are only logged (below)
-                if only_tool := self._tool_block_of(decision):
-                    # a loop between agents (issue 28): the agent's next call of that tool,
-                    # in whichever of its runs comes (OpenClaw starts a run per message);
-                    # never the run's next call whatever the tool, nor another gateway's
-                    if decision.gateway_id == self.gateway_id:
-                        self._tool_blocks[(decision.agent_id, only_tool)] = decision
-                elif decision.action is Action.ABORT:
-                    control.abort = decision
-                elif decision.action is Action.BLOCK:
-                    control.block = decision
-                else:
-                    control.warnings.append(decision)
-            control.notify()
-        if not decision.enforced:
+            if only_tool and decision.gateway_id == self.gateway_id:
+                # a loop between agents (issue 28): the agent's next call of that tool, in
+                # whichever of its runs comes (OpenClaw starts a run per message); never the
+                # run's next call whatever the tool, nor another gateway's agent's
+                self._tool_blocks[(decision.agent_id, only_tool)] = decision
+            if control is None:
+                self.other_runs += 1
+            else:
+                self._apply(control, decision, only_tool)
+        if ours and not decision.enforced:
             log_observed(decision)
         if self.on_decision is not None:
             self.on_decision(decision)
+
+    @staticmethod
+    def _apply(control: RunControl, decision: Decision, only_tool: str) -> None:
+        """With the lock held: a run's new decision, and its waits woken."""
+        control.seen.add(decision.decision_id)
+        control.decisions.append(decision)
+        if decision.enforced and not only_tool:  # shadow mode's are only logged
+            if decision.action is Action.ABORT:
+                control.abort = decision
+            elif decision.action is Action.BLOCK:
+                control.block = decision
+            else:
+                control.warnings.append(decision)
+        control.notify()
 
     def _tool_block_of(self, decision: Decision) -> str:
         """The tool a block is limited to (``extra["only_tool"]``); "" for every other

@@ -100,6 +100,25 @@ def test_ping_pong_loop_is_warned_blocked_and_aborted(running_pipeline) -> None:
     assert f"detector core: {core_build()}" in pipeline.worker_logs(tail=10**7)
 
 
+def test_a_gateway_keeps_only_its_own_runs_of_the_fleet(running_pipeline) -> None:
+    """Every gateway reads the whole control topic: another gateway's runs reach its
+    on_decision and are counted, not kept, so its memory follows its own runs."""
+    pipeline, client = running_pipeline
+    heard: list[Decision] = []
+    other = pipeline.client("gw-other", on_decision=heard.append)
+    run = client.start_run("coder")
+    assert drive_ping_pong(run, client), "the run was never aborted"
+    run.end()
+    own = client.wait_for(run.run_id, lambda ds: any(d.action is Action.ABORT for d in ds))
+    deadline = time.monotonic() + 30
+    while len(heard) < len(own) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert sorted(d.decision_id for d in heard) == sorted(d.decision_id for d in own)
+    assert other.control.tracked_runs() == 0
+    assert other.other_runs >= len(own)
+    assert other.decisions(run.run_id) == []
+
+
 def test_compaction_loop_aborts_with_compaction_loop_persisted(running_pipeline) -> None:
     pipeline, client = running_pipeline
     run = client.start_run("researcher")
