@@ -3,12 +3,13 @@
 Prints: sustained events/s through one worker (produce → worker → control topic, and until
 the worker has committed every offset: exactly once its decisions come first), decision
 latency p50/p99 at a fixed offered rate (event produced → decision received by the gateway
-client) once the throughput phase's backlog is committed, and the ratio of end-to-end
+client) once the throughput phase's backlog is committed and after ``--warmup`` seconds at
+that rate (reported apart), and the ratio of end-to-end
 throughput to the bare detector core on the same events, so a regression anywhere in the
 pipeline shows up as a ratio.
 
     python bench/e2e_bench.py [--broker tansu|kafka] [--events 40000] [--rate 1000]
-                              [--seconds 10] [--db URL] [--json]
+                              [--seconds 10] [--warmup 2] [--db URL] [--json]
 
 Everything runs on loopback and stops by itself.
 """
@@ -100,6 +101,13 @@ def main() -> int:
     parser.add_argument("--events", type=int, default=40_000, help="events for throughput")
     parser.add_argument("--rate", type=int, default=1000, help="offered events/s for latency")
     parser.add_argument("--seconds", type=float, default=10.0, help="latency phase duration")
+    parser.add_argument(
+        "--warmup",
+        type=float,
+        default=2.0,
+        help="seconds at the offered rate before the latency phase, reported apart (a "
+        "just-started worker and cluster answer their first second slower)",
+    )
     parser.add_argument("--db", help="audit DB URL (default: SQLite in a temp dir)")
     parser.add_argument("--json", action="store_true", help="also print one JSON line")
     add_broker_arg(parser)
@@ -181,13 +189,16 @@ def main() -> int:
         core_rate = len(events) / (time.perf_counter() - core_start)
 
         # -- latency at a fixed offered rate: one decision per 7-event run -----------------
-        ages_before = histogram_buckets(web_port, AGE_METRIC)
         sent_at: dict[str, float] = {}
         interval = 1.0 / args.rate
         next_at = time.perf_counter()
-        deadline = next_at + args.seconds
+        measured_from = next_at + args.warmup
+        deadline = measured_from + args.seconds
+        ages_before: dict[float, float] | None = None
         i = 0
         while time.perf_counter() < deadline:
+            if ages_before is None and time.perf_counter() >= measured_from:
+                ages_before = histogram_buckets(web_port, AGE_METRIC)
             run_id = f"lat-{i}"
             run_events = compaction_loop_run(run_id)
             for n, event in enumerate(run_events):
@@ -202,9 +213,15 @@ def main() -> int:
             i += 1
         with arrived:
             arrived.wait_for(lambda: all(r in arrivals for r in sent_at), timeout=120)
-        latencies = sorted((arrivals[r] - sent_at[r]) * 1000 for r in sent_at if r in arrivals)
         ages_after = histogram_buckets(web_port, AGE_METRIC)
-        ages = event_age_figures(ages_before, ages_after)
+        ages = event_age_figures(ages_before or ages_after, ages_after)
+        warm = sorted(
+            (arrivals[r] - sent_at[r]) * 1000
+            for r in sent_at
+            if r in arrivals and sent_at[r] < measured_from
+        )
+        sent_at = {r: at for r, at in sent_at.items() if at >= measured_from}
+        latencies = sorted((arrivals[r] - sent_at[r]) * 1000 for r in sent_at if r in arrivals)
         p50 = statistics.median(latencies)
         p99 = latencies[int(len(latencies) * 0.99) - 1]
         p90 = latencies[int(len(latencies) * 0.90) - 1]
@@ -242,6 +259,12 @@ def main() -> int:
         f"p99 {p99:.1f} ms over {len(latencies)} decisions ({lost} missing); p90 {p90:.1f} ms"
     )
     print("  slowest: " + ", ".join(f"{ms:.1f} ms at {at:.1f} s" for ms, at in reversed(slowest)))
+    if warm:
+        print(
+            f"  warm-up before it ({args.warmup:g} s at the same rate, not counted above): "
+            f"p50 {statistics.median(warm):.1f} ms, max {warm[-1]:.1f} ms "
+            f"over {len(warm)} decisions"
+        )
     print(
         f"  events' age when the worker took them in (its {AGE_METRIC} histogram, latency "
         f"phase, {ages['events_aged']} events): p50 <= {_ms(ages['event_age_p50_max_ms'])}, "
@@ -261,6 +284,8 @@ def main() -> int:
                     "latency_p99_ms": round(p99, 2),
                     "latency_p90_ms": round(p90, 2),
                     "latency_max_ms": round(latencies[-1], 2),
+                    "warmup_s": args.warmup,
+                    "warmup_latency_max_ms": round(warm[-1], 2) if warm else None,
                     "rate": args.rate,
                     "decisions": len(latencies),
                     "missing": lost,
