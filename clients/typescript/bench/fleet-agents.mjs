@@ -24,9 +24,8 @@
  * if none) and the calls that ran (allowed): the caller replays those very events through the
  * in-process core to count the leaked calls. Logs go to stderr.
  *
- * The client has no watermark callback (the Python one has on_watermark): this script wraps the
- * client's public ingestControl and decodes each control message a second time to learn when a
- * run's watermark arrived (a few microseconds a message, in this process).
+ * When a run's watermark arrived comes from the client's onWatermark (as the Python client's
+ * on_watermark); a batch's RunWatermarks hands over each of its runs at once.
  */
 
 import { createRequire } from 'node:module';
@@ -34,7 +33,7 @@ import { monitorEventLoopDelay, performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
 
 const require = createRequire(import.meta.url);
-const { GatewayClient, RunAborted, decodeControl, encodeEvent } = require('../dist/index.js');
+const { GatewayClient, RunAborted, encodeEvent } = require('../dist/index.js');
 
 const AGENT_ID = 'fleet-agent';
 const now = () => performance.now();
@@ -181,23 +180,8 @@ async function main() {
     fetchMaxWaitMs: opts.fetchMaxWaitMs,
     maxEventsPerPartition: opts.maxEventsPerPartition,
     onDecision: (decision) => m.onDecision(decision),
+    onWatermark: (mark) => m.onWatermark(mark, now()),
   });
-  const ingest = client.ingestControl.bind(client);
-  client.ingestControl = (value, where) => {
-    const at = now();
-    ingest(value, where);
-    if (value === null) return;
-    let message;
-    try {
-      message = decodeControl(value);
-    } catch {
-      return; // skipped (and counted) by the client already
-    }
-    if (message.type === 'watermark') m.onWatermark(message.watermark, at);
-    // A batch's RunWatermarks (issue 24): every run in it reached its watermark at once.
-    else if (message.type === 'watermarks') for (const mark of message.watermarks) m.onWatermark(mark, at);
-  };
-
   const start = now();
   m.measureFrom = start + opts.warmup * 1000;
   const stopAt = m.measureFrom + opts.seconds * 1000;

@@ -76,6 +76,8 @@ export interface GatewayClientOptions {
   kafka?: Partial<KafkaConfig>;
   /** Called for every new decision of this client's runs (after deduplication). */
   onDecision?: (decision: Decision) => void;
+  /** Called for every watermark of this client's runs as it arrives (how far the worker got; benchmarks). */
+  onWatermark?: (watermark: RunWatermark) => void;
   /** Fetch wait of the control reader (default 20 ms: tansu holds an empty fetch for all of it). */
   fetchMaxWaitMs?: number;
   /** How long `connect` waits for the control topic to exist (default 30 s, as Python). */
@@ -225,6 +227,7 @@ export class GatewayClient {
   private readonly log: Required<Logger>;
   private readonly limited = new RateLimitedLog(60_000);
   private readonly onDecision?: (decision: Decision) => void;
+  private readonly onWatermark?: (watermark: RunWatermark) => void;
   private readonly runs = new Map<string, RunControl>();
   /** agent id + tool -> a block of that agent's next call of that tool (loops between agents). */
   private readonly toolBlocks = new Map<string, Decision>();
@@ -302,6 +305,7 @@ export class GatewayClient {
     this.failMode = options.failMode ?? 'open';
     if (this.failMode !== 'open' && this.failMode !== 'closed') throw new TypeError(`failMode must be 'open' or 'closed'`);
     this.onDecision = options.onDecision;
+    this.onWatermark = options.onWatermark;
     this.log = logger;
     this.flushTimeoutMs = options.flushTimeoutMs ?? 10_000;
     this.endedRunsKept = options.endedRunsKept ?? 1000;
@@ -428,6 +432,13 @@ export class GatewayClient {
     if (watermark.seq > control.watermark) {
       control.watermark = watermark.seq;
       this.wakeAll(control);
+    }
+    if (this.onWatermark) {
+      try {
+        this.onWatermark(watermark);
+      } catch (error) {
+        this.log.error(`onWatermark callback failed: ${String(error)}`);
+      }
     }
   }
 

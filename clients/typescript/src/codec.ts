@@ -1,6 +1,6 @@
 /**
  * Avro single-object encoding of events, decisions and run watermarks (one run's, or a batch's
- * RunWatermarks), byte-compatible with the Python codec (`streams.avro_codec`).
+ * RunWatermarks), byte-compatible with the Python codec (`streams.wire.avro`).
  *
  * Every message is `C3 01` + the 8-byte CRC-64-AVRO fingerprint of the writer schema's Parsing
  * Canonical Form (little-endian) + the Avro binary datum. The AgentEvent `body` union branch is

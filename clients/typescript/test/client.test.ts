@@ -154,6 +154,23 @@ describe('GatewayClient / GatewayRun', () => {
     assert.equal(stats.otherRuns, 2);
   });
 
+  it('hands each watermark of its own runs to onWatermark', async () => {
+    const marks: [string, number][] = [];
+    const { client } = makeClient({
+      waitBudgetMs: 0,
+      onWatermark: (w) => {
+        marks.push([w.runId, w.seq]);
+        throw new Error('a broken callback must not matter');
+      },
+    });
+    client.startRun({ agentId: 'agent', runId: 'run-w' });
+    client.ingestControl(watermarkFor('run-w', 2));
+    client.ingestControl(watermarkFor('someone-else', 5));
+    client.ingestControl(watermarkFor('run-w', 1)); // older: no progress, still heard
+    assert.deepEqual(marks, [['run-w', 2], ['run-w', 1]]);
+    assert.equal(client.watermark('run-w'), 2);
+  });
+
   it('logs an observe-only decision once and never refuses or aborts on it', async () => {
     const { client, transport, logger } = makeClient({ waitBudgetMs: 0 });
     const run = client.startRun({ agentId: 'agent', runId: 'run-o' });
