@@ -40,7 +40,7 @@ from streams.wire.avro import CodecError, control_messages, decode_event
 from streams.worker.checkpoint import Checkpoint
 from streams.worker.config_audit import start_config_audit
 from streams.worker.crash_exit import CrashExit
-from streams.worker.gc_freeze import freeze_start_up_objects
+from streams.worker.gc_tuning import freeze_start_up_objects
 from streams.worker.parts import WorkerParts
 from streams.worker.ready_batches import take_ready
 from streams.worker.run_expiry import ExpirySweep

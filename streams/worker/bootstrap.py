@@ -40,6 +40,7 @@ from streams.worker.faust_patches import (
     read_changelogs_to_their_end,
     set_fetch_max_wait,
 )
+from streams.worker.gc_tuning import tune_collector
 from streams.worker.incidents import register_incidents
 from streams.worker.parts import WorkerParts
 from streams.worker.startup import check_faust_patches
@@ -117,6 +118,7 @@ def build_worker(settings: Settings) -> faust.App:
     commit_barrier = asyncio.Lock()
     apply_faust_patches(settings, commit_barrier)
     state_codec.register()
+    tune_collector()  # and the start-up objects are frozen once recovery is done
     Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
     app = build_app(settings)
 
