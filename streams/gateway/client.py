@@ -143,6 +143,13 @@ class GatewayClient:
         key = partition_key(event.envelope).encode()
         self._producer.send(self.topics.events, key=key, value=encode_event(event))
 
+    def watch(self, *run_ids: str) -> None:
+        """Keep these runs' decisions and watermarks though this client does not publish
+        them (tools and tests whose events go out through a producer of their own): call it
+        before their events are sent, or their first records may pass unkept."""
+        for run_id in run_ids:
+            self.control.track(run_id)
+
     def flush(self) -> None:
         self._producer.flush()
 

@@ -672,6 +672,7 @@ def round_trip(
     for run_id in compaction_runs:
         assert [d.error_code for d in expected[run_id]] == ["compaction_loop_persisted"]
 
+    client.watch(*run_ids)  # their events go out through the producer below
     producer = KafkaProducer(
         bootstrap_servers=pipeline.broker.bootstrap, max_request_size=MAX_REQUEST, linger_ms=5
     )

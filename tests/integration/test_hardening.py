@@ -124,6 +124,7 @@ def test_junk_schema_ids_ahead_of_a_looping_run_do_not_hold_its_abort(
     client = pipeline.start_ready(wait_budget_ms=IN_TIME_BUDGET_MS)
 
     run_id = "behind-the-junk"
+    client.watch(run_id)  # its events go out through the producer above
     valid = encode_event(ToolCall(Envelope(run_id, "a", "g", 1, 1), "exec", "{}"))
     topic = pipeline.settings.topics.events
     # Same key as the run: every junk record is ahead of it on its partition.
@@ -167,6 +168,7 @@ def test_a_run_dated_in_the_future_expires_in_a_real_worker(
     pipeline.wait_ready(client)
 
     run_id = "from-the-future"
+    client.watch(run_id)
     tomorrow = int(time.time() * 1000) + 86_400_000
     producer = KafkaProducer(bootstrap_servers=pipeline.broker.bootstrap)
     topic = pipeline.settings.topics.events

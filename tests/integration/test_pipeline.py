@@ -260,6 +260,7 @@ def test_duplicated_and_reordered_delivery_gives_in_order_decisions(running_pipe
         window = delivered[start : start + 8]
         rng.shuffle(window)
         delivered[start : start + 8] = window
+    client.watch(run_id)  # its events go out through a producer of the test's own
     producer = KafkaProducer(bootstrap_servers=pipeline.broker.bootstrap)
     topic = pipeline.settings.topics.events
     for event in delivered:
@@ -275,6 +276,7 @@ def test_duplicated_and_reordered_delivery_gives_in_order_decisions(running_pipe
 def test_events_keyed_by_something_else_are_rekeyed_by_run_id(running_pipeline) -> None:
     pipeline, client = running_pipeline
     run_id = "mis-keyed-run"
+    client.watch(run_id)
     producer = KafkaProducer(bootstrap_servers=pipeline.broker.bootstrap)
     topic = pipeline.settings.topics.events
     events = []
@@ -327,6 +329,7 @@ def test_newer_gateway_schema_is_resolved_from_the_schemas_topic(running_pipelin
         return b"\xc3\x01" + fingerprint + buf.getvalue()
 
     run_id = "newer-gateway-run"
+    client.watch(run_id)
     events = [CompactionRetry(Envelope(run_id, "a", "gw-new", 1, 1))]
     for i in range(3):
         seq = 2 + 2 * i
