@@ -29,9 +29,14 @@ Printed per client, over the calls made after ``--warmup`` s:
   looping run's events as it encoded them; they are decoded and replayed here the same way.
 
     python bench/fleet_bench.py [--broker tansu|kafka] [--clients python,typescript]
-        [--agents 1000] [--seconds 60] [--warmup 10] [--think-median 1.5]
+        [--worker loopguard|echo] [--agents 1000] [--seconds 60] [--warmup 10] [--think-median 1.5]
         [--think-sigma 0.8] [--back-to-back 0.2] [--looping 0.05] [--budget-ms 50]
         [--guarantee exactly_once|at_least_once] [--partitions 4] [--json]
+
+``--worker echo`` puts a bare aiokafka loop (``bench/forwarders.py echo``) where the worker
+was: it answers each fetched batch at once with its runs' watermarks and decides nothing, so
+its share of waits within the budget is the most any worker design can give this fleet on
+this machine (no decisions, so no leaked-calls figure).
 
 Loops are detected with lowered thresholds (``FLEET_CONFIG``: warning after 4 identical
 calls, block after 8) so a looping run meets its block within a short bench. The two
@@ -62,10 +67,12 @@ from brokers import add_broker_arg, gateway_fetch_wait_ms, start_broker  # noqa:
 from fleet_typescript import ensure_ts_build, typescript_leg  # noqa: E402
 from harness import (  # noqa: E402
     AGE_METRIC,
+    broker_pids,
     cpu_seconds,
     event_age_figures,
     histogram_buckets,
     percentile,
+    start_forwarder,
     start_workers,
 )
 
@@ -103,6 +110,21 @@ def reference_refusal(events: list[AgentEvent]) -> int | None:
     return None
 
 
+def wait_until_echoing(client: GatewayClient, echo: Any, timeout: float = 90.0) -> None:
+    """Publish a probe event until the echo's watermark for it comes back."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if not echo.alive:
+            raise RuntimeError(f"the echo exited; see {echo.log_path}")
+        run = client.start_run("fleet-probe")
+        try:
+            client.wait_processed(run.run_id, run.seq, timeout=2.0)
+            return
+        except TimeoutError:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the echo answered nothing in {timeout:g} s") from None
+
+
 def is_looping(index: int, share: float) -> bool:
     """Whether agent ``index`` loops: floor(N x share) of N agents, evenly spread, the same
     ones in both legs (fleet-agents.mjs has the same rule)."""
@@ -115,18 +137,25 @@ class WorkerWindow:
     how much of a decision's time passed before the worker took the event in."""
 
     pid: int
-    web_port: int
+    web_port: int | None  # None: no /metrics (the echo)
+    broker_pids: list[int] = field(default_factory=list)
     cpu: dict[str, float] = field(default_factory=dict)
+    broker_cpu: dict[str, float] = field(default_factory=dict)
     ages: dict[str, dict[float, float]] = field(default_factory=dict)
 
     def mark(self, name: str) -> None:
         self.cpu[name] = cpu_seconds(self.pid)
-        self.ages[name] = histogram_buckets(self.web_port, AGE_METRIC)
+        self.broker_cpu[name] = sum(cpu_seconds(pid) for pid in self.broker_pids)
+        if self.web_port is not None:
+            self.ages[name] = histogram_buckets(self.web_port, AGE_METRIC)
 
     def figures(self) -> dict[str, Any]:
         ages = event_age_figures(self.ages.get("measuring", {}), self.ages.get("stopped", {}))
         return {
             "worker_cpu_s": self.cpu.get("stopped", 0.0) - self.cpu.get("measuring", 0.0),
+            "broker_cpu_s": round(
+                self.broker_cpu.get("stopped", 0.0) - self.broker_cpu.get("measuring", 0.0), 1
+            ),
             "event_age_p50_max_ms": ages["event_age_p50_max_ms"],
             "event_age_p99_max_ms": ages["event_age_p99_max_ms"],
         }
@@ -260,10 +289,13 @@ def summary(
     client: str, m: Measurements, args: argparse.Namespace, window: WorkerWindow, **extra: Any
 ) -> dict[str, Any]:
     waits, decisions, leaked = sorted(m.wait_ms), sorted(m.decision_ms), sorted(m.leaked)
+    if args.worker == "echo":
+        leaked = []  # the echo refuses nothing: every looping call after the reference's ran
     marks = sorted(m.watermark_ms)
     within = 1 - m.timeouts / m.calls if m.calls else float("nan")
     return {
         "client": client,
+        "worker": args.worker,
         "broker": args.broker,
         "guarantee": args.guarantee,
         "agents": args.agents,
@@ -330,15 +362,17 @@ def python_leg(broker: Any, window: WorkerWindow, args: argparse.Namespace) -> d
 def print_leg(result: dict[str, Any], args: argparse.Namespace) -> None:
     r = result
     print(
-        f"fleet benchmark, {r['client']} client ({args.broker}, {args.guarantee}, 1 worker, "
+        f"fleet benchmark, {r['client']} client ({args.broker}, {args.guarantee}, 1 "
+        f"{'echo (no decisions)' if args.worker == 'echo' else 'worker'}, "
         f"{args.agents} agents, {args.seconds:g} s measured, load average "
         f"{r['load_average']} at the end)"
     )
     print(f"  tool calls: {r['calls']} ({r['calls_per_s']}/s)")
-    print(
-        f"  decision latency: p50 {r['decision_p50_ms']} ms, p99 {r['decision_p99_ms']} ms "
-        f"over {r['decisions']} decisions"
-    )
+    if args.worker != "echo":
+        print(
+            f"  decision latency: p50 {r['decision_p50_ms']} ms, p99 {r['decision_p99_ms']} ms "
+            f"over {r['decisions']} decisions"
+        )
     print(
         f"  event decided (its run's watermark reached it): p50 {r['decided_p50_ms']} ms, "
         f"p99 {r['decided_p99_ms']} ms over {r['events_decided']} events"
@@ -348,11 +382,14 @@ def print_leg(result: dict[str, Any], args: argparse.Namespace) -> None:
         f"{r['within_budget']:.2%} answered within {args.budget_ms:g} ms "
         f"({r['timeouts']} failed open)"
     )
-    print(
-        f"  leaked calls per looping run (0 = the in-process core): p50 {r['leaked_p50']}, "
-        f"p99 {r['leaked_p99']}, max {r['leaked_max']} over {r['looping_runs']} runs "
-        f"({r['refused_early']} refused earlier than the core would)"
-    )
+    if args.worker == "echo":
+        print("  leaked calls: not measured (the echo decides nothing)")
+    else:
+        print(
+            f"  leaked calls per looping run (0 = the in-process core): p50 {r['leaked_p50']}, "
+            f"p99 {r['leaked_p99']}, max {r['leaked_max']} over {r['looping_runs']} runs "
+            f"({r['refused_early']} refused earlier than the core would)"
+        )
     lag = r.get("event_loop_delay_p99_ms")
     if r["event_age_p50_max_ms"] is not None:
         print(
@@ -363,7 +400,7 @@ def print_leg(result: dict[str, Any], args: argparse.Namespace) -> None:
         )
     print(
         f"  CPU over the measured {args.seconds:g} s: worker {r['worker_cpu_s']:.1f} s, client "
-        f"process {r['client_cpu_s']} s"
+        f"process {r['client_cpu_s']} s, broker {r['broker_cpu_s']} s"
         + (f" (its event loop delay p99 {lag} ms)" if lag is not None else "")
     )
 
@@ -375,6 +412,13 @@ def parse_args() -> argparse.Namespace:
         default="python,typescript",
         help="which gateway clients run the fleet, one leg each in this order: python, "
         "typescript or python,typescript (default)",
+    )
+    parser.add_argument(
+        "--worker",
+        choices=["loopguard", "echo"],
+        default="loopguard",
+        help="loopguard (default), or echo: a bare aiokafka loop that only sends each batch's "
+        "watermarks, the floor any worker design can reach here",
     )
     parser.add_argument("--agents", type=int, default=1000)
     parser.add_argument("--seconds", type=float, default=60.0, help="measured duration")
@@ -397,6 +441,8 @@ def parse_args() -> argparse.Namespace:
         parser.error(f"--clients takes python, typescript or both, not {unknown or args.clients}")
     profile = "kafka" if args.broker == "kafka" else "tansu"
     args.guarantee = args.guarantee or Settings.for_profile(profile).processing_guarantee
+    if args.worker == "echo":
+        args.guarantee = "at_least_once"  # the echo sends outside transactions, whatever asked
     return args
 
 
@@ -415,16 +461,20 @@ def main() -> int:
         ensure_topics(
             Settings.for_profile(broker.profile, broker=broker.url, partitions=args.partitions)
         )
-        (worker,) = start_workers(
-            broker,
-            1,
-            tmp,
-            db_url=f"sqlite:///{tmp / 'audit.db'}",
-            config_file=config_file,
-            partitions=args.partitions,
-            env={"LOOPGUARD_PROCESSING_GUARANTEE": args.guarantee},
-            web_port=web_port,
-        )
+        if args.worker == "echo":
+            (worker,) = start_forwarder("echo", broker, "loopguard", args.partitions, tmp)
+            web_port = None
+        else:
+            (worker,) = start_workers(
+                broker,
+                1,
+                tmp,
+                db_url=f"sqlite:///{tmp / 'audit.db'}",
+                config_file=config_file,
+                partitions=args.partitions,
+                env={"LOOPGUARD_PROCESSING_GUARANTEE": args.guarantee},
+                web_port=web_port,
+            )
         print(
             f"fleet: {args.agents} agents ({args.looping:.0%} looping), think lognormal median "
             f"{args.think_median}s sigma {args.think_sigma}, {args.back_to_back:.0%} "
@@ -436,11 +486,14 @@ def main() -> int:
             # Each leg starts on a worker that has processed everything before it.
             probe = GatewayClient(broker.bootstrap, "fleet-probe", wait_budget_ms=0)
             try:
-                wait_until_processing(probe, workers=[worker])
+                if args.worker == "echo":
+                    wait_until_echoing(probe, worker)
+                else:
+                    wait_until_processing(probe, workers=[worker])
             finally:
                 probe.close()
             assert worker.process is not None
-            window = WorkerWindow(worker.process.pid, web_port)
+            window = WorkerWindow(worker.process.pid, web_port, broker_pids(broker))
             if name == "python":
                 results.append(python_leg(broker, window, args))
             else:

@@ -7,7 +7,11 @@
 * ``faustconsume``: the same Faust app with one agent that only takes the events in, in the
   worker's batches (``streams.worker.ready_batches.take_ready``), acks them and sends
   nothing: the least any Faust agent that reads every record as an event can cost, so the
-  ceiling of the worker's events/s on this machine.
+  ceiling of the worker's events/s on this machine;
+* ``echo`` (``bench/fleet_bench.py --worker echo``): a bare aiokafka loop that answers each
+  fetched batch at once with its runs' watermarks on the control topic (the worker's
+  ``RunWatermarks`` record) and decides nothing: the shortest path any worker can give a
+  gateway's wait on this machine.
 
 The first two read ``<prefix>.events`` and write every record, same key and value, to
 ``<prefix>.forward``. They run as a child process, like a worker, and take the worker's
@@ -15,13 +19,16 @@ The first two read ``<prefix>.events`` and write every record, same key and valu
 timeouts, commit interval, fetch wait; the bench sets 16 KB producer batches), so a
 difference in figures is the cost of what loopguard does on top, not of other settings:
 
-    LOOPGUARD_BROKER=kafka://127.0.0.1:9092 python bench/forwarders.py aiokafka|faust|faustconsume
+    LOOPGUARD_BROKER=kafka://127.0.0.1:9092 python bench/forwarders.py KIND
+
+where KIND is aiokafka, faust, faustconsume or echo.
 """
 
 from __future__ import annotations
 
 import asyncio
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 # Appended, not prepended: an installed build (the compiled core, setup.py) comes first.
@@ -77,6 +84,55 @@ async def aiokafka_forward(settings: Settings) -> None:
         await producer.stop()
 
 
+def echo_watermarks(values: Iterable[bytes]) -> list[bytes]:
+    """The control records that answer a fetched batch of encoded events: one watermark per
+    run, at its highest seq in the batch, packed as the worker packs them (RunWatermarks)."""
+    from streams.wire.avro import RunWatermark, decode_event, encode_watermark_chunks
+
+    marks: dict[str, RunWatermark] = {}
+    for value in values:
+        envelope = decode_event(value).envelope
+        seen = marks.get(envelope.run_id)
+        if seen is None or envelope.seq > seen.seq:
+            marks[envelope.run_id] = RunWatermark(
+                run_id=envelope.run_id,
+                agent_id=envelope.agent_id,
+                gateway_id=envelope.gateway_id,
+                seq=envelope.seq,
+                event_time=envelope.event_time,
+            )
+    return encode_watermark_chunks(list(marks.values())) if marks else []
+
+
+async def aiokafka_echo(settings: Settings) -> None:
+    """Fetch events in batches and send each batch's watermarks before the next fetch: no
+    detection, no state, no audit trail, no transaction. Offsets are committed every
+    ``commit_interval`` (at least once), off the answer's path."""
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+    consumer = AIOKafkaConsumer(
+        settings.topics.events,
+        bootstrap_servers=settings.bootstrap_servers,
+        group_id=settings.app_id,
+        auto_offset_reset="earliest",
+        enable_auto_commit=True,
+        auto_commit_interval_ms=int(settings.commit_interval * 1000),
+        fetch_max_wait_ms=settings.fetch_max_wait_ms,
+    )
+    producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap_servers, acks="all")
+    await producer.start()
+    await consumer.start()
+    try:
+        while True:
+            batches = await consumer.getmany(timeout_ms=1000, max_records=10_000)
+            values = [record.value for records in batches.values() for record in records]
+            for value in echo_watermarks(values):
+                await producer.send(settings.topics.control, value)
+    finally:
+        await consumer.stop()
+        await producer.stop()
+
+
 def faust_forward(settings: Settings) -> None:
     """One Faust agent: ``async for key, value in stream.items(): await out.send(...)``."""
     from streams.worker.bootstrap import apply_faust_patches, build_app
@@ -123,6 +179,9 @@ def main() -> int:
     settings = Settings.from_env()
     if kind == "aiokafka":
         asyncio.run(aiokafka_forward(settings))
+        return 0
+    if kind == "echo":
+        asyncio.run(aiokafka_echo(settings))
         return 0
     if kind == "faust":
         faust_forward(settings)

@@ -8,6 +8,7 @@ the load they offer and the figures they print.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 import urllib.request
@@ -70,6 +71,41 @@ def start_workers(
     for worker in workers:
         worker.start()
     return workers
+
+
+FORWARDERS = Path(__file__).resolve().parent / "forwarders.py"
+
+
+class ForwarderProcess(WorkerProcess):
+    """A baseline forwarder run like a worker (same start/stop, same LOOPGUARD_* settings)."""
+
+    kind = "aiokafka"
+
+    def command(self) -> list[str]:
+        return [sys.executable, str(FORWARDERS), self.kind]
+
+
+def start_forwarder(kind: str, broker, prefix: str, partitions: int, tmp: Path):
+    """One ``bench/forwarders.py`` baseline on ``<prefix>.*``, its consumer group ``prefix``."""
+    env = {
+        **GROUP_ENV,
+        "LOOPGUARD_BROKER": broker.url,
+        "LOOPGUARD_BROKER_PROFILE": broker.profile,
+        "LOOPGUARD_APP_ID": prefix,
+        "LOOPGUARD_TOPIC_PREFIX": prefix,
+        "LOOPGUARD_PARTITIONS": str(partitions),
+        "LOOPGUARD_DATA_DIR": str(tmp / f"{prefix}-data"),
+        # Plain batching (Kafka's 16 KB default) for both baselines on every broker, as
+        # both of loopguard's broker profiles now batch (16 KB).
+        "LOOPGUARD_PRODUCER_MAX_BATCH": "16384",
+        # Plain consume -> produce, as the aiokafka loop does; the kafka profile's exactly once
+        # is loopguard's (a bare Faust app without tables also crashes on it in Faust 0.15.3:
+        # KeyError in PartitionAssignor.group_for_topic at the first assignment).
+        "LOOPGUARD_PROCESSING_GUARANTEE": "at_least_once",
+    }
+    process = ForwarderProcess(broker.url, "", log_path=tmp / f"{prefix}.log", env=env)
+    process.kind = kind
+    return [process.start()]
 
 
 def broker_pids(broker) -> list[int]:

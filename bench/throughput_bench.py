@@ -53,7 +53,6 @@ sys.path.append(str(Path(__file__).resolve().parent.parent))
 from brokers import add_broker_arg, start_broker  # noqa: E402  (this directory)
 from harness import (  # noqa: E402
     CONFIG,
-    GROUP_ENV,
     GroupProgress,
     RssSampler,
     assignment_complete,
@@ -62,6 +61,7 @@ from harness import (  # noqa: E402
     load_average,
     rss_kb,
     scan_topic,
+    start_forwarder,
     start_workers,
 )
 from kafka import KafkaProducer  # noqa: E402
@@ -81,39 +81,7 @@ from streams.kafka.topics import create_like, ensure_topics  # noqa: E402
 from streams.settings import PROFILES  # noqa: E402
 from streams.wire.avro import CodecError, decode_control, encode_event  # noqa: E402
 
-FORWARDERS = Path(__file__).resolve().parent / "forwarders.py"
 LATENCY_WORKERS = 2  # the latency phase's workers
-
-
-class ForwarderProcess(WorkerProcess):
-    """A baseline forwarder run like a worker (same start/stop, same LOOPGUARD_* settings)."""
-
-    kind = "aiokafka"
-
-    def command(self) -> list[str]:
-        return [sys.executable, str(FORWARDERS), self.kind]
-
-
-def start_forwarder(kind: str, broker, prefix: str, partitions: int, tmp: Path):
-    env = {
-        **GROUP_ENV,
-        "LOOPGUARD_BROKER": broker.url,
-        "LOOPGUARD_BROKER_PROFILE": broker.profile,
-        "LOOPGUARD_APP_ID": prefix,
-        "LOOPGUARD_TOPIC_PREFIX": prefix,
-        "LOOPGUARD_PARTITIONS": str(partitions),
-        "LOOPGUARD_DATA_DIR": str(tmp / f"{prefix}-data"),
-        # Plain batching (Kafka's 16 KB default) for both baselines on every broker, as
-        # both of loopguard's broker profiles now batch (16 KB).
-        "LOOPGUARD_PRODUCER_MAX_BATCH": "16384",
-        # Plain consume -> produce, as the aiokafka loop does; the kafka profile's exactly once
-        # is loopguard's (a bare Faust app without tables also crashes on it in Faust 0.15.3:
-        # KeyError in PartitionAssignor.group_for_topic at the first assignment).
-        "LOOPGUARD_PROCESSING_GUARANTEE": "at_least_once",
-    }
-    process = ForwarderProcess(broker.url, "", log_path=tmp / f"{prefix}.log", env=env)
-    process.kind = kind
-    return [process.start()]
 
 
 def produce(producer: KafkaProducer, topic: str, messages) -> dict[int, int]:

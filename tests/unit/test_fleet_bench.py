@@ -26,9 +26,10 @@ from fleet_bench import (  # noqa: E402
     summary,
 )
 from fleet_typescript import fill_measurements, node_command, read_report  # noqa: E402
+from forwarders import echo_watermarks  # noqa: E402
 
 from streams.core.events import Envelope, RunStarted, ToolCall, ToolResult  # noqa: E402
-from streams.wire.avro import encode_event  # noqa: E402
+from streams.wire.avro import RunWatermarks, decode_control, encode_event  # noqa: E402
 
 
 def looping_events(run_id: str, calls: int) -> list:
@@ -103,7 +104,9 @@ def test_leaked_calls_are_counted_from_the_reported_events() -> None:
     )
     assert sorted(m.leaked) == [0, 2]
     assert m.looping_runs == 2 and m.early == 0
-    args = Namespace(broker="tansu", guarantee="at_least_once", agents=10, seconds=2.0)
+    args = Namespace(
+        broker="tansu", guarantee="at_least_once", agents=10, seconds=2.0, worker="loopguard"
+    )
     # The worker's window as two scrapes would leave it: 10 events aged <= 5 ms, 2 <= 50 ms.
     window = WorkerWindow(pid=0, web_port=0)
     window.cpu = {"measuring": 3.0, "stopped": 3.5}
@@ -117,6 +120,32 @@ def test_leaked_calls_are_counted_from_the_reported_events() -> None:
     assert figures["leaked_max"] == 2 and figures["timeouts"] == 1
     assert figures["within_budget"] == 0.75 and figures["decisions"] == 2
     assert figures["events_decided"] == 3 and figures["client"] == "typescript"
+
+
+def test_the_echo_leaves_no_leaked_calls_figure() -> None:
+    """The echo refuses nothing, so its looping runs' calls are not leaks of a guard."""
+    m = Measurements(measure_from=-math.inf)
+    m.on_looping_run(looping_events("x", 20)[:-6], None, 17)  # the reference refused one
+    assert m.leaked  # what the loopguard worker's leg would count
+    args = Namespace(
+        broker="tansu", guarantee="at_least_once", agents=1, seconds=1.0, worker="echo"
+    )
+    window = WorkerWindow(pid=0, web_port=None)
+    window.cpu = {"measuring": 1.0, "stopped": 1.25}
+    figures = summary("python", m, args, window, client_cpu_s=0.5)
+    assert figures["worker"] == "echo" and figures["worker_cpu_s"] == 0.25
+    assert figures["leaked_p99"] is None and figures["leaked_max"] is None
+    assert figures["event_age_p50_max_ms"] is None  # the echo has no /metrics
+
+
+def test_the_echo_answers_each_run_at_its_highest_seq_as_the_worker_packs_it() -> None:
+    a, b = looping_events("run-a", 2), looping_events("run-b", 1)
+    values = [encode_event(e) for e in (a[0], b[0], a[1], a[2], b[1])]  # runs interleaved
+    (record,) = echo_watermarks(values)
+    message = decode_control(record)
+    assert isinstance(message, RunWatermarks)
+    assert {m.run_id: m.seq for m in message.marks} == {"run-a": 3, "run-b": 2}
+    assert echo_watermarks([]) == []
 
 
 def test_node_command_passes_the_fleet_and_no_per_partition_cap() -> None:
