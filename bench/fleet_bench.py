@@ -29,14 +29,15 @@ Printed per client, over the calls made after ``--warmup`` s:
   looping run's events as it encoded them; they are decoded and replayed here the same way.
 
     python bench/fleet_bench.py [--broker tansu|kafka] [--clients python,typescript]
-        [--worker loopguard|echo] [--agents 1000] [--seconds 60] [--warmup 10] [--think-median 1.5]
-        [--think-sigma 0.8] [--back-to-back 0.2] [--looping 0.05] [--budget-ms 50]
-        [--guarantee exactly_once|at_least_once] [--partitions 4] [--json]
+        [--worker loopguard|echo|loopguard,echo] [--agents 1000] [--seconds 60] [--warmup 10]
+        [--think-median 1.5] [--think-sigma 0.8] [--back-to-back 0.2] [--looping 0.05]
+        [--budget-ms 50] [--guarantee exactly_once|at_least_once] [--partitions 4] [--json]
 
 ``--worker echo`` puts a bare aiokafka loop (``bench/forwarders.py echo``) where the worker
 was: it answers each fetched batch at once with its runs' watermarks and decides nothing, so
 its share of waits within the budget is the most any worker design can give this fleet on
-this machine (no decisions, so no leaked-calls figure).
+this machine (no decisions, so no leaked-calls figure). ``--worker loopguard,echo`` runs
+both, each on a fresh broker, and prints each client's legs side by side.
 
 Loops are detected with lowered thresholds (``FLEET_CONFIG``: warning after 4 identical
 calls, block after 8) so a looping run meets its block within a short bench. The two
@@ -91,6 +92,7 @@ FLEET_CONFIG = {
 }
 AGENT_ID = "fleet-agent"
 CLIENTS = ("python", "typescript")
+WORKERS = ("loopguard", "echo")
 
 
 def reference_refusal(events: list[AgentEvent]) -> int | None:
@@ -415,10 +417,10 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument(
         "--worker",
-        choices=["loopguard", "echo"],
         default="loopguard",
-        help="loopguard (default), or echo: a bare aiokafka loop that only sends each batch's "
-        "watermarks, the floor any worker design can reach here",
+        help="loopguard (default), echo (a bare aiokafka loop that only sends each batch's "
+        "watermarks: the floor any worker design can reach here) or both, e.g. "
+        "loopguard,echo: each on its own fresh broker, in this order, then side by side",
     )
     parser.add_argument("--agents", type=int, default=1000)
     parser.add_argument("--seconds", type=float, default=60.0, help="measured duration")
@@ -439,24 +441,26 @@ def parse_args() -> argparse.Namespace:
     unknown = [c for c in args.clients if c not in CLIENTS]
     if unknown or not args.clients or len(set(args.clients)) != len(args.clients):
         parser.error(f"--clients takes python, typescript or both, not {unknown or args.clients}")
+    args.workers = [w.strip() for w in args.worker.split(",") if w.strip()]
+    if (
+        not args.workers
+        or set(args.workers) - set(WORKERS)
+        or len(set(args.workers)) < len(args.workers)
+    ):
+        parser.error(f"--worker takes loopguard, echo or both, not {args.worker!r}")
     profile = "kafka" if args.broker == "kafka" else "tansu"
     args.guarantee = args.guarantee or Settings.for_profile(profile).processing_guarantee
-    if args.worker == "echo":
-        args.guarantee = "at_least_once"  # the echo sends outside transactions, whatever asked
     return args
 
 
-def main() -> int:
-    args = parse_args()
-    if "typescript" in args.clients:
-        ensure_ts_build()
-    tmp = Path(tempfile.mkdtemp(prefix="loopguard-fleet-"))
-    config_file = tmp / "config.json"
-    config_file.write_text(json.dumps(FLEET_CONFIG))
+def run_fleet(args: argparse.Namespace, tmp: Path, config_file: Path) -> list[dict[str, Any]]:
+    """One broker and one worker (``args.worker``: loopguard or the echo), the fleet once per
+    client on them; a fresh broker for each worker, as tansu's fetches slow as topics grow."""
+    tmp.mkdir(parents=True, exist_ok=True)
     broker = start_broker(args.broker, tmp)
     worker = None
     results: list[dict[str, Any]] = []
-    web_port = free_port()  # the worker's /metrics: how old events were when it took them in
+    web_port: int | None = free_port()  # the worker's /metrics: events' age at its intake
     try:
         ensure_topics(
             Settings.for_profile(broker.profile, broker=broker.url, partitions=args.partitions)
@@ -479,7 +483,7 @@ def main() -> int:
             f"fleet: {args.agents} agents ({args.looping:.0%} looping), think lognormal median "
             f"{args.think_median}s sigma {args.think_sigma}, {args.back_to_back:.0%} "
             f"back to back, budget {args.budget_ms:g} ms, {args.broker} {args.guarantee}, "
-            f"clients {', '.join(args.clients)}",
+            f"{args.worker}, clients {', '.join(args.clients)}",
             flush=True,
         )
         for name in args.clients:
@@ -501,16 +505,56 @@ def main() -> int:
                 extra = typescript_leg(broker, window.mark, args, m, tmp)
                 results.append(summary("typescript", m, args, window, **extra))
             print(f"  {name} leg done", flush=True)
-    except RuntimeError as error:
-        print(f"fleet benchmark failed: {error}", file=sys.stderr)
-        return 1
     finally:
         if worker is not None:
             worker.stop()
         broker.stop()
+    return results
 
-    for result in results:
-        print_leg(result, args)
+
+def leg_args(args: argparse.Namespace, worker: str) -> argparse.Namespace:
+    """``args`` for one worker's legs: the echo sends outside transactions, whatever asked."""
+    guarantee = "at_least_once" if worker == "echo" else args.guarantee
+    return argparse.Namespace(**{**vars(args), "worker": worker, "guarantee": guarantee})
+
+
+def print_floor(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
+    """Each client's loopguard leg beside its echo leg, when both ran."""
+    by_leg = {(r["worker"], r["client"]): r for r in results}
+    for client in args.clients:
+        guard, echo = by_leg.get(("loopguard", client)), by_leg.get(("echo", client))
+        if guard is None or echo is None:
+            continue
+        print(
+            f"{client} client against the floor: loopguard answered {guard['within_budget']:.2%} "
+            f"of waits within {args.budget_ms:g} ms, the echo {echo['within_budget']:.2%} (the "
+            f"most any worker gives this fleet on this machine); events decided p50 "
+            f"{guard['decided_p50_ms']} against {echo['decided_p50_ms']} ms"
+        )
+
+
+def main() -> int:
+    args = parse_args()
+    if "typescript" in args.clients:
+        ensure_ts_build()
+    tmp = Path(tempfile.mkdtemp(prefix="loopguard-fleet-"))
+    config_file = tmp / "config.json"
+    config_file.write_text(json.dumps(FLEET_CONFIG))
+    results: list[dict[str, Any]] = []
+    legs: list[tuple[argparse.Namespace, dict[str, Any]]] = []
+    try:
+        for worker in args.workers:
+            each = leg_args(args, worker)
+            for result in run_fleet(each, tmp / worker, config_file):
+                legs.append((each, result))
+                results.append(result)
+    except RuntimeError as error:
+        print(f"fleet benchmark failed: {error}", file=sys.stderr)
+        return 1
+
+    for each, result in legs:
+        print_leg(result, each)
+    print_floor(results, args)
     if args.json:
         print(json.dumps({"broker": args.broker, "guarantee": args.guarantee, "legs": results}))
     return 0

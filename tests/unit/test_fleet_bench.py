@@ -22,6 +22,8 @@ from fleet_bench import (  # noqa: E402
     Measurements,
     WorkerWindow,
     is_looping,
+    leg_args,
+    print_floor,
     reference_refusal,
     summary,
 )
@@ -173,3 +175,22 @@ def test_the_looping_share_is_exact_and_spread() -> None:
     assert sum(is_looping(i, 0.05) for i in range(1000)) == 50
     assert not any(is_looping(i, 0.0) for i in range(100))
     assert all(is_looping(i, 1.0) for i in range(100))
+
+
+def test_the_echo_legs_run_outside_transactions_and_print_beside_the_worker(capsys) -> None:
+    args = Namespace(
+        worker="loopguard,echo", guarantee="exactly_once", clients=["python"], budget_ms=50.0
+    )
+    assert leg_args(args, "echo").guarantee == "at_least_once"
+    assert leg_args(args, "loopguard").guarantee == "exactly_once"
+    assert args.guarantee == "exactly_once"  # each leg has its own copy
+    legs = [
+        {"worker": "loopguard", "client": "python", "within_budget": 0.8, "decided_p50_ms": 120.0},
+        {"worker": "echo", "client": "python", "within_budget": 0.978, "decided_p50_ms": 33.6},
+    ]
+    print_floor(legs, args)
+    line = capsys.readouterr().out
+    assert "loopguard answered 80.00%" in line and "the echo 97.80%" in line
+    assert "120.0 against 33.6 ms" in line
+    print_floor(legs[:1], args)  # no echo leg: nothing to set beside it
+    assert capsys.readouterr().out == ""
