@@ -29,15 +29,17 @@ Printed per client, over the calls made after ``--warmup`` s:
   looping run's events as it encoded them; they are decoded and replayed here the same way.
 
     python bench/fleet_bench.py [--broker tansu|kafka] [--clients python,typescript]
-        [--worker loopguard|echo|loopguard,echo] [--agents 1000] [--seconds 60] [--warmup 10]
-        [--think-median 1.5] [--think-sigma 0.8] [--back-to-back 0.2] [--looping 0.05]
+        [--worker loopguard|echo|faustecho|loopguard,echo] [--agents 1000] [--seconds 60]
+        [--warmup 10] [--think-median 1.5] [--think-sigma 0.8] [--back-to-back 0.2] [--looping 0.05]
         [--budget-ms 50] [--guarantee exactly_once|at_least_once] [--partitions 4] [--json]
 
 ``--worker echo`` puts a bare aiokafka loop (``bench/forwarders.py echo``) where the worker
 was: it answers each fetched batch at once with its runs' watermarks and decides nothing, so
 its share of waits within the budget is the most any worker design can give this fleet on
-this machine (no decisions, so no leaked-calls figure). ``--worker loopguard,echo`` runs
-both, each on a fresh broker, and prints each client's legs side by side.
+this machine (no decisions, so no leaked-calls figure). ``--worker faustecho`` answers the
+same from one Faust agent built like the worker's, which puts Faust's share of the gap
+apart. ``--worker loopguard,echo`` runs both, each on a fresh broker, and prints each
+client's legs side by side.
 
 Loops are detected with lowered thresholds (``FLEET_CONFIG``: warning after 4 identical
 calls, block after 8) so a looping run meets its block within a short bench. The two
@@ -92,7 +94,8 @@ FLEET_CONFIG = {
 }
 AGENT_ID = "fleet-agent"
 CLIENTS = ("python", "typescript")
-WORKERS = ("loopguard", "echo")
+WORKERS = ("loopguard", "echo", "faustecho")
+ECHOES = ("echo", "faustecho")  # answer with watermarks only, decide nothing
 
 
 def reference_refusal(events: list[AgentEvent]) -> int | None:
@@ -291,7 +294,7 @@ def summary(
     client: str, m: Measurements, args: argparse.Namespace, window: WorkerWindow, **extra: Any
 ) -> dict[str, Any]:
     waits, decisions, leaked = sorted(m.wait_ms), sorted(m.decision_ms), sorted(m.leaked)
-    if args.worker == "echo":
+    if args.worker in ECHOES:
         leaked = []  # the echo refuses nothing: every looping call after the reference's ran
     marks = sorted(m.watermark_ms)
     within = 1 - m.timeouts / m.calls if m.calls else float("nan")
@@ -365,12 +368,12 @@ def print_leg(result: dict[str, Any], args: argparse.Namespace) -> None:
     r = result
     print(
         f"fleet benchmark, {r['client']} client ({args.broker}, {args.guarantee}, 1 "
-        f"{'echo (no decisions)' if args.worker == 'echo' else 'worker'}, "
+        f"{args.worker + ' (no decisions)' if args.worker in ECHOES else 'worker'}, "
         f"{args.agents} agents, {args.seconds:g} s measured, load average "
         f"{r['load_average']} at the end)"
     )
     print(f"  tool calls: {r['calls']} ({r['calls_per_s']}/s)")
-    if args.worker != "echo":
+    if args.worker not in ECHOES:
         print(
             f"  decision latency: p50 {r['decision_p50_ms']} ms, p99 {r['decision_p99_ms']} ms "
             f"over {r['decisions']} decisions"
@@ -384,7 +387,7 @@ def print_leg(result: dict[str, Any], args: argparse.Namespace) -> None:
         f"{r['within_budget']:.2%} answered within {args.budget_ms:g} ms "
         f"({r['timeouts']} failed open)"
     )
-    if args.worker == "echo":
+    if args.worker in ECHOES:
         print("  leaked calls: not measured (the echo decides nothing)")
     else:
         print(
@@ -419,8 +422,9 @@ def parse_args() -> argparse.Namespace:
         "--worker",
         default="loopguard",
         help="loopguard (default), echo (a bare aiokafka loop that only sends each batch's "
-        "watermarks: the floor any worker design can reach here) or both, e.g. "
-        "loopguard,echo: each on its own fresh broker, in this order, then side by side",
+        "watermarks: the floor any worker design can reach here), faustecho (the same from "
+        "one Faust agent built like the worker's) or several, e.g. loopguard,echo: each on "
+        "its own fresh broker, in this order, then side by side",
     )
     parser.add_argument("--agents", type=int, default=1000)
     parser.add_argument("--seconds", type=float, default=60.0, help="measured duration")
@@ -447,7 +451,7 @@ def parse_args() -> argparse.Namespace:
         or set(args.workers) - set(WORKERS)
         or len(set(args.workers)) < len(args.workers)
     ):
-        parser.error(f"--worker takes loopguard, echo or both, not {args.worker!r}")
+        parser.error(f"--worker takes loopguard, echo, faustecho or several, not {args.worker!r}")
     profile = "kafka" if args.broker == "kafka" else "tansu"
     args.guarantee = args.guarantee or Settings.for_profile(profile).processing_guarantee
     return args
@@ -465,8 +469,8 @@ def run_fleet(args: argparse.Namespace, tmp: Path, config_file: Path) -> list[di
         ensure_topics(
             Settings.for_profile(broker.profile, broker=broker.url, partitions=args.partitions)
         )
-        if args.worker == "echo":
-            (worker,) = start_forwarder("echo", broker, "loopguard", args.partitions, tmp)
+        if args.worker in ECHOES:
+            (worker,) = start_forwarder(args.worker, broker, "loopguard", args.partitions, tmp)
             web_port = None
         else:
             (worker,) = start_workers(
@@ -490,7 +494,7 @@ def run_fleet(args: argparse.Namespace, tmp: Path, config_file: Path) -> list[di
             # Each leg starts on a worker that has processed everything before it.
             probe = GatewayClient(broker.bootstrap, "fleet-probe", wait_budget_ms=0)
             try:
-                if args.worker == "echo":
+                if args.worker in ECHOES:
                     wait_until_echoing(probe, worker)
                 else:
                     wait_until_processing(probe, workers=[worker])
@@ -514,7 +518,7 @@ def run_fleet(args: argparse.Namespace, tmp: Path, config_file: Path) -> list[di
 
 def leg_args(args: argparse.Namespace, worker: str) -> argparse.Namespace:
     """``args`` for one worker's legs: the echo sends outside transactions, whatever asked."""
-    guarantee = "at_least_once" if worker == "echo" else args.guarantee
+    guarantee = "at_least_once" if worker in ECHOES else args.guarantee
     return argparse.Namespace(**{**vars(args), "worker": worker, "guarantee": guarantee})
 
 
@@ -531,6 +535,12 @@ def print_floor(results: list[dict[str, Any]], args: argparse.Namespace) -> None
             f"most any worker gives this fleet on this machine); events decided p50 "
             f"{guard['decided_p50_ms']} against {echo['decided_p50_ms']} ms"
         )
+        faust = by_leg.get(("faustecho", client))
+        if faust is not None:
+            print(
+                f"  the echo as a Faust agent: {faust['within_budget']:.2%}, events decided p50 "
+                f"{faust['decided_p50_ms']} ms (Faust's share of the gap)"
+            )
 
 
 def main() -> int:

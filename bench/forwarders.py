@@ -11,7 +11,9 @@
 * ``echo`` (``bench/fleet_bench.py --worker echo``): a bare aiokafka loop that answers each
   fetched batch at once with its runs' watermarks on the control topic (the worker's
   ``RunWatermarks`` record) and decides nothing: the shortest path any worker can give a
-  gateway's wait on this machine.
+  gateway's wait on this machine;
+* ``faustecho`` (``--worker faustecho``): the same answers from one Faust agent built like
+  the worker's guarding agent (``take_ready`` batches): Faust's share of that path.
 
 The first two read ``<prefix>.events`` and write every record, same key and value, to
 ``<prefix>.forward``. They run as a child process, like a worker, and take the worker's
@@ -21,7 +23,7 @@ difference in figures is the cost of what loopguard does on top, not of other se
 
     LOOPGUARD_BROKER=kafka://127.0.0.1:9092 python bench/forwarders.py KIND
 
-where KIND is aiokafka, faust, faustconsume or echo.
+where KIND is aiokafka, faust, faustconsume, echo or faustecho.
 """
 
 from __future__ import annotations
@@ -174,6 +176,31 @@ def faust_consume(settings: Settings) -> None:
     app.main()
 
 
+def faust_echo(settings: Settings) -> None:
+    """The echo as one Faust agent built like the worker's (``take_ready`` batches, at least
+    once): Faust's share of the answer's path, without loopguard's work."""
+    from streams.worker.bootstrap import apply_faust_patches, build_app
+    from streams.worker.ready_batches import take_ready
+
+    apply_faust_patches(settings, asyncio.Lock())
+    Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
+    app = build_app(settings)
+    raw = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw"}
+    source = app.topic(settings.topics.events, value_serializer="raw", **raw)
+    control = app.topic(settings.topics.control, value_serializer="raw", **raw)
+
+    async def echo(stream) -> None:  # faust.StreamT
+        async for batch in take_ready(stream, settings.batch_size, settings.batch_window):
+            for value in echo_watermarks([event.message.value for event in batch]):
+                await control.send(value=value)
+            for event in batch:
+                await stream.ack(event)
+
+    app.agent(source, name="echo")(echo)
+    sys.argv = ["forwarders", "worker", "-l", "warn", "--without-web"]
+    app.main()
+
+
 def main() -> int:
     kind = sys.argv[1] if len(sys.argv) > 1 else ""
     settings = Settings.from_env()
@@ -182,6 +209,9 @@ def main() -> int:
         return 0
     if kind == "echo":
         asyncio.run(aiokafka_echo(settings))
+        return 0
+    if kind == "faustecho":
+        faust_echo(settings)
         return 0
     if kind == "faust":
         faust_forward(settings)

@@ -194,3 +194,14 @@ def test_the_echo_legs_run_outside_transactions_and_print_beside_the_worker(caps
     assert "120.0 against 33.6 ms" in line
     print_floor(legs[:1], args)  # no echo leg: nothing to set beside it
     assert capsys.readouterr().out == ""
+    faust = {
+        "worker": "faustecho",
+        "client": "python",
+        "within_budget": 0.9,
+        "decided_p50_ms": 60.0,
+    }
+    assert leg_args(args, "faustecho").guarantee == "at_least_once"
+    print_floor([*legs, faust], args)
+    assert (
+        "the echo as a Faust agent: 90.00%, events decided p50 60.0 ms" in capsys.readouterr().out
+    )
