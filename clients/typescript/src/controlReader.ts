@@ -22,7 +22,9 @@
  * - fetch loop: one Fetch per partition leader, `maxWaitTime` = `fetchMaxWaitMs` (short: the
  *   tansu broker holds an empty fetch for the whole wait instead of answering when data
  *   arrives), positions advanced past every record handed over (control records and aborted
- *   transactional records are skipped, as kafkajs's consumer does).
+ *   transactional records are skipped, as kafkajs's consumer does). Each leader is fetched
+ *   again as soon as its answer is handled: a leader with records never waits for another
+ *   leader's empty fetch to run out its wait.
  * - errors (broker down, leader moved, topic recreated): logged (rate-limited), metadata
  *   refreshed, retried with exponential backoff up to `maxBackoffMs`; never thrown.
  * - a partition whose log end moved behind our position (the broker lost or truncated its
@@ -137,7 +139,7 @@ export class ControlReader {
   private failures = 0;
   private readonly opts: Required<Omit<ControlReaderOptions, 'topic' | 'logger' | 'onRecord' | 'fromBeginning'>>;
 
-  /** Fetch round trips completed (tests, stats). */
+  /** Fetches answered, counted per leader (tests, stats). */
   fetches = 0;
   /** Times the loop recovered after errors. */
   reconnects = 0;
@@ -224,11 +226,6 @@ export class ControlReader {
       try {
         if (Date.now() - this.lastMetadataAt > this.opts.metadataRefreshMs) await this.refreshPartitions();
         await this.fetchOnce();
-        if (this.failures > 0) {
-          this.log.info(`control topic ${this.topic}: reading again after ${this.failures} failed attempt(s)`);
-          this.failures = 0;
-          this.reconnects++;
-        }
       } catch (error) {
         if (!this.running) break;
         await this.recover(error);
@@ -236,41 +233,69 @@ export class ControlReader {
     }
   }
 
+  /** Fetch from every partition leader, each in its own loop, until the metadata is due for
+   *  a refresh, the reader stops or one leader's fetch fails (the others then finish their
+   *  fetch in flight, and the error goes to {@link recover}). */
   private async fetchOnce(): Promise<void> {
     const partitions = [...this.positions.keys()];
     const byLeader = this.cluster.findLeaderForPartitions(this.topic, partitions);
-    const requests = Object.entries(byLeader).map(async ([nodeId, ids]) => {
-      const broker = await this.cluster.findBroker({ nodeId });
-      const wanted = ids.map((partition) => ({
-        partition,
-        fetchOffset: (this.positions.get(partition) ?? 0n).toString(),
-        maxBytes: this.opts.maxBytesPerPartition,
-      }));
-      const response = await broker.fetch({
-        isolationLevel: READ_UNCOMMITTED,
-        maxWaitTime: this.opts.fetchMaxWaitMs,
-        minBytes: 1,
-        maxBytes: this.opts.maxBytesPerPartition * Math.max(1, wanted.length),
-        topics: [{ topic: this.topic, partitions: wanted }],
-      });
-      for (const topicData of response.responses) {
-        if (topicData.topicName !== this.topic) continue;
-        for (const partitionData of topicData.partitions) {
-          const requested = wanted.find((w) => w.partition === partitionData.partition);
-          if (requested) await this.handlePartition(requested.fetchOffset, partitionData);
-        }
-      }
-    });
-    if (requests.length === 0) {
+    const leaders = Object.entries(byLeader);
+    if (leaders.length === 0) {
       // Leaders unknown (metadata lost): refresh and try again shortly.
       await this.cluster.refreshMetadata();
       await sleep(this.opts.fetchMaxWaitMs);
       return;
     }
-    const results = await Promise.allSettled(requests);
-    this.fetches++;
+    const round = { failed: false };
+    const results = await Promise.allSettled(
+      leaders.map(([nodeId, ids]) => this.fetchFromLeader(nodeId, ids, round)),
+    );
     const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
     if (failed) throw failed.reason;
+  }
+
+  private async fetchFromLeader(nodeId: string, ids: number[], round: { failed: boolean }): Promise<void> {
+    try {
+      const broker = await this.cluster.findBroker({ nodeId });
+      do {
+        const wanted = ids.map((partition) => ({
+          partition,
+          fetchOffset: (this.positions.get(partition) ?? 0n).toString(),
+          maxBytes: this.opts.maxBytesPerPartition,
+        }));
+        const response = await broker.fetch({
+          isolationLevel: READ_UNCOMMITTED,
+          maxWaitTime: this.opts.fetchMaxWaitMs,
+          minBytes: 1,
+          maxBytes: this.opts.maxBytesPerPartition * Math.max(1, wanted.length),
+          topics: [{ topic: this.topic, partitions: wanted }],
+        });
+        for (const topicData of response.responses) {
+          if (topicData.topicName !== this.topic) continue;
+          for (const partitionData of topicData.partitions) {
+            const requested = wanted.find((w) => w.partition === partitionData.partition);
+            if (requested) await this.handlePartition(requested.fetchOffset, partitionData);
+          }
+        }
+        this.fetches++;
+        this.readingAgain();
+      } while (
+        this.running &&
+        !round.failed &&
+        Date.now() - this.lastMetadataAt <= this.opts.metadataRefreshMs
+      );
+    } catch (error) {
+      round.failed = true;
+      throw error;
+    }
+  }
+
+  /** A fetch answered after failed ones: say so once, count the reconnect. */
+  private readingAgain(): void {
+    if (this.failures === 0) return;
+    this.log.info(`control topic ${this.topic}: reading again after ${this.failures} failed attempt(s)`);
+    this.failures = 0;
+    this.reconnects++;
   }
 
   private async handlePartition(fetchOffset: string, data: KjsFetchPartition): Promise<void> {
