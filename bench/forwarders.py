@@ -108,8 +108,9 @@ def echo_watermarks(values: Iterable[bytes]) -> list[bytes]:
 
 async def aiokafka_echo(settings: Settings) -> None:
     """Fetch events in batches and send each batch's watermarks before the next fetch: no
-    detection, no state, no audit trail, no transaction. Offsets are committed every
-    ``commit_interval`` (at least once), off the answer's path."""
+    detection, no state, no audit trail, no transaction. aiokafka's auto-commit commits the
+    offsets every ``commit_interval``, off the answer's path (a floor to measure against,
+    not a guarantee: it may commit before the watermarks are acknowledged)."""
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
     consumer = AIOKafkaConsumer(
