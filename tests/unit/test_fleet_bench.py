@@ -205,3 +205,6 @@ def test_the_echo_legs_run_outside_transactions_and_print_beside_the_worker(caps
     assert (
         "the echo as a Faust agent: 90.00%, events decided p50 60.0 ms" in capsys.readouterr().out
     )
+    print_floor([legs[0], faust], args)  # the Faust echo alone still sets loopguard beside it
+    out = capsys.readouterr().out
+    assert "loopguard answered 80.00% of waits within 50 ms" in out and "Faust agent: 90.00%" in out
