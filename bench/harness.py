@@ -95,7 +95,7 @@ def start_forwarder(kind: str, broker, prefix: str, partitions: int, tmp: Path):
         "LOOPGUARD_TOPIC_PREFIX": prefix,
         "LOOPGUARD_PARTITIONS": str(partitions),
         "LOOPGUARD_DATA_DIR": str(tmp / f"{prefix}-data"),
-        # Plain batching (Kafka's 16 KB default) for both baselines on every broker, as
+        # Plain batching (Kafka's 16 KB default) for every baseline on every broker, as
         # both of loopguard's broker profiles now batch (16 KB).
         "LOOPGUARD_PRODUCER_MAX_BATCH": "16384",
         # Plain consume -> produce, as the aiokafka loop does; the kafka profile's exactly once
