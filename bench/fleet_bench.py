@@ -557,18 +557,16 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="loopguard-fleet-"))
     config_file = tmp / "config.json"
     config_file.write_text(json.dumps(FLEET_CONFIG))
-    results: list[dict[str, Any]] = []
-    legs: list[tuple[argparse.Namespace, dict[str, Any]]] = []
+    legs: list[tuple[argparse.Namespace, dict[str, Any]]] = []  # each leg's args, figures
     try:
         for worker in args.workers:
             each = leg_args(args, worker)
-            for result in run_fleet(each, tmp / worker, config_file):
-                legs.append((each, result))
-                results.append(result)
+            legs += [(each, result) for result in run_fleet(each, tmp / worker, config_file)]
     except RuntimeError as error:
         print(f"fleet benchmark failed: {error}", file=sys.stderr)
         return 1
 
+    results = [result for _, result in legs]
     for each, result in legs:
         print_leg(result, each)
     print_floor(results, args)

@@ -32,6 +32,7 @@ import asyncio
 import sys
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 # Appended, not prepended: an installed build (the compiled core, setup.py) comes first.
 sys.path.append(str(Path(__file__).resolve().parent.parent))
@@ -43,26 +44,56 @@ def forward_topic(settings: Settings) -> str:
     return f"{settings.topics.events.rsplit('.', 1)[0]}.forward"
 
 
+def events_consumer(settings: Settings, **options: Any) -> Any:
+    """An aiokafka consumer of the events topic in the worker's group, with its fetch wait
+    and group timeouts, from the earliest offset; ``options`` add to or override those."""
+    from aiokafka import AIOKafkaConsumer
+
+    return AIOKafkaConsumer(
+        settings.topics.events,
+        **{
+            "bootstrap_servers": settings.bootstrap_servers,
+            "group_id": settings.app_id,
+            "auto_offset_reset": "earliest",
+            "fetch_max_wait_ms": settings.fetch_max_wait_ms,
+            "session_timeout_ms": int(settings.session_timeout * 1000),
+            "heartbeat_interval_ms": int(settings.heartbeat_interval * 1000),
+            "rebalance_timeout_ms": int(settings.rebalance_timeout * 1000),
+            **options,
+        },
+    )
+
+
+def raw_topic(app: Any, name: str) -> Any:
+    """A Faust topic of raw bytes, keys and values."""
+    return app.topic(
+        name, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw"
+    )
+
+
+def faust_app(settings: Settings) -> Any:
+    """A Faust app built like the worker's (``build_app``, the same Faust patches)."""
+    from streams.worker.bootstrap import apply_faust_patches, build_app
+
+    apply_faust_patches(settings, asyncio.Lock())  # the barrier only orders exactly-once commits
+    Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
+    return build_app(settings)
+
+
+def run_faust_app(app: Any) -> None:
+    sys.argv = ["forwarders", "worker", "-l", "warn", "--without-web"]
+    app.main()
+
+
 async def aiokafka_forward(settings: Settings) -> None:
     """Fetch in batches, send each record; every ``commit_interval`` wait for the sends so far
     to be acknowledged and commit their offsets (at least once, as the Faust apps commit)."""
-    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+    from aiokafka import AIOKafkaProducer
 
-    servers = settings.bootstrap_servers
     interval = settings.commit_interval
-    consumer = AIOKafkaConsumer(
-        settings.topics.events,
-        bootstrap_servers=servers,
-        group_id=settings.app_id,
-        auto_offset_reset="earliest",
-        enable_auto_commit=False,
-        fetch_max_wait_ms=settings.fetch_max_wait_ms,
-        session_timeout_ms=int(settings.session_timeout * 1000),
-        heartbeat_interval_ms=int(settings.heartbeat_interval * 1000),
-        rebalance_timeout_ms=int(settings.rebalance_timeout * 1000),
-    )
+    consumer = events_consumer(settings, enable_auto_commit=False)
     # acks=all as Faust's producer; aiokafka's own batching (16 KB), whatever the profile.
-    producer = AIOKafkaProducer(bootstrap_servers=servers, acks="all")
+    producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap_servers, acks="all")
     out = forward_topic(settings)
     await producer.start()
     await consumer.start()
@@ -111,16 +142,12 @@ async def aiokafka_echo(settings: Settings) -> None:
     detection, no state, no audit trail, no transaction. aiokafka's auto-commit commits the
     offsets every ``commit_interval``, off the answer's path (a floor to measure against,
     not a guarantee: it may commit before the watermarks are acknowledged)."""
-    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+    from aiokafka import AIOKafkaProducer
 
-    consumer = AIOKafkaConsumer(
-        settings.topics.events,
-        bootstrap_servers=settings.bootstrap_servers,
-        group_id=settings.app_id,
-        auto_offset_reset="earliest",
+    consumer = events_consumer(
+        settings,
         enable_auto_commit=True,
         auto_commit_interval_ms=int(settings.commit_interval * 1000),
-        fetch_max_wait_ms=settings.fetch_max_wait_ms,
     )
     producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap_servers, acks="all")
     await producer.start()
@@ -138,34 +165,23 @@ async def aiokafka_echo(settings: Settings) -> None:
 
 def faust_forward(settings: Settings) -> None:
     """One Faust agent: ``async for key, value in stream.items(): await out.send(...)``."""
-    from streams.worker.bootstrap import apply_faust_patches, build_app
-
-    apply_faust_patches(settings, asyncio.Lock())  # the barrier only orders exactly-once commits
-    Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
-    app = build_app(settings)
-    raw = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw"}
-    source = app.topic(settings.topics.events, value_serializer="raw", **raw)
-    sink = app.topic(forward_topic(settings), value_serializer="raw", **raw)
+    app = faust_app(settings)
+    source, sink = raw_topic(app, settings.topics.events), raw_topic(app, forward_topic(settings))
 
     async def forward(stream) -> None:  # faust.StreamT
         async for key, value in stream.items():
             await sink.send(key=key, value=value)
 
     app.agent(source, name="forward")(forward)
-    sys.argv = ["forwarders", "worker", "-l", "warn", "--without-web"]
-    app.main()
+    run_faust_app(app)
 
 
 def faust_consume(settings: Settings) -> None:
     """One Faust agent: ``async for batch in take_ready(stream, ...)``, then ack its events."""
-    from streams.worker.bootstrap import apply_faust_patches, build_app
     from streams.worker.ready_batches import take_ready
 
-    apply_faust_patches(settings, asyncio.Lock())
-    Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
-    app = build_app(settings)
-    raw = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw"}
-    source = app.topic(settings.topics.events, value_serializer="raw", **raw)
+    app = faust_app(settings)
+    source = raw_topic(app, settings.topics.events)
 
     async def consume(stream) -> None:  # faust.StreamT
         async for batch in take_ready(stream, settings.batch_size, settings.batch_window):
@@ -173,22 +189,19 @@ def faust_consume(settings: Settings) -> None:
                 await stream.ack(event)
 
     app.agent(source, name="consume")(consume)
-    sys.argv = ["forwarders", "worker", "-l", "warn", "--without-web"]
-    app.main()
+    run_faust_app(app)
 
 
 def faust_echo(settings: Settings) -> None:
     """The echo as one Faust agent built like the worker's (``take_ready`` batches, at least
     once): Faust's share of the answer's path, without loopguard's work."""
-    from streams.worker.bootstrap import apply_faust_patches, build_app
     from streams.worker.ready_batches import take_ready
 
-    apply_faust_patches(settings, asyncio.Lock())
-    Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
-    app = build_app(settings)
-    raw = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw"}
-    source = app.topic(settings.topics.events, value_serializer="raw", **raw)
-    control = app.topic(settings.topics.control, value_serializer="raw", **raw)
+    app = faust_app(settings)
+    source, control = (
+        raw_topic(app, settings.topics.events),
+        raw_topic(app, settings.topics.control),
+    )
 
     async def echo(stream) -> None:  # faust.StreamT
         async for batch in take_ready(stream, settings.batch_size, settings.batch_window):
@@ -198,8 +211,7 @@ def faust_echo(settings: Settings) -> None:
                 await stream.ack(event)
 
     app.agent(source, name="echo")(echo)
-    sys.argv = ["forwarders", "worker", "-l", "warn", "--without-web"]
-    app.main()
+    run_faust_app(app)
 
 
 def main() -> int:
