@@ -258,14 +258,20 @@ class TopicFollower:
         if fresh and self.from_end:
             consumer.seek_to_end(*fresh)
             for tp in fresh:
-                consumer.position(tp)  # resolve the end offset now, not at the first poll
+                # Resolved now, not at the first poll, and kept: a reconnect must go on from
+                # here, not from the end again, in a partition that had no record yet.
+                end = consumer.position(tp)
+                if end is not None:
+                    self._next[tp.partition] = end
         elif fresh:
             consumer.seek_to_beginning(*fresh)
         self._consumer = consumer
         return True
 
     def start(self) -> TopicFollower:
-        """Follow on a background thread (opening first, if :meth:`open` was not called)."""
+        """Follow on a background thread (opening first, if :meth:`open` was not called);
+        after :meth:`stop`, from the records it had reached."""
+        self._stop.clear()
         self._thread = threading.Thread(target=self._run, name=self.thread_name, daemon=True)
         self._thread.start()
         return self
