@@ -32,6 +32,7 @@ from streams.worker import state_codec
 from streams.worker.agent_cycles import AgentCycles
 from streams.worker.agents import WorkerAgents
 from streams.worker.audit_release import audit_never_holds_a_stop
+from streams.worker.coordinator_retries import retry_cut_coordinator_lookups
 from streams.worker.exactly_once import exactly_once_commits
 from streams.worker.fast_failover import fast_failover
 from streams.worker.faust_patches import (
@@ -71,6 +72,7 @@ def apply_faust_patches(settings: Settings, commit_barrier: asyncio.Lock) -> Non
     if settings.processing_guarantee == "at_least_once":
         read_changelogs_to_their_end(settings)  # not to the end offsets tansu reports
     fast_failover()  # a promoted standby reads on where it was; recovery ends once read
+    retry_cut_coordinator_lookups()  # a broker restart never crashes a transaction's commit
     if settings.fast_handoff:
         fast_message_handoff()
     # Exactly-once commits only between the guarding agent's batches, buffer flushed first

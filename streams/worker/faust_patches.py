@@ -49,7 +49,7 @@ from mode.services import WaitResults
 
 from streams.kafka.true_end import true_end_offsets
 from streams.settings import Settings
-from streams.worker import exactly_once, fast_failover
+from streams.worker import coordinator_retries, exactly_once, fast_failover
 
 _original = faust_aiokafka.AIOKafkaConsumerThread._create_worker_consumer
 _original_wait_first = faust_consumer.Consumer.wait_first
@@ -61,6 +61,7 @@ _EVENT_WAIT = asyncio.Event.wait.__code__
 # them, so a worker refuses to start unless each source is the one the patches were read
 # against (sha256 of inspect.getsource, first 16 hex digits).
 PATCHED_VERSION = "0.15.3"
+PATCHED_AIOKAFKA = "0.14.0"  # streams.worker.coordinator_retries
 REPLACED = {
     "AIOKafkaConsumerThread._create_worker_consumer": (_original, "c2701bfc3e6f6cad"),
     "Consumer.wait_first": (_original_wait_first, "feade6a31f8a6789"),
@@ -85,7 +86,15 @@ def patch_mismatches() -> list[str]:
     installed = importlib.metadata.version("faust-streaming")
     if installed != PATCHED_VERSION:
         problems.append(f"faust-streaming {installed} is installed, not {PATCHED_VERSION}")
-    replaced = {**REPLACED, **exactly_once.REPLACED, **fast_failover.REPLACED}
+    aiokafka = importlib.metadata.version("aiokafka")
+    if aiokafka != PATCHED_AIOKAFKA:
+        problems.append(f"aiokafka {aiokafka} is installed, not {PATCHED_AIOKAFKA}")
+    replaced = {
+        **REPLACED,
+        **exactly_once.REPLACED,
+        **fast_failover.REPLACED,
+        **coordinator_retries.REPLACED,
+    }
     for name, (function, expected) in replaced.items():
         if source_fingerprint(function) != expected:
             problems.append(f"{name} differs from the source the patch was written against")

@@ -19,7 +19,7 @@ from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
 from streams.audit.database import create_audit_engine
 from streams.kafka.topics import ensure_topics, partition_counts, topic_specs
 from streams.settings import Settings, redact_url
-from streams.worker.faust_patches import PATCHED_VERSION, patch_mismatches
+from streams.worker.faust_patches import PATCHED_AIOKAFKA, PATCHED_VERSION, patch_mismatches
 
 log = logging.getLogger("loopguard.worker")
 
@@ -47,7 +47,8 @@ def check_faust_patches() -> None:
     if problems:
         raise StartupError(
             f"{'; '.join(problems)}: loopguard patches faust-streaming {PATCHED_VERSION}'s "
-            f"consumer and recovery; install faust-streaming=={PATCHED_VERSION}"
+            f"consumer and recovery and aiokafka {PATCHED_AIOKAFKA}'s transactional sender; "
+            f"install faust-streaming=={PATCHED_VERSION} aiokafka=={PATCHED_AIOKAFKA}"
         )
 
 
