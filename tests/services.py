@@ -338,6 +338,40 @@ def control_topic_decisions(bootstrap: str, topic: str, run_ids: set[str]) -> li
     return [d for d in found if isinstance(d, Decision) and d.run_id in run_ids]
 
 
+def records_by_key(bootstrap: str, topic: str) -> Counter[bytes]:
+    """How many records of each key are on the topic (read uncommitted)."""
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, consumer_timeout_ms=2000)
+    parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic))]
+    consumer.assign(parts)
+    consumer.seek_to_beginning(*parts)
+    counts = Counter(record.key for record in consumer)
+    consumer.close()
+    return counts
+
+
+def where_missing(pipeline: Pipeline, missing: list[str]) -> str:
+    """Where the decisions a gateway never received got to, so a failure names the stalled
+    side: on the control topic (the gateway's reading), in the audit trail only, or nowhere
+    (the worker, or the events it was given: counted by run id on the events topic)."""
+    run_ids = {decision_id.split(":")[0] for decision_id in missing}
+    on_events = records_by_key(pipeline.broker.bootstrap, pipeline.settings.topics.events)
+    events = ", ".join(f"{r} {on_events[r.encode()]}" for r in sorted(run_ids))
+    on_topic = {
+        d.decision_id
+        for d in control_topic_decisions(
+            pipeline.broker.bootstrap, pipeline.settings.topics.control, run_ids
+        )
+    }
+    with pipeline.store() as store:
+        audited = {d.decision_id for r in run_ids for d in store.history(r)}
+    wanted = set(missing)
+    return (
+        f"of {len(wanted)} missing at the gateway: {len(wanted & on_topic)} on the control "
+        f"topic, {len(wanted & audited)} in the audit trail; events on the events topic: "
+        f"{events}"
+    )
+
+
 def check_republished(settings: Settings, on_topic: list[Decision], want: dict) -> int:
     """How many decisions went on the control topic more than once, checked against what
     the guarantee allows: none exactly once with transactional control delivery; with

@@ -21,6 +21,7 @@ from services import (
     Pipeline,
     check_republished,
     control_topic_decisions,
+    where_missing,
 )
 from test_reliability import expected, looping_run, wait_for_decisions
 
@@ -78,7 +79,8 @@ def test_a_broker_crash_and_a_rolling_restart_lose_and_double_nothing(
         changed = sorted(k for k in set(want) & set(got) if want[k] != got[k])
         assert not (missing or extra or changed), (
             f"{len(missing)} missing {missing[:4]}, {len(extra)} extra {extra[:4]}, "
-            f"{len(changed)} changed {changed[:4]}\n{pipeline.worker_logs(tail=3000)}"
+            f"{len(changed)} changed {changed[:4]}; {where_missing(pipeline, missing)}\n"
+            f"{pipeline.worker_logs(tail=3000)}"
         )
         on_topic = control_topic_decisions(
             pipeline.broker.bootstrap, pipeline.settings.topics.control, set(run_ids)
