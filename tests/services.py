@@ -29,6 +29,7 @@ from typing import Any
 import pytest
 from filelock import FileLock
 from kafka import KafkaConsumer, TopicPartition
+from kafka.admin import KafkaAdminClient
 from kafka_cluster.cluster import KafkaCluster
 
 from streams.audit.store import AuditStore
@@ -349,12 +350,44 @@ def records_by_key(bootstrap: str, topic: str) -> Counter[bytes]:
     return counts
 
 
-def where_missing(pipeline: Pipeline, missing: list[str]) -> str:
+def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+    """Each partition's end offset, read committed (the last stable offset)."""
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap, group_id=None, isolation_level="read_committed"
+    )
+    parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic))]
+    ends = {tp.partition: end for tp, end in consumer.end_offsets(parts).items()}
+    consumer.close()
+    return ends
+
+
+def committed_offsets(bootstrap: str, group: str, topic: str) -> dict[int, int]:
+    """The group's committed offset of each partition of the topic that has one."""
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        committed = admin.list_group_offsets(group).get(group, {})
+    finally:
+        admin.close()
+    return {tp.partition: meta.offset for tp, meta in committed.items() if tp.topic == topic}
+
+
+def where_missing(pipeline: Pipeline, missing: list[str], client: GatewayClient) -> str:
     """Where the decisions a gateway never received got to, so a failure names the stalled
     side: on the control topic (the gateway's reading), in the audit trail only, or nowhere
-    (the worker, or the events it was given: counted by run id on the events topic)."""
+    (the worker, or the events it was given: counted by run id on the events topic), with
+    how far the worker committed each events partition and the gateway read each control
+    partition, against their ends."""
     run_ids = {decision_id.split(":")[0] for decision_id in missing}
-    on_events = records_by_key(pipeline.broker.bootstrap, pipeline.settings.topics.events)
+    bootstrap, topics = pipeline.broker.bootstrap, pipeline.settings.topics
+    on_events = records_by_key(bootstrap, topics.events)
+    committed = committed_offsets(bootstrap, pipeline.settings.app_id, topics.events)
+    worker = ", ".join(
+        f"{p}: {committed.get(p)}/{end}" for p, end in end_offsets(bootstrap, topics.events).items()
+    )
+    reached = client.control_reached
+    gateway = ", ".join(
+        f"{p}: {reached.get(p)}/{end}" for p, end in end_offsets(bootstrap, topics.control).items()
+    )
     events = ", ".join(f"{r} {on_events[r.encode()]}" for r in sorted(run_ids))
     on_topic = {
         d.decision_id
@@ -368,7 +401,7 @@ def where_missing(pipeline: Pipeline, missing: list[str]) -> str:
     return (
         f"of {len(wanted)} missing at the gateway: {len(wanted & on_topic)} on the control "
         f"topic, {len(wanted & audited)} in the audit trail; events on the events topic: "
-        f"{events}"
+        f"{events}; events committed/end {worker}; control read/end {gateway}"
     )
 
 

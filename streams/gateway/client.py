@@ -150,6 +150,11 @@ class GatewayClient:
         for run_id in run_ids:
             self.control.track(run_id)
 
+    @property
+    def control_reached(self) -> dict[int, int]:
+        """Per control-topic partition, the offset of the next record this gateway reads."""
+        return self._follower.reached
+
     def flush(self) -> None:
         self._producer.flush()
 

@@ -268,6 +268,12 @@ class TopicFollower:
         self._consumer = consumer
         return True
 
+    @property
+    def reached(self) -> dict[int, int]:
+        """Per partition, the offset of the next record to hand over (transaction markers
+        aside): where a follower that fell behind stands."""
+        return dict(self._next)
+
     def start(self) -> TopicFollower:
         """Follow on a background thread (opening first, if :meth:`open` was not called);
         after :meth:`stop`, from the records it had reached."""

@@ -79,7 +79,7 @@ def test_a_broker_crash_and_a_rolling_restart_lose_and_double_nothing(
         changed = sorted(k for k in set(want) & set(got) if want[k] != got[k])
         assert not (missing or extra or changed), (
             f"{len(missing)} missing {missing[:4]}, {len(extra)} extra {extra[:4]}, "
-            f"{len(changed)} changed {changed[:4]}; {where_missing(pipeline, missing)}\n"
+            f"{len(changed)} changed {changed[:4]}; {where_missing(pipeline, missing, client)}\n"
             f"{pipeline.worker_logs(tail=3000)}"
         )
         on_topic = control_topic_decisions(

@@ -42,12 +42,14 @@ def test_a_follower_from_the_end_reopened_misses_nothing_published_meanwhile(
         assert got == [b"first"]
 
         follower.stop()  # its consumer closed, as after an error
+        assert follower.reached == {0: 2, **{p: 0 for p in range(1, partitions)}}
         meanwhile = [f"meanwhile {p}".encode() for p in range(partitions)]
         for p, value in enumerate(meanwhile):
             producer.send(topic, value, partition=p).get(timeout=30)
         follower.start()
         wait_for(got, 1 + partitions)
         assert Counter(got) == Counter([b"first", *meanwhile])
+        assert follower.reached == {0: 3, **{p: 1 for p in range(1, partitions)}}
     finally:
         follower.stop()
         producer.close()
