@@ -26,6 +26,7 @@ from typing import Any
 from kafka import KafkaConsumer, TopicPartition
 from kafka.errors import KafkaError
 
+from streams.kafka.stall_watch import StallWatch
 from streams.kafka.topics import all_partitions
 
 log = logging.getLogger("loopguard.reader")
@@ -213,7 +214,9 @@ class TopicFollower:
 
     A topic that does not exist yet is waited for; after an error (a broker restart) the
     follower reconnects and goes on from the records it had reached, so nothing is handed over
-    twice or skipped. An exception from ``on_record`` is logged and the next record follows.
+    twice or skipped. So it does when a partition stays behind its end offset while nothing
+    comes (:class:`~streams.kafka.stall_watch.StallWatch`, counted in :attr:`reconnects`).
+    An exception from ``on_record`` is logged and the next record follows.
     """
 
     def __init__(
@@ -225,6 +228,7 @@ class TopicFollower:
         from_end: bool = False,
         poll_ms: int = 200,
         retry_seconds: float = 1.0,
+        stall_seconds: float = 5.0,
         thread_name: str = "loopguard-follow",
         **consumer_options: Any,
     ) -> None:
@@ -234,7 +238,10 @@ class TopicFollower:
         self.from_end = from_end
         self.poll_ms = poll_ms
         self.retry_seconds = retry_seconds
+        self.stall_seconds = stall_seconds
         self.thread_name = thread_name
+        self.stall_watch = StallWatch(stall_seconds, time.monotonic())
+        self.reconnects = 0  # after a partition was found stuck behind its end offset
         self._options = consumer_options
         self._consumer: KafkaConsumer | None = None
         self._next: dict[int, int] = {}  # partition -> offset of the next record to hand over
@@ -294,6 +301,8 @@ class TopicFollower:
             self._consumer = None
 
     def _run(self) -> None:
+        watch = self.stall_watch
+        watch.progressed(time.monotonic())  # (re)started: the first look after a quiet spell
         while not self._stop.is_set():
             try:
                 if self._consumer is None and not self.open():
@@ -301,11 +310,16 @@ class TopicFollower:
                     continue
                 assert self._consumer is not None
                 batches = self._consumer.poll(timeout_ms=self.poll_ms)
+                if not any(batches.values()) and watch.due(time.monotonic()):
+                    self._reconnect_if_stuck(watch)
+                    continue
             except Exception as exc:  # broker restarts: reconnect, go on where it was
                 log.warning("%s: reconnecting after: %s", self.topic, exc)
                 self._close()
                 self._stop.wait(self.retry_seconds)
                 continue
+            if any(batches.values()):
+                watch.progressed(time.monotonic())
             for records in batches.values():
                 for record in records:
                     self._next[record.partition] = record.offset + 1
@@ -316,3 +330,28 @@ class TopicFollower:
                             "%s: error handling the record at offset %d", self.topic, record.offset
                         )
         self._close()
+
+    def _reconnect_if_stuck(self, watch: StallWatch) -> None:
+        """Nothing came for a while: reconnect if a partition is behind its end offset at the
+        same position as at the last look (its fetches stopped, not its records)."""
+        assert self._consumer is not None
+        tps = sorted(self._consumer.assignment())
+        ends = {tp.partition: end for tp, end in self._consumer.end_offsets(tps).items()}
+        positions = {}
+        for tp in tps:
+            position = self._consumer.position(tp)
+            if position is not None:
+                positions[tp.partition] = position
+        stuck = watch.stuck(positions, ends, time.monotonic())
+        if stuck:
+            log.warning(
+                "%s: partitions %s stay behind their end offsets (at %s of %s) with nothing "
+                "fetched for %.0f s; reconnecting",
+                self.topic,
+                stuck,
+                [positions[p] for p in stuck],
+                [ends[p] for p in stuck],
+                self.stall_seconds,
+            )
+            self.reconnects += 1
+            self._close()

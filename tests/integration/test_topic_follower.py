@@ -53,3 +53,42 @@ def test_a_follower_from_the_end_reopened_misses_nothing_published_meanwhile(
     finally:
         follower.stop()
         producer.close()
+
+
+@pytest.mark.broker("kafka")
+def test_committed_transactions_leave_no_partition_looking_stuck(broker, tmp_path: Path) -> None:
+    """Read committed, each transaction ends in a marker past its last record: a follower at
+    the end of every partition must not take that for a stall and reconnect."""
+    pipeline = Pipeline(broker, f"sqlite:///{tmp_path / 'audit.db'}", tmp_path).setup()
+    topic, partitions = pipeline.settings.topics.control, pipeline.partitions
+    got: list[bytes] = []
+    follower = TopicFollower(
+        broker.bootstrap,
+        topic,
+        lambda record: got.append(record.value),
+        from_end=True,
+        stall_seconds=0.2,
+        isolation_level="read_committed",
+    )
+    producer = KafkaProducer(
+        bootstrap_servers=broker.bootstrap, transactional_id=f"{pipeline.prefix}-writer"
+    )
+    try:
+        producer.init_transactions()
+        assert follower.open(wait=30)
+        follower.start()
+        for p in range(partitions):
+            producer.begin_transaction()
+            producer.send(topic, f"committed {p}".encode(), partition=p)
+            producer.commit_transaction()
+        wait_for(got, partitions)
+        assert sorted(got) == [f"committed {p}".encode() for p in range(partitions)]
+        looked = follower.stall_watch.looks
+        deadline = time.monotonic() + 30
+        while follower.stall_watch.looks < looked + 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert follower.stall_watch.looks >= looked + 3
+        assert follower.reconnects == 0
+    finally:
+        follower.stop()
+        producer.close()
