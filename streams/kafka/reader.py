@@ -337,7 +337,7 @@ class TopicFollower:
         assert self._consumer is not None
         tps = sorted(self._consumer.assignment())
         ends = {tp.partition: end for tp, end in self._consumer.end_offsets(tps).items()}
-        positions = {}
+        positions: dict[int, int] = {}
         for tp in tps:
             position = self._consumer.position(tp)
             if position is not None:

@@ -4,8 +4,8 @@
 aiokafka's transactional sender looks its coordinator up again after the coordinator moved
 (``Sender._find_coordinator``). It retries when the broker answers "not available" or is not
 connected yet, but a connection that closes while the lookup is on it (the broker it asked
-is being restarted) raises ``KafkaError("Unexpected error during batch delivery")`` out of
-the sender routine: every pending delivery fails and the worker crashes. A rolling restart of
+is being restarted) raises a ``KafkaError`` that ends the sender routine ("Unexpected error
+during batch delivery"): every pending delivery fails and the worker crashes. A rolling restart of
 Apache Kafka did exactly that in tests/integration/test_kafka_failover.py (1 run in 12 on a
 loaded machine: a commit's ``EndTxn`` looked its coordinator up as node 0 went down).
 :func:`retry_cut_coordinator_lookups` retries such a lookup as aiokafka retries a node that
