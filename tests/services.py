@@ -29,7 +29,6 @@ from typing import Any
 import pytest
 from filelock import FileLock
 from kafka import KafkaConsumer, TopicPartition
-from kafka.admin import KafkaAdminClient
 from kafka_cluster.cluster import KafkaCluster
 
 from streams.audit.store import AuditStore
@@ -37,7 +36,7 @@ from streams.core.events import Decision
 from streams.devtools.embedded_broker import EmbeddedBroker
 from streams.devtools.worker_process import WorkerProcess, wait_until_processing
 from streams.gateway.client import GatewayClient
-from streams.kafka.topics import ensure_topics
+from streams.kafka.topics import admin_client, all_partitions, ensure_topics
 from streams.settings import Settings, Topics
 from streams.wire.avro import decode_control
 
@@ -342,7 +341,7 @@ def control_topic_decisions(bootstrap: str, topic: str, run_ids: set[str]) -> li
 def records_by_key(bootstrap: str, topic: str) -> Counter[bytes]:
     """How many records of each key are on the topic (read uncommitted)."""
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, consumer_timeout_ms=2000)
-    parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic))]
+    parts = all_partitions(consumer, topic)
     consumer.assign(parts)
     consumer.seek_to_beginning(*parts)
     counts = Counter(record.key for record in consumer)
@@ -355,15 +354,18 @@ def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
     consumer = KafkaConsumer(
         bootstrap_servers=bootstrap, group_id=None, isolation_level="read_committed"
     )
-    parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic))]
-    ends = {tp.partition: end for tp, end in consumer.end_offsets(parts).items()}
+    ends = {
+        tp.partition: end
+        for tp, end in consumer.end_offsets(all_partitions(consumer, topic)).items()
+    }
     consumer.close()
     return ends
 
 
-def committed_offsets(bootstrap: str, group: str, topic: str) -> dict[int, int]:
-    """The group's committed offset of each partition of the topic that has one."""
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+def committed_offsets(settings: Settings, topic: str) -> dict[int, int]:
+    """The workers' committed offset of each partition of the topic that has one."""
+    group = settings.app_id
+    admin = admin_client(settings, timeout=10.0)
     try:
         committed = admin.list_group_offsets(group).get(group, {})
     finally:
@@ -380,7 +382,7 @@ def where_missing(pipeline: Pipeline, missing: list[str], client: GatewayClient)
     run_ids = {decision_id.split(":")[0] for decision_id in missing}
     bootstrap, topics = pipeline.broker.bootstrap, pipeline.settings.topics
     on_events = records_by_key(bootstrap, topics.events)
-    committed = committed_offsets(bootstrap, pipeline.settings.app_id, topics.events)
+    committed = committed_offsets(pipeline.settings, topics.events)
     worker = ", ".join(
         f"{p}: {committed.get(p)}/{end}" for p, end in end_offsets(bootstrap, topics.events).items()
     )
@@ -389,12 +391,7 @@ def where_missing(pipeline: Pipeline, missing: list[str], client: GatewayClient)
         f"{p}: {reached.get(p)}/{end}" for p, end in end_offsets(bootstrap, topics.control).items()
     )
     events = ", ".join(f"{r} {on_events[r.encode()]}" for r in sorted(run_ids))
-    on_topic = {
-        d.decision_id
-        for d in control_topic_decisions(
-            pipeline.broker.bootstrap, pipeline.settings.topics.control, run_ids
-        )
-    }
+    on_topic = {d.decision_id for d in control_topic_decisions(bootstrap, topics.control, run_ids)}
     with pipeline.store() as store:
         audited = {d.decision_id for r in run_ids for d in store.history(r)}
     wanted = set(missing)

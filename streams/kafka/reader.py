@@ -238,7 +238,6 @@ class TopicFollower:
         self.from_end = from_end
         self.poll_ms = poll_ms
         self.retry_seconds = retry_seconds
-        self.stall_seconds = stall_seconds
         self.thread_name = thread_name
         self.stall_watch = StallWatch(stall_seconds, time.monotonic())
         self.reconnects = 0  # after a partition was found stuck behind its end offset
@@ -310,16 +309,16 @@ class TopicFollower:
                     continue
                 assert self._consumer is not None
                 batches = self._consumer.poll(timeout_ms=self.poll_ms)
-                if not any(batches.values()) and watch.due(time.monotonic()):
-                    self._reconnect_if_stuck(watch)
+                if any(batches.values()):
+                    watch.progressed(time.monotonic())
+                elif watch.due(time.monotonic()):
+                    self._reconnect_if_stuck()
                     continue
             except Exception as exc:  # broker restarts: reconnect, go on where it was
                 log.warning("%s: reconnecting after: %s", self.topic, exc)
                 self._close()
                 self._stop.wait(self.retry_seconds)
                 continue
-            if any(batches.values()):
-                watch.progressed(time.monotonic())
             for records in batches.values():
                 for record in records:
                     self._next[record.partition] = record.offset + 1
@@ -331,7 +330,7 @@ class TopicFollower:
                         )
         self._close()
 
-    def _reconnect_if_stuck(self, watch: StallWatch) -> None:
+    def _reconnect_if_stuck(self) -> None:
         """Nothing came for a while: reconnect if a partition is behind its end offset at the
         same position as at the last look (its fetches stopped, not its records)."""
         assert self._consumer is not None
@@ -342,7 +341,7 @@ class TopicFollower:
             position = self._consumer.position(tp)
             if position is not None:
                 positions[tp.partition] = position
-        stuck = watch.stuck(positions, ends, time.monotonic())
+        stuck = self.stall_watch.stuck(positions, ends, time.monotonic())
         if stuck:
             log.warning(
                 "%s: partitions %s stay behind their end offsets (at %s of %s) with nothing "
@@ -351,7 +350,7 @@ class TopicFollower:
                 stuck,
                 [positions[p] for p in stuck],
                 [ends[p] for p in stuck],
-                self.stall_seconds,
+                self.stall_watch.seconds,
             )
             self.reconnects += 1
             self._close()
