@@ -31,6 +31,7 @@ from streams.core.deviations import (
     canonical_deviations,
     check_compat,
     check_deviations,
+    own_agent_cycles,
     own_detectors,
     resolve_deviations,
 )
@@ -268,8 +269,9 @@ def resolve(block: dict[str, Any] | None, path: str = "tools.loopDetection") -> 
     raw = merge_blocks(DEFAULTS, checked)
     per_tool = raw.pop(PER_TOOL, None) or {}
     incidents = {**INCIDENT_DEFAULTS, **(raw.pop(INCIDENTS, None) or {})}
-    agent_cycles = resolve_agent_cycles({**CYCLE_DEFAULTS, **(raw.pop(AGENT_CYCLES, None) or {})})
     compat = raw.pop(COMPAT)
+    cycles_block = own_agent_cycles(raw.pop(AGENT_CYCLES, None) or {}, compat)  # compat: off
+    agent_cycles = resolve_agent_cycles({**CYCLE_DEFAULTS, **cycles_block})
     deviations = resolve_deviations(raw.pop(DEVIATIONS), compat)
     detectors = own_detectors(raw["detectors"], checked.get("detectors") or {}, compat)
     warning = raw["warningThreshold"]

@@ -4,10 +4,11 @@ Each row of the README's "Deliberate deviations from the reference" table can be
 one by one in ``deviations`` (``true``: loopguard's rule, the default; ``false``: what
 OpenClaw's own detector does), and ``compat: "openclaw"`` switches every one of them off at
 once, loopguard's own detectors (``detectors.consecutiveErrors``, ``errorRepeat``,
-``compactionStorm``) included. A switch set explicitly wins over ``compat``, so a fleet can
-move from the reference's verdicts to loopguard's one rule at a time. The switches that
-change how results are hashed travel to hashing.py as one bitmask (:data:`HashRules` bits),
-0 being loopguard's rules, so the hot path and its memo keys stay as they were by default.
+``compactionStorm``) and its rule across agents (``agentCycles.enabled``) included. A switch
+set explicitly wins over ``compat``, so a fleet can move from the reference's verdicts to
+loopguard's one rule at a time. The switches that change how results are hashed travel to
+hashing.py as one bitmask (:data:`HashRules` bits), 0 being loopguard's rules, so the hot path
+and its memo keys stay as they were by default.
 """
 
 from __future__ import annotations
@@ -102,6 +103,14 @@ def own_detectors(merged: dict[str, Any], explicit: dict[str, Any], compat: str)
         if name not in explicit:
             out[name] = default
     return out
+
+
+def own_agent_cycles(block: dict[str, Any], compat: str) -> dict[str, Any]:
+    """``agentCycles`` as the block sets it, ``enabled`` following ``compat`` when unset: the
+    reference has no rule across agents, so under "openclaw" it is off unless switched on."""
+    if "enabled" in block:
+        return block
+    return {**block, "enabled": switch_default(compat)}
 
 
 def resolve_deviations(explicit: dict[str, Any], compat: str) -> Deviations:

@@ -179,6 +179,20 @@ def test_off_switch_and_observe_mode():
     assert observed and not any(d.enforced for _, d in observed)
 
 
+def test_compat_openclaw_switches_the_rule_off_unless_the_block_sets_it():
+    """The reference has no rule across agents: under compat a triangle goes unnoticed, as
+    with OpenClaw's own detector, unless ``agentCycles.enabled`` is set (per agent too)."""
+    assert go_round(guard({**CONFIG, "compat": "openclaw"}), Runs(), 4) == []
+    switched_on = {"compat": "openclaw", "agentCycles": {**CONFIG["agentCycles"], "enabled": True}}
+    assert {d.action for _, d in go_round(guard(switched_on), Runs(), 4)} == {
+        Action.WARN,
+        Action.BLOCK,
+    }
+    per_agent = FleetConfig({**CONFIG, "compat": "openclaw"}, {"alpha": {"compat": "loopguard"}})
+    assert per_agent.for_agent("alpha").agent_cycles.enabled
+    assert not per_agent.for_agent("beta").agent_cycles.enabled
+
+
 def test_the_graph_survives_a_round_trip_through_its_bytes():
     g, runs = guard(), Runs()
     go_round(g, runs, 1)

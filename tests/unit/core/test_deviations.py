@@ -31,6 +31,7 @@ def test_compat_openclaw_switches_every_deviation_off():
     d = cfg.detectors
     assert not (d.consecutive_errors or d.error_repeat or d.compaction_storm)
     assert d.generic_repeat and d.known_poll_no_progress and d.ping_pong  # the reference's own
+    assert not cfg.agent_cycles.enabled  # loops between agents: no such rule in the reference
 
 
 def test_an_explicit_switch_wins_over_compat():
@@ -44,6 +45,9 @@ def test_an_explicit_switch_wins_over_compat():
     on = {name for name, value in switch_values(cfg.deviations).items() if value}
     assert on == {"maskExecOutput"}
     assert cfg.detectors.error_repeat and not cfg.detectors.consecutive_errors
+    cycles = {"compat": "openclaw", "agentCycles": {"enabled": True, "warnAfter": 4}}
+    assert resolve(cycles).agent_cycles.enabled
+    assert not resolve({"compat": "openclaw", "agentCycles": {"warnAfter": 4}}).agent_cycles.enabled
     assert resolve({"deviations": {"bareResults": False}}).deviations.bare_results is False
 
 
@@ -97,7 +101,11 @@ def test_version_counts_switches_only_off_the_default():
     assert resolve({"detectors": {"compactionStorm": True}}).version == base
     assert resolve({"compat": "openclaw"}).version != base
     # the version names the behaviour: compat and every switch written out are one config
-    explicit = {"deviations": ALL_OFF, "detectors": dict.fromkeys(DETECTOR_SWITCHES, False)}
+    explicit = {
+        "deviations": ALL_OFF,
+        "detectors": dict.fromkeys(DETECTOR_SWITCHES, False),
+        "agentCycles": {"enabled": False},
+    }
     assert resolve(explicit).version == resolve({"compat": "openclaw"}).version
     versions = {resolve({"deviations": {name: False}}).version for name in SWITCHES}
     assert len(versions) == len(SWITCHES) and base not in versions

@@ -49,6 +49,17 @@ def test_replay_decides_alike_whatever_order_the_runs_come_in():
     )
 
 
+def test_replay_under_compat_finds_no_cycle_unless_switched_on():
+    """compat: "openclaw" switches the rule off (the reference has none), in replay as in the
+    worker: both read the sending agent's ``agentCycles``."""
+    events, block = triangle(4), {"agentCycles": {"warnAfter": 2, "blockAfter": 3}}
+    compat = replay_events(cycles_guard({**block, "compat": "openclaw"}), events)
+    assert [d for r in compat.values() for d in r.decisions] == []
+    on = {"compat": "openclaw", "agentCycles": {**block["agentCycles"], "enabled": True}}
+    switched_on = replay_events(cycles_guard(on), events)
+    assert {d.detector for r in switched_on.values() for d in r.decisions} == {"agent_cycle"}
+
+
 def test_a_backtest_shows_the_runs_a_lower_block_after_would_block():
     events = triangle(4)
     candidate = cycles_guard({"agentCycles": {"warnAfter": 2, "blockAfter": 3}})

@@ -148,7 +148,11 @@ class AckingStream:
 
 
 def agent(
-    log: list[Any], guarantee: str, delivery: str = "immediate", hold_plain: bool = False
+    log: list[Any],
+    guarantee: str,
+    delivery: str = "immediate",
+    hold_plain: bool = False,
+    config: dict[str, Any] = CONFIG,
 ) -> tuple[AgentCycles, list[list[Decision]]]:
     """The agent over stand-ins; the decisions it reported, batch by batch."""
     settings = Settings.for_profile(
@@ -161,7 +165,7 @@ def agent(
         log.append(("reported", len(decisions)))
         reported.append(list(decisions))
 
-    fleet = FleetConfig(CONFIG)
+    fleet = FleetConfig(config)
     cycles = AgentCycles(
         app,  # type: ignore[arg-type]
         settings,
@@ -244,6 +248,18 @@ def test_apply_batch_returns_its_records_keyed_by_run_and_by_graph_without_a_pro
     assert [(r.key, r.source) for r in graph] == [(b"gateway:gw-1", ("loopguard.agent-sends", 3))]
     assert cycles.graphs[b"gateway:gw-1"] == graph[0].value
     assert set(asked) == {(control, d.run_id.encode()) for d in out.decisions}
+
+
+def test_under_compat_openclaw_the_agent_decides_nothing_unless_switched_on() -> None:
+    """The reference has no rule across agents: compat switches it off in the worker too
+    (the sends still reach it and change no graph); an explicit ``enabled`` brings it back."""
+    compat, _ = agent([], "at_least_once", config={**CONFIG, "compat": "openclaw"})
+    out = compat.apply_batch([event.message for event in triangle(3)], lambda t, k: murmur2(k))
+    assert out.decisions == []
+    on = {"compat": "openclaw", "agentCycles": {**CONFIG["agentCycles"], "enabled": True}}
+    switched_on, _ = agent([], "at_least_once", config=on)
+    out = switched_on.apply_batch([e.message for e in triangle(3)], lambda t, k: murmur2(k))
+    assert {d.action for d in out.decisions} == {Action.WARN, Action.BLOCK}
 
 
 def test_exactly_once_immediate_the_decision_is_out_before_the_graph_acks_and_commit(
