@@ -1,13 +1,14 @@
 """Backtest one rule at a time (``loopguard backtest --per-rule``, issue 29): what switching
 each deviation from the reference on (or off) would change on recorded traffic, alone.
 
-For every rule switch (``deviations.*`` and loopguard's own ``detectors.*``, see
-streams.core.deviations) that the baseline and the candidate configs resolve differently for
-some agent, a variant of the baseline is built that takes the candidate's value of that one
-switch, everywhere it is set, and nothing else. One read of the source feeds each event to
-the baseline and to every variant; per rule the report says which runs and which calls get
-another verdict, how the runs end (:func:`streams.replay.backtest.classify`), and by how many
-tool calls each loop is stopped earlier or later.
+For every rule switch (``deviations.*``, loopguard's own ``detectors.*`` and
+``agentCycles.enabled``, see streams.core.deviations) that the baseline and the candidate
+configs resolve differently for some agent, a variant of the baseline is built that takes the
+candidate's value of that one switch, everywhere it is set, and nothing else. One read of
+the source feeds each event to the baseline and to every variant; per rule the report says
+which runs and which calls get another verdict, how the runs end
+(:func:`streams.replay.backtest.classify`), and by how many tool calls each loop is stopped
+earlier or later.
 """
 
 from __future__ import annotations
@@ -21,20 +22,25 @@ from streams.core.deviations import DETECTOR_SWITCHES, SWITCHES, switch_values
 from streams.core.engine import LoopGuard
 from streams.core.events import AgentEvent, Decision, ToolCall
 from streams.core.fleet import FleetConfig
+from streams.replay.agent_cycles import with_agent_cycles
 from streams.replay.backtest import Outcome, classify, outcome, until_abort
 
 GLOBAL = "*"  # the fleet's global block, in a rule's list of agents
 RULES = (
     *(f"deviations.{name}" for name in SWITCHES),
     *(f"detectors.{d}" for d in DETECTOR_SWITCHES),
+    "agentCycles.enabled",  # loops between agents: off under compat too
 )
 
 
 def rule_value(cfg: LoopDetectionConfig, rule: str) -> bool:
-    """The resolved value of ``rule`` (``deviations.x`` or ``detectors.y``) in ``cfg``."""
+    """The resolved value of ``rule`` (``deviations.x``, ``detectors.y`` or
+    ``agentCycles.enabled``) in ``cfg``."""
     section, name = rule.split(".", 1)
     if section == "deviations":
         return switch_values(cfg.deviations)[name]
+    if section == "agentCycles":
+        return cfg.agent_cycles.enabled
     detectors = cfg.detectors
     return {
         "consecutiveErrors": detectors.consecutive_errors,
@@ -152,11 +158,14 @@ class RunTrack:
 
 
 class RuleGuards:
-    """The baseline guard and one guard per rule variant, fed the same events."""
+    """The baseline guard and one guard per rule variant (each with the agent-cycle guard,
+    as the worker), fed the same events."""
 
     def __init__(self, baseline: FleetConfig, variants: dict[str, FleetConfig]) -> None:
-        self.baseline = LoopGuard(baseline)
-        self.variants = {rule: LoopGuard(fleet) for rule, fleet in variants.items()}
+        self.baseline = with_agent_cycles(LoopGuard(baseline))
+        self.variants = {
+            rule: with_agent_cycles(LoopGuard(fleet)) for rule, fleet in variants.items()
+        }
         self.runs: dict[str, RunTrack] = {}
         self.decided: dict[str, dict[str, list[Decision]]] = {"": {}}
         for rule in variants:
@@ -176,6 +185,9 @@ class RuleGuards:
             for name, guard in (("", self.baseline), *self.variants.items()):
                 for d in guard.process(event):
                     self.decided[name].setdefault(d.run_id, []).append(d)
+        for name, guard in (("", self.baseline), *self.variants.items()):
+            for d in guard.finish():  # loops between agents, once every send is in
+                self.decided[name].setdefault(d.run_id, []).append(d)
 
 
 def _verdicts(decisions: list[Decision]) -> dict[int, list[tuple[str, str, str, int]]]:
