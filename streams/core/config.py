@@ -71,6 +71,9 @@ DEFAULTS: dict[str, Any] = {
         "consecutiveErrors": True,
         "errorRepeat": True,
         "compactionStorm": True,  # issue 29: the storm rule's own switch
+        # issue 38 (progress.py): loops whose rounds hold other calls
+        "unchangedOutcome": True,
+        "repeatedCycle": True,
     },
     # loopguard extension: ``stormThreshold`` compaction retries in a row with no progress
     # between them abort the run (compaction_storm).
@@ -82,6 +85,11 @@ DEFAULTS: dict[str, Any] = {
     # call failing with the same error.
     "consecutiveErrors": {"warningThreshold": 5, "criticalThreshold": 10},
     "errorRepeatThreshold": 3,
+    # loopguard extensions (issue 38, progress.py): the same call's identical outcomes in a
+    # row, whatever calls come between; a 3- or 4-call cycle's identical rounds. Chosen on
+    # real agent runs (docs/detection-quality.md).
+    "unchangedOutcome": {"warningThreshold": 5, "criticalThreshold": 8},
+    "repeatedCycle": {"warningThreshold": 3, "criticalThreshold": 4},
     # loopguard extension (issue 17): "observe" records and publishes every decision with
     # enforced false, so gateways log it and never block (shadow mode); "enforce" obeys it.
     "mode": "enforce",
@@ -99,7 +107,9 @@ MODES = (ENFORCE, OBSERVE)
 SCOPES = ("run", "session")
 # Fields added after config versions were first recorded: left out of the version while at
 # their default, so a config that does not use them keeps the version it always had.
-VERSIONED_WHEN_SET = ("scope", "sessionFreshTriggers")
+VERSIONED_WHEN_SET = ("scope", "sessionFreshTriggers", "unchangedOutcome", "repeatedCycle")
+# loopguard's detectors added after versions were recorded: in the version only when off.
+VERSIONED_WHEN_OFF = ("compactionStorm", "unchangedOutcome", "repeatedCycle")
 INT_FIELDS = (
     "historySize",
     "warningThreshold",
@@ -110,7 +120,7 @@ INT_FIELDS = (
     "errorRepeatThreshold",
 )
 # Nested objects whose every field is a whole number >= 1.
-INT_BLOCKS = ("postCompactionGuard", "consecutiveErrors")
+INT_BLOCKS = ("postCompactionGuard", "consecutiveErrors", "unchangedOutcome", "repeatedCycle")
 MAX_HISTORY_SIZE = 100_000
 
 
@@ -122,6 +132,8 @@ class DetectorSwitches:
     consecutive_errors: bool = True
     error_repeat: bool = True
     compaction_storm: bool = True
+    unchanged_outcome: bool = True
+    repeated_cycle: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +153,10 @@ class LoopDetectionConfig:
     consecutive_errors_warning: int = 5
     consecutive_errors_critical: int = 10
     error_repeat_threshold: int = 3
+    unchanged_outcome_warning: int = 5
+    unchanged_outcome_critical: int = 8
+    repeated_cycle_warning: int = 3
+    repeated_cycle_critical: int = 4
     mode: str = ENFORCE
     scope: str = "run"
     session_fresh_triggers: tuple[str, ...] = ("heartbeat", "cron")
@@ -282,15 +298,20 @@ def resolve(block: dict[str, Any] | None, path: str = "tools.loopDetection") -> 
     errors = raw["consecutiveErrors"]
     # The same raising rule for the error streak's own pair of thresholds.
     errors_critical = max(errors["criticalThreshold"], errors["warningThreshold"] + 1)
+    unchanged, cycles = raw["unchangedOutcome"], raw["repeatedCycle"]
+    unchanged_critical = max(unchanged["criticalThreshold"], unchanged["warningThreshold"] + 1)
+    cycles_critical = max(cycles["criticalThreshold"], cycles["warningThreshold"] + 1)
     fresh_triggers = tuple(sorted(set(raw["sessionFreshTriggers"])))
     canonical = {
         **raw,
-        "detectors": {  # compactionStorm (issue 29) only when off: versions as before
-            name: on for name, on in detectors.items() if not on or name != "compactionStorm"
+        "detectors": {  # the later detectors only when off: versions as before
+            name: on for name, on in detectors.items() if not on or name not in VERSIONED_WHEN_OFF
         },
         "criticalThreshold": critical,
         "globalCircuitBreakerThreshold": breaker,
         "consecutiveErrors": {**errors, "criticalThreshold": errors_critical},
+        "unchangedOutcome": {**unchanged, "criticalThreshold": unchanged_critical},
+        "repeatedCycle": {**cycles, "criticalThreshold": cycles_critical},
         "sessionFreshTriggers": list(fresh_triggers),
     }
     if off := canonical_deviations(deviations):  # only switches off loopguard's rule count
@@ -326,6 +347,8 @@ def resolve(block: dict[str, Any] | None, path: str = "tools.loopDetection") -> 
             consecutive_errors=detectors["consecutiveErrors"],
             error_repeat=detectors["errorRepeat"],
             compaction_storm=detectors["compactionStorm"],
+            unchanged_outcome=detectors["unchangedOutcome"],
+            repeated_cycle=detectors["repeatedCycle"],
         ),
         compaction_window_size=raw["postCompactionGuard"]["windowSize"],
         compaction_storm_threshold=raw["postCompactionGuard"]["stormThreshold"],
@@ -333,6 +356,10 @@ def resolve(block: dict[str, Any] | None, path: str = "tools.loopDetection") -> 
         consecutive_errors_warning=errors["warningThreshold"],
         consecutive_errors_critical=errors_critical,
         error_repeat_threshold=raw["errorRepeatThreshold"],
+        unchanged_outcome_warning=unchanged["warningThreshold"],
+        unchanged_outcome_critical=unchanged_critical,
+        repeated_cycle_warning=cycles["warningThreshold"],
+        repeated_cycle_critical=cycles_critical,
         mode=raw["mode"],
         scope=raw["scope"],
         session_fresh_triggers=fresh_triggers,
@@ -368,6 +395,8 @@ def tool_view(cfg: LoopDetectionConfig, entry: ToolSettings) -> LoopDetectionCon
             consecutive_errors=on.consecutive_errors and "consecutiveErrors" not in exempt,
             error_repeat=on.error_repeat and "errorRepeat" not in exempt,
             compaction_storm=on.compaction_storm,
+            unchanged_outcome=on.unchanged_outcome and "unchangedOutcome" not in exempt,
+            repeated_cycle=on.repeated_cycle and "repeatedCycle" not in exempt,
         ),
         per_tool={},
         exempt=exempt,

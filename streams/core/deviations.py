@@ -39,7 +39,13 @@ SWITCHES: dict[str, str] = {
     "bareResults": "a bare result object is its own details; a bare exec string its output",
 }
 # loopguard's own detectors (``detectors.<name>``): deviations too, off under compat.
-DETECTOR_SWITCHES = ("consecutiveErrors", "errorRepeat", "compactionStorm")
+DETECTOR_SWITCHES = (
+    "consecutiveErrors",
+    "errorRepeat",
+    "compactionStorm",
+    "unchangedOutcome",  # issue 38: rules that see progress
+    "repeatedCycle",
+)
 
 # Hashing bits: set = the reference's rule (0 = loopguard's rules, the default).
 RAW_EXEC_OUTPUT = 1  # maskExecOutput: false

@@ -110,6 +110,16 @@ def _text_content(result: dict[str, Any]) -> str:
     return js_trim("\n".join(parts))
 
 
+def _silent_exec(details: dict[str, Any], result: dict[str, Any]) -> bool:
+    """A finished command that printed nothing (``rm``, ``mkdir``): its exit code is all it
+    said. Only asked when an exec outcome is built (memoised on the result text)."""
+    if details.get("status") not in ("completed", "failed"):
+        return False
+    aggregated = details.get("aggregated")
+    output = js_trim(aggregated) if isinstance(aggregated, str) else ""
+    return not output and not _text_content(result)
+
+
 def _str_or_none(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
@@ -267,7 +277,7 @@ class Outcome:
     time is no progress). Shared through the memo: never changed once built.
     """
 
-    __slots__ = ("result_hash", "unknown_tool", "loop_veto", "exact_hash")
+    __slots__ = ("result_hash", "unknown_tool", "loop_veto", "exact_hash", "empty")
 
     def __init__(
         self,
@@ -275,16 +285,20 @@ class Outcome:
         unknown_tool: str | None = None,
         loop_veto: bool = False,
         exact_hash: str | None = None,
+        empty: bool = False,
     ) -> None:
         self.result_hash = result_hash
         self.unknown_tool = unknown_tool
         self.loop_veto = loop_veto  # the gateway enforced loopguard's block (see history)
         self.exact_hash = exact_hash
+        # Nothing in it (no output, no text, no details): a repeat tells the agent nothing
+        # new either way (streams.core.outcome_memory ignores it).
+        self.empty = empty
 
     def __repr__(self) -> str:
         return (
             f"Outcome({self.result_hash!r}, {self.unknown_tool!r}, {self.loop_veto!r}, "
-            f"{self.exact_hash!r})"
+            f"{self.exact_hash!r}, {self.empty!r})"
         )
 
 
@@ -294,7 +308,7 @@ def _bare_exec_output(text: str, mask: bool) -> Outcome:
     output = js_trim(text)
     masked = normalize_output(output) if mask else output
     exact = None if masked == output else digest({"output": output})
-    return Outcome(digest({"output": masked}), exact_hash=exact)
+    return Outcome(digest({"output": masked}), exact_hash=exact, empty=not output)
 
 
 def outcome_hash(
@@ -322,7 +336,7 @@ def tool_outcome(
     if not isinstance(result, dict):
         if tool_name == "exec" and isinstance(result, str) and bare:
             return _bare_exec_output(result, mask)
-        return Outcome(digest(result))
+        return Outcome(digest(result), empty=result is None or result == "")
     details = result.get("details")
     if not isinstance(details, dict):
         # A bare result object (neither ``details`` nor ``content``, as a gateway may send
@@ -336,7 +350,7 @@ def tool_outcome(
     if tool_name == "exec":
         exec_hash, exact = _exec_outcome(details, result, mask)
         if exec_hash:
-            return Outcome(exec_hash, exact_hash=exact)
+            return Outcome(exec_hash, exact_hash=exact, empty=_silent_exec(details, result))
     if tool_name == "process" and action in ("poll", "log"):
         keys = (
             ("status", "exitCode", "exitSignal", "aggregated")
@@ -351,4 +365,5 @@ def tool_outcome(
         return Outcome(digest(strip_volatile_send_ids(details)))
     if tool_name == "update_plan" and not rules & RAW_UPDATE_PLAN:
         return Outcome(digest({"details": normalize_update_plan(details), "text": ""}))
-    return Outcome(digest({"details": details, "text": _text_content(result)}))
+    text = _text_content(result)
+    return Outcome(digest({"details": details, "text": text}), empty=not details and not text)

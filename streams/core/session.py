@@ -3,9 +3,10 @@
 In OpenClaw a compaction can start a new run of the same session, and with per-run counts a
 loop ran 248 calls over 14 hours. With ``scope: "session"`` a session's new run is seeded from
 its previous run when it processes its first event: the call history window, the error streak,
-the post-compaction guard's counts and the block count carry over; seqs, the reorder buffer,
-the delivery stats and the recent decisions do not. A run whose RunStarted names one of
-``sessionFreshTriggers`` (heartbeats and scheduled cycles by default) starts fresh.
+the post-compaction guard's counts, the whole-run outcome streaks and the block count carry
+over; seqs, the reorder buffer, the delivery stats and the recent decisions do not. A run
+whose RunStarted names one of ``sessionFreshTriggers`` (heartbeats and scheduled cycles by
+default) starts fresh.
 
 Seeding happens when the run *processes* its first event (in seq order), never when an event
 merely arrives, so the same events give the same decisions however they were delivered.
@@ -31,6 +32,7 @@ class SessionCarry:
     guard: dict[str, Any]  # PostCompactionGuard.to_dict
     error_streak: int
     blocks: int
+    outcomes: list[Any] | None = None  # OutcomeMemory.to_list (issue 38); None: nothing yet
 
 
 def starts_fresh(event: AgentEvent, cfg: LoopDetectionConfig) -> bool:

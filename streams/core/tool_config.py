@@ -27,6 +27,8 @@ EXEMPTABLE = (
     "pingPong",
     "consecutiveErrors",
     "errorRepeat",
+    "unchangedOutcome",
+    "repeatedCycle",
     "postCompactionGuard",
 )
 

@@ -14,6 +14,7 @@ from core_helpers import Run, exec_result, guard, text_result
 
 from streams.core.config import (
     DEFAULTS,
+    VERSIONED_WHEN_OFF,
     VERSIONED_WHEN_SET,
     ConfigError,
     DetectorSwitches,
@@ -70,11 +71,15 @@ def test_defaults_table_literal():
             "consecutiveErrors": True,
             "errorRepeat": True,
             "compactionStorm": True,
+            "unchangedOutcome": True,
+            "repeatedCycle": True,
         },
         "postCompactionGuard": {"windowSize": 3, "stormThreshold": 3},
         "abortAfterBlocks": 3,
         "consecutiveErrors": {"warningThreshold": 5, "criticalThreshold": 10},
         "errorRepeatThreshold": 3,
+        "unchangedOutcome": {"warningThreshold": 5, "criticalThreshold": 8},
+        "repeatedCycle": {"warningThreshold": 3, "criticalThreshold": 4},
         "mode": "enforce",
         "scope": "run",
         "sessionFreshTriggers": ["heartbeat", "cron"],
@@ -653,10 +658,13 @@ def test_default_mode_keeps_the_version_from_before_mode_existed():
     """Decisions recorded before issue 17's ``mode`` must keep matching their config's
     version, so the default is left out of the hash; observe is in it."""
     # scope and sessionFreshTriggers (session scope) are left out at their defaults alike
-    # and so are issue 29's compat, deviations and detectors.compactionStorm
+    # and so are issue 29's compat, deviations and detectors.compactionStorm, and issue 38's
+    # unchangedOutcome and repeatedCycle (their blocks and switches)
     later = ("mode", *VERSIONED_WHEN_SET, "compat", "deviations")
     before = {key: value for key, value in DEFAULTS.items() if key not in later}
-    before["detectors"] = {k: v for k, v in DEFAULTS["detectors"].items() if k != "compactionStorm"}
+    before["detectors"] = {
+        k: v for k, v in DEFAULTS["detectors"].items() if k not in VERSIONED_WHEN_OFF
+    }
     canonical = json.dumps(before, sort_keys=True, separators=(",", ":")).encode()
     assert resolve({}).version == hashlib.sha256(canonical).hexdigest()[:16]
     assert resolve({"mode": "enforce"}).version == resolve({}).version
