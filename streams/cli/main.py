@@ -23,6 +23,7 @@ from streams.cli.common import EXIT_ERROR, TrailError, add_db_arg
 from streams.cli.config_commands import add_config_parser, run_config
 from streams.cli.demo_command import add_demo_parser, run_demo
 from streams.cli.doctor_command import add_doctor_parser, run_doctor
+from streams.cli.import_command import add_import_parser, run_import
 from streams.cli.incidents_command import add_incidents_parser, run_incidents
 from streams.cli.query_commands import add_query_parsers, run_history, run_migrate, run_runs
 from streams.cli.replay_commands import (
@@ -65,6 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_db_arg(add_replay_parser(sub))
     add_backtest_parser(sub)
     add_export_parser(sub)
+    add_import_parser(sub)
     add_config_parser(sub)
     return parser
 
@@ -78,6 +80,7 @@ COMMANDS = {
     "replay": run_replay,
     "backtest": run_backtest,
     "export": run_export,
+    "import": run_import,
     "config": run_config,
     "worker": run_worker,
     "demo": run_demo,

@@ -2,8 +2,8 @@
 new import that goes up a layer, a cycle, or a private name borrowed from another module fails
 here, with the module and line named.
 
-Layers, bottom up: core < wire, state, observability < service, kafka, audit < webhooks, web,
-gateway, replay < worker (the Faust adapter) < devtools < cli. A module
+Layers, bottom up: core < wire, state, observability, importers < service, kafka, audit <
+webhooks, web, gateway, replay < worker (the Faust adapter) < devtools < cli. A module
 imports its own package and the layers below; ``streams.settings`` may be imported by every
 layer but core and wire. The core imports no Kafka, Faust, SQL or web library; the gateway client
 imports neither Faust nor SQLAlchemy (checked statically and by importing it).
@@ -24,6 +24,7 @@ PACKAGE = ROOT / "streams"
 
 RANK = {
     "core": 0,
+    "importers": 1,
     "wire": 1,
     "state": 1,
     "observability": 1,
