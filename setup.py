@@ -26,6 +26,7 @@ CORE_MODULES = [
     "streams/core/outcomes.py",
     "streams/core/hashing.py",
     "streams/core/call_record.py",
+    "streams/core/held_call.py",
     "streams/core/streaks.py",
     "streams/core/ping_pong.py",
     "streams/core/history.py",

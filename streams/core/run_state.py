@@ -43,6 +43,7 @@ from streams.core.hashing import (
     result_outcome,
     stripped_result_outcome,
 )
+from streams.core.held_call import HeldCall
 from streams.core.history import RunHistory
 from streams.core.recent_decisions import keep_recent, recent_decision_dict
 from streams.core.reorder import gap_expired
@@ -82,6 +83,9 @@ class RunState:
     session_id: str = ""  # the session the run belongs to, once an event named it
     # Tokens and cost its events reported, and while it was looping (issue 28).
     usage: RunUsage = field(default_factory=RunUsage)
+    # A blocked call waiting for the run's next event to say whether it was vetoed, under
+    # ``deviations.vetoIsOutcome: false`` (held_call.py).
+    held: HeldCall | None = None
     # Session scope: the previous run of the session, to seed from on the first event
     # processed (streams.core.session); handed in by the engine, never stored.
     predecessor: SessionCarry | None = field(default=None, repr=False, compare=False)
@@ -197,6 +201,8 @@ class RunState:
             if self.status == ABORTED and isinstance(event, ToolCall):
                 return [run_aborted_decision(self.run_id, event, cfg, self.blocks)]
             return []
+        if self.held is not None:  # a blocked call waits for this event (held_call.py)
+            self._settle_held(self.held, event, cfg)
         if isinstance(event, ToolCall):
             return self._on_call(event, cfg)
         if isinstance(event, ToolResult):
@@ -231,8 +237,13 @@ class RunState:
             cfg if view is None else view,
         )
         if hit is not None and hit.level == CRITICAL and not cfg.deviations.veto_is_outcome:
-            # As the reference: a blocked call is never recorded (nor its veto an outcome).
-            return [self._decide(event, CurrentCall(event.tool_name, sig, known_poll), hit, cfg)]
+            # As the reference: a blocked call is not recorded (nor its veto an outcome), unless
+            # it runs anyway: held until the next event says which (held_call.py).
+            decision = self._decide(event, CurrentCall(event.tool_name, sig, known_poll), hit, cfg)
+            if self.status == ACTIVE:
+                kept = action if isinstance(action, str) else None
+                self.held = HeldCall(event.tool_name, sig, event.tool_call_id, known_poll, kept)
+            return [decision]
         record = self.history.append_call(
             event.tool_name,
             sig,
@@ -246,6 +257,15 @@ class RunState:
         if hit is None:
             return []
         return [self._decide(event, CurrentCall(event.tool_name, sig, known_poll), hit, cfg)]
+
+    def _settle_held(self, held: HeldCall, event: AgentEvent, cfg: LoopDetectionConfig) -> None:
+        """The blocked call ran unless ``event`` is its veto: then it takes its slot, where
+        the reference recorded it, before ``event``."""
+        self.held = None
+        if not held.vetoed_by(event, cfg.hash_rules):
+            self.history.append_call(
+                held.tool_name, held.sig, held.tool_call_id, held.known_poll, held.action
+            )
 
     def _on_result(self, event: ToolResult, cfg: LoopDetectionConfig) -> list[Decision]:
         tool_name = event.tool_name
@@ -405,6 +425,8 @@ class RunState:
             data["session_id"] = self.session_id
         if self.usage.reported:  # likewise for runs whose gateway reports no usage
             data["usage"] = self.usage.to_list()
+        if self.held is not None:  # likewise (issue 38)
+            data["held"] = self.held.to_list()
         return data
 
     @classmethod
@@ -434,6 +456,9 @@ class RunState:
         usage = data.get("usage")  # states written before issue 28, or without usage: none
         if usage:
             state.usage = RunUsage.from_list(usage)
+        held = data.get("held")  # states written before issue 38, or holding none: none
+        if held:
+            state.held = HeldCall.from_list(held)
         for seq, decisions in data.get("recent", []):
             kept = [d if isinstance(d, Decision) else Decision.from_dict(d) for d in decisions]
             keep_recent(state.recent, seq, kept)

@@ -5,7 +5,10 @@ any order with or without args and call ids, orphan results and compaction storm
 With ``reference_only`` the streams also carry what only the compat comparison can judge,
 because the default-mode model does not restate those loopguard rules: exec output with
 clock times and PIDs (masked by loopguard), ``update_plan`` calls (hashed by shape) and loop
-vetoes answering calls (an outcome for loopguard, none for the reference).
+vetoes answering calls (an outcome for loopguard, none for the reference), some right after
+their call, as a gateway that enforces a block answers it (issue 38: a blocked call followed
+by anything else ran anyway, and the reference recorded it). ``vetoes=False``: a gateway
+that never vetoes (``mode: "observe"``), so every blocked call runs.
 """
 
 from __future__ import annotations
@@ -152,10 +155,11 @@ REFERENCE_ONLY_LOOPS = {"exec": [*CLOCKS, EXEC[-1]], "read": [TEXT[-1]], "update
 
 
 @st.composite
-def streams(draw, max_ops: int = 60, reference_only: bool = False):
+def streams(draw, max_ops: int = 60, reference_only: bool = False, vetoes: bool = True):
     """One run's events, in seq order: calls (some parallel, with or without call ids),
     results in any order (args omitted when a call id says which call), orphan results,
     compactions of every kind; loops are likely (repeats, alternations, sticky results)."""
+    vetoes = reference_only and vetoes
     calls = CALLS + PLAN_CALLS if reference_only else CALLS
     families = REFERENCE_ONLY_FAMILIES if reference_only else FAMILIES
     results = RESULTS + CLOCKS + PLANS if reference_only else RESULTS
@@ -169,7 +173,7 @@ def streams(draw, max_ops: int = 60, reference_only: bool = False):
             own = draw(st.integers(0, 3)) > 0
             sticky[tool] = draw(st.sampled_from(families[tool] if own else results))
         result_json, error = draw(st.sampled_from(sticky[tool]))
-        if reference_only and draw(st.integers(0, 9)) == 0:  # a gateway that vetoed the call
+        if vetoes and draw(st.integers(0, 9)) == 0:  # a gateway that vetoed the call
             result_json, error = VETO_JSON, None
         # args omitted: mostly with a call id, sometimes with neither (a gateway that knows
         # only the tool's name)
@@ -197,7 +201,11 @@ def streams(draw, max_ops: int = 60, reference_only: bool = False):
             tool, args = calls[which]
             call_id = f"c{run.seq + 1}" if draw(st.booleans()) else None
             run.make_call(tool, args, call_id)
-            pending.append((tool, args, call_id))
+            if vetoes and call_id and draw(st.integers(0, 7)) == 0:  # vetoed: never ran
+                args_json = json.dumps(args) if draw(st.booleans()) else None
+                run._keep(ToolResult(run.envelope(), tool, args_json, VETO_JSON, None, call_id))
+            else:
+                pending.append((tool, args, call_id))
         elif kind <= 9:
             index = -1 if draw(st.booleans()) else draw(st.integers(0, len(pending) - 1))
             answer(*pending.pop(index))

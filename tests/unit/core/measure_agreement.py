@@ -25,24 +25,39 @@ from unit.core.test_reference_agreement import (  # noqa: E402
 
 from streams.core.engine import LoopGuard  # noqa: E402
 
+OBSERVE = 'compat: "openclaw", mode: "observe" (no vetoes: every blocked call runs)'
+
 
 def measure(runs: int) -> dict[str, tuple[int, int]]:
-    """Config name -> (events compared, events agreeing) over ``runs`` generated runs."""
+    """Config name -> (events compared, events agreeing) over ``runs`` generated runs (and
+    as many again with no vetoes for observe mode)."""
     fleets = {
         'compat: "openclaw"': [compat_guard(block).fleet for block in CONFIGS],
         "as shipped": [loop_guard(**block).fleet for block in CONFIGS],
     }
-    totals = dict.fromkeys(fleets, (0, 0))
+    observing = [compat_guard({**block, "mode": "observe"}).fleet for block in CONFIGS]
+    totals = dict.fromkeys([*fleets, OBSERVE], (0, 0))
+
+    def add(name: str, compared: int, agreed: int) -> None:
+        totals[name] = (totals[name][0] + compared, totals[name][1] + agreed)
 
     @settings(max_examples=runs, deadline=None, database=None, derandomize=True)
     @given(st.integers(0, len(CONFIGS) - 1), streams(reference_only=True))
     def feed(ci, events):
         wants = reference_run(CONFIGS[ci], events)
         for name, per_config in fleets.items():
-            compared, agreed = agreement(LoopGuard(per_config[ci]), events, wants)
-            totals[name] = (totals[name][0] + compared, totals[name][1] + agreed)
+            add(name, *agreement(LoopGuard(per_config[ci]), events, wants))
+
+    @settings(max_examples=runs, deadline=None, database=None, derandomize=True)
+    @given(st.integers(0, len(CONFIGS) - 1), streams(reference_only=True, vetoes=False))
+    def observe(ci, events):
+        add(
+            OBSERVE,
+            *agreement(LoopGuard(observing[ci]), events, reference_run(CONFIGS[ci], events)),
+        )
 
     feed()
+    observe()
     return totals
 
 

@@ -9,19 +9,20 @@ Written for obviousness, not speed: every question walks the whole history, as t
 does, and nothing here is shared with ``streams.core``.
 
 The model runs in two modes (``Config.loopguard``). With it false the model is the reference
-alone: every rule marked "loopguard:" below is skipped, and what it does is what loopguard
-must do under ``compat: "openclaw"`` (issue 29), event by event, blocks included (a blocked
-call is never recorded). With it true (the default) the model restates loopguard's
-deliberate deviations (README, "Deliberate deviations") that the generated streams reach,
-each marked "loopguard:" where it applies: one counting convention (ping-pong counts the
-earlier calls of the alternation, like every other detector); a breaker that counts a stable
-ping-pong too; the failure rules (``consecutiveErrors``, ``errorRepeat``); the
-post-compaction guard's count carried over a re-arm and the compaction storm; a result that
-omits its args taking its call's (by call id while the call is in the window, or the tool's
-newest open call when it has no id either); bare results (an exec output string, an object
-with neither ``details`` nor ``content``) and ``*_send`` tools as sends. The deviations it
-does not restate (exec output masking, ``update_plan`` shapes, a block recorded as an
-outcome, escalation to abort) the default-mode comparison keeps out of its streams.
+alone: every rule marked "loopguard:" below is skipped, and what it does is what loopguard must
+do under ``compat: "openclaw"`` (issue 29), event by event, blocks included (a blocked call the
+gateway vetoes is never recorded; one that runs anyway is, at call time, issue 38). With it true
+(the default) the model restates loopguard's deliberate deviations (README, "Deliberate
+deviations") that the generated streams reach, each marked "loopguard:" where it applies: one
+counting convention (ping-pong counts the earlier calls of the alternation, like every other
+detector); a breaker that counts a stable ping-pong too; the failure rules
+(``consecutiveErrors``, ``errorRepeat``); the post-compaction guard's count carried over a
+re-arm and the compaction storm; a result that omits its args taking its call's (by call id
+while the call is in the window, or the tool's newest open call when it has no id either); bare
+results (an exec output string, an object with neither ``details`` nor ``content``) and
+``*_send`` tools as sends. The deviations it does not restate (exec output masking,
+``update_plan`` shapes, a block recorded as an outcome, escalation to abort) the default-mode
+comparison keeps out of its streams.
 """
 
 from __future__ import annotations
@@ -359,7 +360,7 @@ class Config:
     error_repeat: bool = True
     errors_warning: int = 5
     errors_critical: int = 10
-    error_repeat_threshold: int = 3
+    error_repeat_threshold: int = 4
     # False: the reference alone, none of loopguard's rules (compat: "openclaw")
     loopguard: bool = True
 
@@ -389,7 +390,7 @@ class Config:
             error_repeat=detectors.get("errorRepeat", True) and loopguard,
             errors_warning=errors_warning,
             errors_critical=max(errors.get("criticalThreshold", 10), errors_warning + 1),
-            error_repeat_threshold=block.get("errorRepeatThreshold", 3),
+            error_repeat_threshold=block.get("errorRepeatThreshold", 4),
             loopguard=loopguard,
         )
 
@@ -568,10 +569,15 @@ class ReferenceRun:
     def _trim(self) -> None:
         del self.history[: max(0, len(self.history) - self.cfg.history_size)]
 
-    def call(self, tool_name: str, args_json: str, call_id: str | None) -> Verdict | None:
+    def call(
+        self, tool_name: str, args_json: str, call_id: str | None, enforced: bool = True
+    ) -> Verdict | None:
+        """``enforced``: a block of this call stops it (the gateway vetoes it); a block that
+        is not (observe mode, a gateway that lets the call run) leaves it a call that ran."""
         params = js_parse(args_json)
         verdict = detect_all(self.history, tool_name, params, self.cfg, self.error_streak)
-        if verdict is not None and verdict[0] == "critical" and not self.cfg.loopguard:
+        blocked = verdict is not None and verdict[0] == "critical" and not self.cfg.loopguard
+        if blocked and enforced:
             return verdict  # runBeforeToolCallHook blocks before recordToolCall
         if self.cfg.enabled is not False:  # recordToolCall
             record = Record(tool_name, hash_tool_call(tool_name, params), call_id, params=params)

@@ -4,6 +4,8 @@ test_reference_agreement.py's."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from core_helpers import VETO, Run, loop_guard, text_result
 
@@ -11,6 +13,7 @@ from streams.core.config import ConfigError, resolve
 from streams.core.deviations import DETECTOR_SWITCHES, SWITCHES, Deviations, switch_values
 from streams.core.events import Action
 from streams.core.fleet import fleet_from_document
+from streams.core.run_state import RunState
 
 ALL_OFF = dict.fromkeys(SWITCHES, False)
 
@@ -156,3 +159,55 @@ def test_without_the_veto_as_outcome_a_blocked_call_goes_unrecorded():
         seen += [d.detector for d in shipped.call("read", {"path": "a"})]
         shipped.result("read", {"path": "a"}, VETO)
     assert "global_circuit_breaker" in seen
+
+
+# A block at an identical-outcome streak of 2, in a window of 3 calls.
+SMALL_WINDOW = {
+    "enabled": True,
+    "historySize": 3,
+    "warningThreshold": 1,
+    "criticalThreshold": 2,
+    "globalCircuitBreakerThreshold": 3,
+}
+
+
+def blocked_calls(mode: str, vetoed: bool) -> list[tuple[str, int]]:
+    """Under compat: two identical outcomes, then three calls of the same args with no
+    result, each vetoed or not; (severity, count) of each of the three."""
+    run = Run(loop_guard(**SMALL_WINDOW, compat="openclaw", mode=mode))
+    looping(run, 2)
+    seen = []
+    for _ in range(3):
+        seen += [(d.severity, d.count) for d in run.call("read", {"path": "a"})]
+        if vetoed:
+            run.result("read", {"path": "a"}, VETO)
+    return seen
+
+
+def test_a_blocked_call_that_runs_anyway_takes_its_slot_in_the_window():
+    """Issue 38: the reference records a call once its loop check lets it through, so a
+    block that is not enforced (observe mode, a gateway that lets the call run: no veto
+    follows the call) leaves a recorded call with no result, which pushes the oldest outcome
+    out of the window: the streak drops below the block. A vetoed call is never recorded."""
+    ran = [("critical", 2), ("critical", 2), ("warning", 3)]
+    assert blocked_calls("observe", vetoed=False) == ran
+    assert blocked_calls("enforce", vetoed=False) == ran
+    assert blocked_calls("enforce", vetoed=True) == [("critical", 2)] * 3
+
+
+def test_a_held_call_survives_the_state_round_trip():
+    """The blocked call waits in the run's state for the next event: a worker that restores
+    the state in between decides as one that did not."""
+    block = {**SMALL_WINDOW, "compat": "openclaw"}
+    plain, restored = Run(loop_guard(**block)), Run(loop_guard(**block))
+    for run in (plain, restored):
+        looping(run, 2)
+        assert run.call("read", {"path": "a"})[0].severity == "critical"
+    state = restored.lg.runs[restored.run_id]
+    data = json.loads(json.dumps(state.to_dict()))
+    assert data["held"][:2] == ["read", state.held.sig]
+    restored.lg.runs[restored.run_id] = RunState.from_dict(data)
+    for _ in range(2):
+        assert restored.call("read", {"path": "a"}) == plain.call("read", {"path": "a"})
+    looping(plain, 1)
+    assert "held" not in plain.lg.runs[plain.run_id].to_dict()  # settled: nothing held

@@ -11,8 +11,10 @@ the tool; exec output masking never applies (generated exec output has no digits
 
 Compat mode (issue 29): loopguard under ``compat: "openclaw"`` against the model as the
 reference alone, over streams that also carry clock times in exec output and reworded
-plans. Nothing is kept out: every event is compared, through blocks (a blocked call goes
-unrecorded on both sides), up to an abort; the action (warn, block, abort) is compared too.
+plans. Nothing is kept out: every event is compared, through blocks (a blocked call the
+gateway vetoes goes unrecorded on both sides; one that runs anyway, as in ``mode:
+"observe"``, is recorded at call time, issue 38), up to an abort; the action (warn, block,
+abort) is compared too.
 
 Warnings are compared call by call, severity, detector and count.
 """
@@ -25,7 +27,7 @@ from core_helpers import loop_guard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from unit.core.agreement_streams import streams
-from unit.core.reference_model import Config, ReferenceRun, Verdict
+from unit.core.reference_model import VETO_JSON, Config, ReferenceRun, Verdict
 
 from streams.core.deviations import DETECTOR_SWITCHES, SWITCHES
 from streams.core.engine import LoopGuard
@@ -105,10 +107,32 @@ CONFIGS: list[dict[str, Any]] = [
 ]
 
 
-def reference_verdicts(model: ReferenceRun, event: AgentEvent) -> Verdict | None:
+def vetoes(call: ToolCall, following: AgentEvent | None) -> bool:
+    """Whether ``following`` is the gateway's veto of ``call``: a gateway that enforces a
+    block publishes the veto as the call's result right after it."""
+    return (
+        isinstance(following, ToolResult)
+        and following.tool_name == call.tool_name
+        and following.tool_call_id == call.tool_call_id
+        and following.result_json == VETO_JSON
+        and following.error is None
+    )
+
+
+def with_next(events: list[AgentEvent]) -> list[tuple[AgentEvent, AgentEvent | None]]:
+    """Each event with the one after it (None for the last)."""
+    return list(zip(events, [*events[1:], None], strict=True))
+
+
+def reference_verdicts(
+    model: ReferenceRun, event: AgentEvent, following: AgentEvent | None = None
+) -> Verdict | None:
+    """The model's verdict on ``event``; ``following`` (the next event) says whether a block
+    of a call was enforced."""
     if isinstance(event, ToolCall):
         assert event.args_json is not None
-        return model.call(event.tool_name, event.args_json, event.tool_call_id)
+        enforced = vetoes(event, following)
+        return model.call(event.tool_name, event.args_json, event.tool_call_id, enforced)
     if isinstance(event, ToolResult):
         return model.result(
             event.tool_name, event.args_json, event.result_json, event.error, event.tool_call_id
@@ -149,8 +173,8 @@ def compare(block: dict[str, Any], events: list[AgentEvent]) -> int:
     Returns how many events were compared."""
     lg = loop_guard(**block, abortAfterBlocks=NO_ESCALATION)
     model = ReferenceRun(Config.from_block(block))
-    for compared, event in enumerate(events):
-        expected = reference_verdicts(model, event)
+    for compared, (event, following) in enumerate(with_next(events)):
+        expected = reference_verdicts(model, event, following)
         got = verdicts(lg.process(event), with_action=False)
         want = [] if expected is None else [expected]
         assert got == want, f"event {compared} (seq {event.envelope.seq}): {event!r}"
@@ -163,8 +187,8 @@ def reference_run(block: dict[str, Any], events: list[AgentEvent]) -> list[list[
     """The reference's verdicts on each event (with its action), up to the first abort."""
     model = ReferenceRun(Config.from_block(block, loopguard=False))
     wants: list[list[tuple[Any, ...]]] = []
-    for event in events:
-        expected = reference_verdicts(model, event)
+    for event, following in with_next(events):
+        expected = reference_verdicts(model, event, following)
         wants.append([] if expected is None else [(*expected, reference_action(expected))])
         if expected is not None and reference_action(expected) == "abort":
             break
@@ -202,14 +226,16 @@ def test_core_agrees_with_the_reference_rules(ci, events):
 
 
 @AGREEMENT
-@given(st.integers(0, len(CONFIGS) - 1), streams(reference_only=True))
-def test_compat_mode_gives_the_references_verdicts_call_by_call(ci, events):
-    """compat: "openclaw" is the reference, call by call: 100% of calls agree."""
-    block = CONFIGS[ci]
+@given(st.integers(0, len(CONFIGS) - 1), st.booleans(), st.data())
+def test_compat_mode_gives_the_references_verdicts_call_by_call(ci, observe, data):
+    """compat: "openclaw" is the reference, call by call: 100% of calls agree, through
+    blocks a gateway vetoes and blocks it lets run (in observe mode, every one)."""
+    block = {**CONFIGS[ci], "mode": "observe"} if observe else CONFIGS[ci]
+    events = data.draw(streams(reference_only=True, vetoes=not observe))
     lg = compat_guard(block)
     model = ReferenceRun(Config.from_block(block, loopguard=False))
-    for compared, event in enumerate(events):
-        expected = reference_verdicts(model, event)
+    for compared, (event, following) in enumerate(with_next(events)):
+        expected = reference_verdicts(model, event, following)
         got = verdicts(lg.process(event), with_action=True)
         want = [] if expected is None else [(*expected, reference_action(expected))]
         assert got == want, f"event {compared} (seq {event.envelope.seq}): {event!r}"

@@ -66,6 +66,8 @@ CONFIGS = [
     SMALL_LIMITS,
     {"enabled": True, "warningThreshold": 3, "criticalThreshold": 5, "abortAfterBlocks": 50},
     {"historySize": 4},  # rolling detectors off, compaction guard on
+    # the reference's rules: blocked calls are held until the next event (held_call.py)
+    {**SMALL_LIMITS, "compat": "openclaw"},
 ]
 
 
