@@ -90,7 +90,10 @@ def import_trajectories(args: argparse.Namespace) -> int:
         path = Path(given)
         if not path.exists():
             raise InputError(f"{given}: no such file or directory")
-        found = trajectory_files(fmt, path)
+        try:
+            found = trajectory_files(fmt, path)
+        except OSError as exc:
+            raise InputError(f"{given}: cannot read ({exc.strerror or exc})") from None
         if not found:
             endings = ", ".join(f"*{suffix}" for suffix in fmt.suffixes)
             raise InputError(f"{given}: no {fmt.name} trajectory files ({endings}) under it")

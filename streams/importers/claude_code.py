@@ -31,16 +31,8 @@ from streams.importers.openclaw_shapes import (
     text_result,
     write_args,
 )
-from streams.importers.runs import (
-    CallLog,
-    ImportedCall,
-    ImportedRun,
-    TrajectoryError,
-    as_int,
-    epoch_ms,
-    load_json_lines,
-    text_of,
-)
+from streams.importers.runs import CallLog, ImportedCall, ImportedRun, TrajectoryError
+from streams.importers.source_fields import as_int, epoch_ms, load_json_lines, text_of
 
 NAME = "claude-code"
 SUFFIX = ".jsonl"

@@ -19,16 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from streams.importers.openclaw_shapes import EXEC, exec_args, exec_result
-from streams.importers.runs import (
-    CallLog,
-    ImportedCall,
-    ImportedRun,
-    TrajectoryError,
-    as_int,
-    epoch_ms,
-    load_json,
-    text_of,
-)
+from streams.importers.runs import CallLog, ImportedCall, ImportedRun, TrajectoryError
+from streams.importers.source_fields import as_int, epoch_ms, load_json, text_of
 
 NAME = "mini-swe-agent"
 SUFFIX = ".traj.json"

@@ -17,16 +17,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from streams.importers.runs import (
-    CallLog,
-    ImportedCall,
-    ImportedRun,
-    TrajectoryError,
-    as_int,
-    epoch_ms,
-    load_json_lines,
-    text_of,
-)
+from streams.importers.runs import CallLog, ImportedCall, ImportedRun, TrajectoryError
+from streams.importers.source_fields import as_int, epoch_ms, load_json_lines, text_of
 
 NAME = "openclaw"
 SUFFIX = ".jsonl"

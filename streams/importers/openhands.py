@@ -16,14 +16,8 @@ from typing import Any
 
 from streams.importers.openhands_events import event_stream_run, output_record_run
 from streams.importers.openhands_tools import map_call, map_result, parse_arguments
-from streams.importers.runs import (
-    ImportedCall,
-    ImportedRun,
-    TrajectoryError,
-    load_json,
-    load_json_lines,
-    text_of,
-)
+from streams.importers.runs import ImportedCall, ImportedRun, TrajectoryError
+from streams.importers.source_fields import load_json, load_json_lines, text_of
 
 NAME = "openhands"
 SUFFIXES = (".json", ".jsonl")

@@ -27,9 +27,8 @@ from streams.importers.runs import (
     ImportedCall,
     ImportedRun,
     TrajectoryError,
-    as_int,
-    epoch_ms,
 )
+from streams.importers.source_fields import as_int, epoch_ms
 
 # Agent actions that are tool calls even where the stream has no tool_call_metadata.
 TOOL_ACTIONS = frozenset(

@@ -34,7 +34,8 @@ from streams.importers.openclaw_shapes import (
     text_result,
     write_args,
 )
-from streams.importers.runs import ImportedCall, ImportedRun, TrajectoryError, as_int, load_json
+from streams.importers.runs import ImportedCall, ImportedRun, TrajectoryError
+from streams.importers.source_fields import as_int, load_json
 
 NAME = "swe-agent"
 SUFFIX = ".traj"

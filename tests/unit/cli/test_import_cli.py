@@ -101,10 +101,11 @@ def test_a_directory_with_a_bad_file(corpus: dict[str, Path], capsys) -> None:
 
 def test_json_summary_and_labels_without_results(corpus: dict[str, Path], capsys) -> None:
     one = corpus["trajs"] / "demo__b-2.json"
-    code, out, _ = run_import(
-        capsys, "--format", "openhands", str(one), "-o", str(corpus["out"]), "--json"
+    code, out, err = run_import(
+        capsys, "--format", "openhands", str(one), "-o", str(corpus["out"]), "--json", "--progress"
     )
     assert code == EXIT_OK
+    assert err == "imported 1/1 trajectories\n"  # --progress: on stderr, though no terminal
     assert len(out.splitlines()) == 1
     assert json.loads(out) == {
         "format": "openhands",
