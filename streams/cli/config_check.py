@@ -69,6 +69,14 @@ def describe(cfg: LoopDetectionConfig) -> dict[str, Any]:
             "windowSize": cfg.compaction_window_size,
             "stormThreshold": cfg.compaction_storm_threshold,
         },
+        "unchangedOutcome": {
+            "warningThreshold": cfg.unchanged_outcome_warning,
+            "criticalThreshold": cfg.unchanged_outcome_critical,
+        },
+        "repeatedCycle": {
+            "warningThreshold": cfg.repeated_cycle_warning,
+            "criticalThreshold": cfg.repeated_cycle_critical,
+        },
         "detectors": {
             "genericRepeat": d.generic_repeat,
             "knownPollNoProgress": d.known_poll_no_progress,
@@ -76,6 +84,8 @@ def describe(cfg: LoopDetectionConfig) -> dict[str, Any]:
             "consecutiveErrors": d.consecutive_errors,
             "errorRepeat": d.error_repeat,
             "compactionStorm": d.compaction_storm,
+            "unchangedOutcome": d.unchanged_outcome,
+            "repeatedCycle": d.repeated_cycle,
         },
         "mode": cfg.mode,
         "scope": cfg.scope,

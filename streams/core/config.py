@@ -84,7 +84,9 @@ DEFAULTS: dict[str, Any] = {
     # loopguard extensions (issue 17): failed calls in a row whatever the tool, and the same
     # call failing with the same error.
     "consecutiveErrors": {"warningThreshold": 5, "criticalThreshold": 10},
-    "errorRepeatThreshold": 3,
+    # 4 since issue 38: on real agent runs a 4th identical retry of a failing edit was
+    # followed by a fix on the agent's own (docs/detection-quality.md).
+    "errorRepeatThreshold": 4,
     # loopguard extensions (issue 38, progress.py): the same call's identical outcomes in a
     # row, whatever calls come between; a 3- or 4-call cycle's identical rounds. Chosen on
     # real agent runs (docs/detection-quality.md).
@@ -152,7 +154,7 @@ class LoopDetectionConfig:
     abort_after_blocks: int = 3
     consecutive_errors_warning: int = 5
     consecutive_errors_critical: int = 10
-    error_repeat_threshold: int = 3
+    error_repeat_threshold: int = 4
     unchanged_outcome_warning: int = 5
     unchanged_outcome_critical: int = 8
     repeated_cycle_warning: int = 3

@@ -8,7 +8,7 @@ threshold of a generic repeat (20 by default). These two rules close that gap:
 - ``consecutive_errors``: the run's last N tool outcomes were all failures, whatever the tool
   or args (warn at ``consecutiveErrors.warningThreshold``, block at ``criticalThreshold``);
 - ``error_repeat``: the current call's identical-outcome streak is a streak of the same
-  error (block at ``errorRepeatThreshold``, 3 by default, as other runtimes' stuck detectors).
+  error (block at ``errorRepeatThreshold``, 4 by default: the fifth identical attempt).
 
 A failure is a ToolResult whose ``error`` is set (the schema's definition); an exec that ran
 and exited non-zero is a command outcome, not a failed tool call. Counts follow the

@@ -110,14 +110,21 @@ def _text_content(result: dict[str, Any]) -> str:
     return js_trim("\n".join(parts))
 
 
+# What OpenClaw's exec shows the model for a command that printed nothing.
+NO_OUTPUT = "(no output)"
+
+
 def _silent_exec(details: dict[str, Any], result: dict[str, Any]) -> bool:
     """A finished command that printed nothing (``rm``, ``mkdir``): its exit code is all it
-    said. Only asked when an exec outcome is built (memoised on the result text)."""
+    said. ``aggregated`` is the output when present (its text then says "(no output)").
+    Only asked when an exec outcome is built (memoised on the result text)."""
     if details.get("status") not in ("completed", "failed"):
         return False
     aggregated = details.get("aggregated")
-    output = js_trim(aggregated) if isinstance(aggregated, str) else ""
-    return not output and not _text_content(result)
+    if isinstance(aggregated, str):
+        return not js_trim(aggregated)
+    text = _text_content(result)
+    return not text or text == NO_OUTPUT
 
 
 def _str_or_none(value: Any) -> str | None:

@@ -45,6 +45,9 @@ from streams.core.hashing import (
 )
 from streams.core.held_call import HeldCall
 from streams.core.history import RunHistory
+from streams.core.outcome_memory import OutcomeMemory
+from streams.core.outcomes import Outcome
+from streams.core.progress import detect_progress
 from streams.core.recent_decisions import keep_recent, recent_decision_dict
 from streams.core.reorder import gap_expired
 from streams.core.session import SessionCarry, starts_fresh
@@ -86,6 +89,8 @@ class RunState:
     # A blocked call waiting for the run's next event to say whether it was vetoed, under
     # ``deviations.vetoIsOutcome: false`` (held_call.py).
     held: HeldCall | None = None
+    # Each call's identical-outcome streak over the whole run (issue 38, progress.py).
+    outcomes: OutcomeMemory = field(default_factory=OutcomeMemory)
     # Session scope: the previous run of the session, to seed from on the first event
     # processed (streams.core.session); handed in by the engine, never stored.
     predecessor: SessionCarry | None = field(default=None, repr=False, compare=False)
@@ -236,6 +241,15 @@ class RunState:
             known_poll,
             cfg if view is None else view,
         )
+        if hit is None or hit.level != CRITICAL:  # the rules that see progress (issue 38)
+            hit = detect_progress(
+                hit,
+                self.history,
+                self.outcomes,
+                CurrentCall(event.tool_name, sig, known_poll),
+                event.args_json,
+                cfg if view is None else view,
+            )
         if hit is not None and hit.level == CRITICAL and not cfg.deviations.veto_is_outcome:
             # As the reference: a blocked call is not recorded (nor its veto an outcome), unless
             # it runs anyway: held until the next event says which (held_call.py).
@@ -332,6 +346,8 @@ class RunState:
                 action if isinstance(action, str) else None,
                 outcome,
             )
+        if not outcome.loop_veto and cfg.enabled is True:
+            self._remember_outcome(record.index, sig, tool_name, outcome, event.error, cfg)
         guard = self.guard
         if guard.compacted and not guard.progressed and not outcome.loop_veto:
             # compaction storm: an outcome unlike its call's previous one is progress
@@ -347,6 +363,22 @@ class RunState:
             return []
         self.status = ABORTED
         return [compaction_loop_decision(self.run_id, event, cfg, loop)]
+
+    def _remember_outcome(
+        self,
+        index: int,
+        sig: str,
+        tool_name: str,
+        outcome: Outcome,
+        error: str | None,
+        cfg: LoopDetectionConfig,
+    ) -> None:
+        """Feed the whole-run memory of the rules that see progress (progress.py)."""
+        memory = self.outcomes
+        if error is None:
+            memory.changed(tool_name)
+        if cfg.detectors.unchanged_outcome and outcome.result_hash is not None:
+            memory.record(sig, outcome.result_hash, index, cfg.history_size, not outcome.empty)
 
     def _storm(self, event: CompactionRetry, cfg: LoopDetectionConfig, storm: int) -> Decision:
         self.status = ABORTED
@@ -376,6 +408,7 @@ class RunState:
             guard=self.guard.to_dict(),
             error_streak=self.error_streak,
             blocks=self.blocks,
+            outcomes=self.outcomes.to_list() if self.outcomes.streaks else None,
         )
 
     def _take_over(self, carry: SessionCarry, first: AgentEvent, cfg: LoopDetectionConfig) -> None:
@@ -388,6 +421,8 @@ class RunState:
         self.guard = PostCompactionGuard.from_dict(carry.guard)
         self.error_streak = carry.error_streak
         self.blocks = carry.blocks
+        if carry.outcomes is not None:
+            self.outcomes = OutcomeMemory.from_list(carry.outcomes)
 
     # -- persistence (Faust table values) ---------------------------------------------
 
@@ -427,6 +462,8 @@ class RunState:
             data["usage"] = self.usage.to_list()
         if self.held is not None:  # likewise (issue 38)
             data["held"] = self.held.to_list()
+        if self.outcomes.streaks or self.outcomes.changes:  # likewise (issue 38)
+            data["outcomes"] = self.outcomes.to_list()
         return data
 
     @classmethod
@@ -459,6 +496,9 @@ class RunState:
         held = data.get("held")  # states written before issue 38, or holding none: none
         if held:
             state.held = HeldCall.from_list(held)
+        outcomes = data.get("outcomes")  # states written before issue 38: none
+        if outcomes:
+            state.outcomes = OutcomeMemory.from_list(outcomes)
         for seq, decisions in data.get("recent", []):
             kept = [d if isinstance(d, Decision) else Decision.from_dict(d) for d in decisions]
             keep_recent(state.recent, seq, kept)

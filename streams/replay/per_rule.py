@@ -46,6 +46,8 @@ def rule_value(cfg: LoopDetectionConfig, rule: str) -> bool:
         "consecutiveErrors": detectors.consecutive_errors,
         "errorRepeat": detectors.error_repeat,
         "compactionStorm": detectors.compaction_storm,
+        "unchangedOutcome": detectors.unchanged_outcome,
+        "repeatedCycle": detectors.repeated_cycle,
     }[name]
 
 

@@ -75,7 +75,7 @@ def test_the_demo_prints_the_same_text_twice_and_keeps_both_runs(tmp_path: Path)
     assert sections[4].count(" BLOCK  consecutive_errors") == 2
     assert sections[4].count(" ABORT  consecutive_errors") == 1
     assert sections[5].startswith(f"run retry-{first_tag} ")
-    assert sections[5].count(" BLOCK  error_repeat (count 3)") == 1
+    assert sections[5].count(" BLOCK  error_repeat (count 4)") == 1
     assert sections[5].count(" ABORT  error_repeat") == 1
     assert sections[6].startswith(f"run storm-{first_tag} ")
     # The error code is left out where it only repeats the detector's name.

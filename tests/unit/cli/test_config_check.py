@@ -136,7 +136,7 @@ def test_check_shows_every_field(tmp_path, capsys):
     assert lines[2].split() == [
         "unknownToolThreshold=10",
         "abortAfterBlocks=5",
-        "errorRepeatThreshold=3",
+        "errorRepeatThreshold=4",
         "mode=enforce",
         "scope=run",
         "sessionFreshTriggers=cron,heartbeat",
@@ -146,8 +146,11 @@ def test_check_shows_every_field(tmp_path, capsys):
     assert "  postCompactionGuard: windowSize=3  stormThreshold=3" in lines
     assert (
         "  detectors: genericRepeat=true  knownPollNoProgress=true  pingPong=true  "
-        "consecutiveErrors=false  errorRepeat=false  compactionStorm=false"
+        "consecutiveErrors=false  errorRepeat=false  compactionStorm=false  "
+        "unchangedOutcome=false  repeatedCycle=false"
     ) in lines
+    assert "  unchangedOutcome: warningThreshold=5  criticalThreshold=8" in lines
+    assert "  repeatedCycle: warningThreshold=3  criticalThreshold=4" in lines
     assert "  deviations: escalateBlocks=false  breakerCountsPingPong=false" in out
 
     code = main(["config", "check", write(tmp_path, text), "--json"])

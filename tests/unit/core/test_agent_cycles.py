@@ -205,9 +205,9 @@ def test_the_graph_survives_a_round_trip_through_its_bytes():
 
 
 def test_config_block_checks_and_keeps_the_default_version():
-    assert resolve({}).version == "c04bc0a21610d34b"
-    assert resolve({"agentCycles": {"warnAfter": 3}}).version == "c04bc0a21610d34b"
-    assert resolve({"agentCycles": {"warnAfter": 4}}).version != "c04bc0a21610d34b"
+    assert resolve({}).version == "3820b3802a3991bc"
+    assert resolve({"agentCycles": {"warnAfter": 3}}).version == "3820b3802a3991bc"
+    assert resolve({"agentCycles": {"warnAfter": 4}}).version != "3820b3802a3991bc"
     assert resolve({"agentCycles": {"warnAfter": 6, "blockAfter": 2}}).agent_cycles.block_after == 7
     with pytest.raises(ConfigError, match="agentCycles.warnAfer"):
         resolve({"agentCycles": {"warnAfer": 2}})

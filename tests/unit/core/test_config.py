@@ -50,7 +50,7 @@ def test_defaults_match_spec_table():
     assert cfg.abort_after_blocks == 3
     assert cfg.compaction_storm_threshold == 3
     assert (cfg.consecutive_errors_warning, cfg.consecutive_errors_critical) == (5, 10)
-    assert cfg.error_repeat_threshold == 3
+    assert cfg.error_repeat_threshold == 4
     assert cfg.detectors.consecutive_errors and cfg.detectors.error_repeat
     assert cfg.mode == "enforce" and cfg.enforced
     assert (cfg.scope, cfg.session_fresh_triggers) == ("run", ("cron", "heartbeat"))
@@ -77,7 +77,7 @@ def test_defaults_table_literal():
         "postCompactionGuard": {"windowSize": 3, "stormThreshold": 3},
         "abortAfterBlocks": 3,
         "consecutiveErrors": {"warningThreshold": 5, "criticalThreshold": 10},
-        "errorRepeatThreshold": 3,
+        "errorRepeatThreshold": 4,
         "unchangedOutcome": {"warningThreshold": 5, "criticalThreshold": 8},
         "repeatedCycle": {"warningThreshold": 3, "criticalThreshold": 4},
         "mode": "enforce",
@@ -646,7 +646,7 @@ def test_version_is_stable():
         {"detectors": {"errorRepeat": False}},
         {"consecutiveErrors": {"warningThreshold": 4}},
         {"consecutiveErrors": {"criticalThreshold": 11}},
-        {"errorRepeatThreshold": 4},
+        {"errorRepeatThreshold": 5},
         {"mode": "observe"},
     ],
 )

@@ -133,21 +133,22 @@ def test_a_reference_warning_stands_over_a_failure_warning():
 # -- errorRepeat -------------------------------------------------------------------------
 
 
-def test_error_repeat_blocks_the_fourth_identical_failure():
+def test_error_repeat_blocks_the_fifth_identical_failure():
     run = Run(on())
     got = [
-        summary(run.cycle("exec", {"command": "make"}, error="make: *** No rule")) for _ in range(6)
+        summary(run.cycle("exec", {"command": "make"}, error="make: *** No rule")) for _ in range(7)
     ]
     assert got == [
         [],
         [],
         [],
-        [("block", "error_repeat", 3)],  # 3 earlier identical failures
-        [("block", "error_repeat", 4)],  # the veto repeats the error: the streak grows
-        [("abort", "error_repeat", 5)],
+        [],
+        [("block", "error_repeat", 4)],  # 4 earlier identical failures
+        [("block", "error_repeat", 5)],  # the veto repeats the error: the streak grows
+        [("abort", "error_repeat", 6)],
     ]
     assert run.decisions[0].result_hash.startswith("error:")
-    assert "failed 3 times" in run.decisions[0].reason
+    assert "failed 4 times" in run.decisions[0].reason
 
 
 @pytest.mark.parametrize("threshold", [1, 2, 5])
@@ -169,10 +170,10 @@ def test_error_repeat_needs_the_same_error_and_the_same_args():
 def test_error_repeat_counts_the_calls_streak_across_other_calls():
     """Like every no-progress streak: the call's own outcomes, other calls in between."""
     run = Run(on(detectors={"consecutiveErrors": False}))
-    for _ in range(3):
+    for _ in range(4):
         run.cycle("read", {"p": 1}, error="EIO")
         run.cycle("list", {"d": 1}, text_result("ok"))
-    assert summary(run.call("read", {"p": 1})) == [("block", "error_repeat", 3)]
+    assert summary(run.call("read", {"p": 1})) == [("block", "error_repeat", 4)]
 
 
 def test_a_success_of_the_same_call_ends_the_error_streak():
@@ -200,10 +201,10 @@ def test_error_repeat_per_agent():
     }
     lg = guard(doc)
     strict, lax = Run(lg, run_id="s", agent_id="strict"), Run(lg, run_id="l", agent_id="lax")
-    for _ in range(4):
+    for _ in range(5):
         strict.cycle("read", {"p": 1}, error="EIO")
         lax.cycle("read", {"p": 1}, error="EIO")
-    assert summary(strict.decisions) == [("block", "error_repeat", 3)]
+    assert summary(strict.decisions) == [("block", "error_repeat", 4)]
     assert lax.decisions == []
 
 

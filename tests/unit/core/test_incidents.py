@@ -214,8 +214,8 @@ def test_records_round_trip_through_dicts():
 
 def test_incidents_config_defaults_off_and_keeps_the_default_version():
     assert resolve({}).incidents == IncidentConfig()
-    assert resolve({}).version == "c04bc0a21610d34b"
-    assert resolve({"incidents": {"enabled": False}}).version == "c04bc0a21610d34b"
+    assert resolve({}).version == "3820b3802a3991bc"
+    assert resolve({"incidents": {"enabled": False}}).version == "3820b3802a3991bc"
     on = resolve({"incidents": {"enabled": True, "windowSeconds": 30, "minRuns": 6}})
     assert on.incidents == IncidentConfig(True, 30, 6, 2)
     assert on.version != resolve({}).version

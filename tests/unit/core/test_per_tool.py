@@ -278,7 +278,7 @@ def test_exempt_from_failure_rules():
         "perTool": {"flaky": {"exempt": ["consecutiveErrors", "errorRepeat"]}},
     }
     run = Run(guard(config))
-    for _ in range(8):  # the same failing call: errorRepeat would block at 3
+    for _ in range(8):  # the same failing call: errorRepeat would block the 5th
         run.call("flaky", {})
         run.result("flaky", {}, error="timeout")
     assert run.decisions == []
@@ -289,7 +289,7 @@ def test_exempt_from_failure_rules():
     run.call("read", {"n": 9})
     assert run.decisions == []
     plain = Run(guard({**config, "perTool": {}}), run_id="run-2")
-    for _ in range(4):
+    for _ in range(5):
         plain.call("flaky", {})
         plain.result("flaky", {}, error="timeout")
     assert "error_repeat" in {d.detector for d in plain.decisions}

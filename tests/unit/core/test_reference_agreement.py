@@ -40,6 +40,9 @@ from streams.core.events import (
 )
 
 NO_ESCALATION = 1_000_000
+# Issue 38's rules that see progress are not restated by the model: kept out of default mode
+# (tests/unit/core/test_progress.py has them); compat mode has them off as the reference.
+NO_PROGRESS_RULES = {"unchangedOutcome": False, "repeatedCycle": False}
 
 CONFIGS: list[dict[str, Any]] = [
     {
@@ -171,7 +174,10 @@ def verdicts(decisions: list[Decision], with_action: bool) -> list[tuple[Any, ..
 def compare(block: dict[str, Any], events: list[AgentEvent]) -> int:
     """Default mode: feed both; assert they agree event by event up to the first critical.
     Returns how many events were compared."""
-    lg = loop_guard(**block, abortAfterBlocks=NO_ESCALATION)
+    lg = loop_guard(
+        **{**block, "detectors": {**block.get("detectors", {}), **NO_PROGRESS_RULES}},
+        abortAfterBlocks=NO_ESCALATION,
+    )
     model = ReferenceRun(Config.from_block(block))
     for compared, (event, following) in enumerate(with_next(events)):
         expected = reference_verdicts(model, event, following)
@@ -262,7 +268,9 @@ def test_every_switch_on_its_own_changes_verdicts_the_streams_reach():
     one of them (so the 100% above is not 100% of streams where nothing could differ)."""
     runs = [(ci, events, reference_run(CONFIGS[ci], events)) for ci, events in sample(True, 600)]
     unmoved = []
-    for switch in [*SWITCHES, *DETECTOR_SWITCHES]:
+    # repeatedCycle needs three identical rounds of a 3- or 4-call cycle, which the generated
+    # streams do not reach; test_progress.py switches it on over compat mode by hand.
+    for switch in [*SWITCHES, *(name for name in DETECTOR_SWITCHES if name != "repeatedCycle")]:
         moved = 0
         fleets = [compat_guard(block, **{switch: True}).fleet for block in CONFIGS]
         for ci, events, wants in runs:
