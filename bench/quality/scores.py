@@ -43,6 +43,7 @@ class RowScore:
     not_stuck: int = 0  # runs labelled not stuck
     false_stops: list[Stop] = field(default_factory=list)  # of runs labelled not stuck
     resolved_stops: list[Stop] = field(default_factory=list)
+    stops: list[Stop] = field(default_factory=list)  # every run's first stop (JSON only)
     calls_saved: int = 0
     tokens_saved: int = 0
     tokens_estimated: int = 0
@@ -75,6 +76,7 @@ class RowScore:
             "not_stuck_labelled": self.not_stuck,
             "false_stops": [vars(s) for s in self.false_stops],
             "resolved_stops": [vars(s) for s in self.resolved_stops],
+            "stops": [vars(s) for s in self.stops],
             "calls_saved": self.calls_saved,
             "tokens_saved": self.tokens_saved,
             "tokens_saved_estimated": self.tokens_estimated,
@@ -109,6 +111,7 @@ def score(
         if verdict.stop_call is None:
             continue
         stop = Stop(run_id, verdict.stop_rule, verdict.stop_call)
+        row.stops.append(stop)
         row.first_stops[stop.rule] += 1
         if run.outcome == RESOLVED:
             row.resolved_stops.append(stop)

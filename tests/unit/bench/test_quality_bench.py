@@ -137,9 +137,10 @@ def test_loopguard_rows_count_enforced_stops_only(corpus: tuple[Path, Path]) -> 
     assert (row.stuck_stopped, row.false_stops) == (0, [])
     assert (row.calls_saved, row.tokens_saved) == (5, 5 * 110 + 55)
     assert row.first_stops == {"generic_repeat": 1}
+    assert row.stops == [Stop("loop-1", "generic_repeat", 21)]
     observe = fleet_from_document({"tools": {"loopDetection": {**COMPAT, "mode": "observe"}}})
     row = score("observe", runs, loopguard_verdicts(events, runs, observe), labels)
-    assert (row.unresolved, row.calls_saved, row.first_stops) == ({"warn": 1}, 0, {})
+    assert (row.unresolved, row.calls_saved, row.stops) == ({"warn": 1}, 0, [])
 
 
 def test_the_command_prints_one_row_per_rule_set(
