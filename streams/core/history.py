@@ -94,6 +94,18 @@ class RunHistory:
             no_progress=newest.alt_break < start,
         )
 
+    def changes_since(self, index: int, tools: frozenset[str]) -> int:
+        """Successful calls of ``tools`` after the call at ``index`` in the window (the edits
+        between two outcomes, for a decision's reason; asked only when a streak begins)."""
+        changes = 0
+        for record in reversed(self.records):
+            if record.index <= index:
+                break
+            result = record.result_hash
+            if record.tool_name in tools and result is not None and not result.startswith("error:"):
+                changes += 1
+        return changes
+
     def latest_result_hash(self, sig: str) -> str | None:
         latest = self.latest_result(sig)
         return latest.result_hash if latest else None

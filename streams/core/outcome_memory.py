@@ -4,10 +4,14 @@ The window detectors only see a run's last ``historySize`` calls, and their stre
 nothing else than another outcome of the same call. An agent stuck in "edit, re-run, same
 output" spends three to five calls per round, so a window of 30 holds fewer re-runs than the
 block threshold needs; this memory keeps, per signature, how many outcomes in a row were the
-same, so the ``unchanged_outcome`` rule (streams.core.progress) can see the whole streak. A
-repeat counts only while it comes within one window of the previous one (a check repeated
-every hour in a long healthy session is no loop), and the memory is bounded: the signature
-seen longest ago is forgotten first.
+same, so the ``unchanged_outcome`` rule (streams.core.progress) can see the whole streak.
+
+A repeat counts only while it comes within one window of the previous one (a check repeated
+every hour in a long healthy session is no loop). So a streak starts from two identical
+outcomes both in the window: the window itself remembers single outcomes, and only streaks of
+two or more are kept here, which keeps the run's state (written to the changelog on every
+batch) as small as before for ordinary work. A streak that can no longer be extended is
+dropped, and at most :data:`MAX_SIGNATURES` are kept.
 
 An outcome with nothing in it (a command that printed nothing, a bare ``null``) tells the
 agent nothing new whether it repeats or not (``rm file``, ``mkdir``, ``cd``): it neither
@@ -65,34 +69,39 @@ class OutcomeMemory:
     def get(self, sig: str) -> OutcomeStreak | None:
         return self.streaks.get(sig)
 
-    def record(
-        self, sig: str, result_hash: str, index: int, within: int, informative: bool
-    ) -> None:
-        """The call at ``index`` with signature ``sig`` had outcome ``result_hash``.
-
-        ``within``: the most calls a repeat may come after the previous one and still extend
-        the streak (the history window); ``informative`` false: an empty outcome (see the
-        module doc), which leaves the streak as it is.
-        """
-        if not informative:
-            return
+    def extend(self, sig: str, result_hash: str, index: int, within: int) -> bool:
+        """The call at ``index`` had outcome ``result_hash``: extend its streak and say so, or
+        forget a streak it ends (False: the caller looks for a new one in the window)."""
         streaks = self.streaks
         streak = streaks.get(sig)
-        if (
-            streak is not None
-            and streak.result_hash == result_hash
-            and 0 <= index - streak.last_index <= within
-        ):
-            streak.count += 1
-            streak.last_index = index
-            del streaks[sig]  # moved to the end: the newest repeat is forgotten last
-            streaks[sig] = streak
-            return
-        if streak is not None:
-            del streaks[sig]
-        elif len(streaks) >= MAX_SIGNATURES:
+        if streak is None:
+            return False
+        del streaks[sig]
+        if streak.result_hash != result_hash or not 0 <= index - streak.last_index <= within:
+            return False
+        streak.count += 1
+        streak.last_index = index
+        streaks[sig] = streak  # moved to the end: ordered by their last repeat
+        return True
+
+    def begin(
+        self, sig: str, result_hash: str, first_index: int, index: int, changes_at_first: int
+    ) -> None:
+        """A second identical outcome in a row (the first at ``first_index``, in the window)."""
+        streaks = self.streaks
+        if len(streaks) >= MAX_SIGNATURES:
             del streaks[next(iter(streaks))]
-        streaks[sig] = OutcomeStreak(result_hash, 1, index, index, self.changes)
+        streaks[sig] = OutcomeStreak(result_hash, 2, first_index, index, changes_at_first)
+
+    def drop_stale(self, index: int, within: int) -> None:
+        """Forget the streaks whose last repeat is more than ``within`` calls before ``index``:
+        no later repeat can extend them (the oldest come first)."""
+        streaks = self.streaks
+        while streaks:
+            sig = next(iter(streaks))
+            if index - streaks[sig].last_index <= within:
+                return
+            del streaks[sig]
 
     def changed(self, tool_name: str) -> None:
         """A call of ``tool_name`` succeeded; an edit or write counts as a change."""

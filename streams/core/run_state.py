@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from streams.core.call_record import CallRecord
 from streams.core.config import LoopDetectionConfig
 from streams.core.decisions import (
     compaction_loop_decision,
@@ -45,7 +46,7 @@ from streams.core.hashing import (
 )
 from streams.core.held_call import HeldCall
 from streams.core.history import RunHistory
-from streams.core.outcome_memory import OutcomeMemory
+from streams.core.outcome_memory import CHANGING_TOOLS, OutcomeMemory
 from streams.core.outcomes import Outcome
 from streams.core.progress import detect_progress
 from streams.core.recent_decisions import keep_recent, recent_decision_dict
@@ -347,7 +348,7 @@ class RunState:
                 outcome,
             )
         if not outcome.loop_veto and cfg.enabled is True:
-            self._remember_outcome(record.index, sig, tool_name, outcome, event.error, cfg)
+            self._remember_outcome(record, tool_name, outcome, event.error, cfg)
         guard = self.guard
         if guard.compacted and not guard.progressed and not outcome.loop_veto:
             # compaction storm: an outcome unlike its call's previous one is progress
@@ -366,19 +367,34 @@ class RunState:
 
     def _remember_outcome(
         self,
-        index: int,
-        sig: str,
+        record: CallRecord,
         tool_name: str,
         outcome: Outcome,
         error: str | None,
         cfg: LoopDetectionConfig,
     ) -> None:
-        """Feed the whole-run memory of the rules that see progress (progress.py)."""
+        """Feed the whole-run memory of the rules that see progress (outcome_memory.py)."""
         memory = self.outcomes
         if error is None:
             memory.changed(tool_name)
-        if cfg.detectors.unchanged_outcome and outcome.result_hash is not None:
-            memory.record(sig, outcome.result_hash, index, cfg.history_size, not outcome.empty)
+        result_hash = outcome.result_hash
+        if not cfg.detectors.unchanged_outcome or result_hash is None or outcome.empty:
+            return
+        index, within = record.index, cfg.history_size
+        if memory.streaks:
+            memory.drop_stale(index, within)
+        if memory.extend(record.sig, result_hash, index, within):
+            return
+        previous = record.prev_same_sig  # the call's previous outcome, if still in the window
+        while previous is not None and previous.result_hash is None:
+            previous = previous.prev_same_sig
+        if (
+            previous is not None
+            and previous.result_hash == result_hash
+            and index - previous.index <= within
+        ):
+            edits = self.history.changes_since(previous.index, CHANGING_TOOLS)
+            memory.begin(record.sig, result_hash, previous.index, index, memory.changes - edits)
 
     def _storm(self, event: CompactionRetry, cfg: LoopDetectionConfig, storm: int) -> Decision:
         self.status = ABORTED

@@ -190,9 +190,25 @@ def test_session_scope_carries_the_streaks_to_the_next_run():
 def test_the_memory_is_bounded():
     memory = OutcomeMemory()
     for n in range(MAX_SIGNATURES + 50):
-        memory.record(f"exec:{n}", "h", n, 30, True)
+        memory.begin(f"exec:{n}", "h", n, n + 1, 0)
     assert len(memory.streaks) == MAX_SIGNATURES
     assert memory.get("exec:0") is None and memory.get(f"exec:{MAX_SIGNATURES + 49}")
+    top = MAX_SIGNATURES + 50
+    memory.drop_stale(top + 10, 30)  # kept: a last repeat (n + 1) at least top - 20
+    assert list(memory.streaks) == [f"exec:{n}" for n in range(top - 21, top)]
+
+
+def test_ordinary_work_keeps_no_streak_in_the_state():
+    """Only streaks of two or more are kept: the changelog carries nothing more for runs
+    whose calls all differ."""
+    lg = on()
+    run = Run(lg)
+    for n in range(40):
+        run.cycle("read", {"path": f"f{n}.py"}, text_result(f"content {n}"))
+        edit(run, n)
+    state = lg.runs["run-1"]
+    assert state.outcomes.streaks == {}
+    assert "outcomes" in state.to_dict()  # the edit count only
 
 
 # -- repeated_cycle ----------------------------------------------------------------------
