@@ -32,6 +32,8 @@ CORE_MODULES = [
     "streams/core/history.py",
     "streams/core/detectors.py",
     "streams/core/failures.py",
+    "streams/core/outcome_memory.py",
+    "streams/core/progress.py",
     "streams/core/guard.py",
     "streams/core/decisions.py",
     "streams/core/reorder.py",
