@@ -155,6 +155,8 @@ def make_events() -> list[tuple[str, Any]]:
         ("tool_call_with_usage", ev.ToolCall(env(16), "exec", "{}", "c-u", 12_345, 678, 0.0421)),
         ("tool_call_tokens_only", ev.ToolCall(env(17), "exec", "{}", None, 2**40, 0)),
         ("run_ended_with_usage", ev.RunEnded(env(18), "completed", 900, 40, 0.5)),
+        # issue 44: the assistant turn that asked for the call
+        ("tool_call_with_turn", ev.ToolCall(env(19), "web_fetch", "{}", "c-t", turn_id="msg-ü-1")),
         ("big_seq_negative_time", ev.RunStarted(E("run-big", "a", "g", 2**63 - 1, -(2**63)))),
         ("zero_seq_zero_time", ev.RunStarted(E("run-zero", "a", "g", 0, 0))),
         ("unsafe_but_common_ms", ev.RunStarted(E("run-safe-max", "a", "g", 2**53 - 1, 2**53 + 1))),

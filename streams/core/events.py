@@ -49,6 +49,10 @@ class ToolCall:
     input_tokens: int | None = None
     output_tokens: int | None = None
     cost_usd: float | None = None
+    # The assistant turn (message) that asked for the call (issue 44): the parallel calls of
+    # one turn share it and are judged as a set (streams.core.bursts); None where the
+    # gateway does not know. Never part of a call's signature.
+    turn_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +115,7 @@ _OMITTED_WHEN_NONE = (
     "input_tokens",
     "output_tokens",
     "cost_usd",
+    "turn_id",
 )
 USAGE_FIELDS = ("input_tokens", "output_tokens", "cost_usd")
 

@@ -108,9 +108,12 @@ class GatewayRun:
         input_tokens: int | None = None,
         output_tokens: int | None = None,
         cost_usd: float | None = None,
+        turn_id: str | None = None,
     ) -> Verdict:
         """Publish the call and say whether it may run; raises :class:`RunAborted`. The
-        usage arguments: the model turn that asked for the call (see :meth:`report_usage`)."""
+        usage arguments: the model turn that asked for the call (see :meth:`report_usage`);
+        ``turn_id`` names that turn (its message): give every parallel call of one turn the
+        same id and the worker judges them as a set (issue 44); None when unknown."""
         verdict = self.client.take_verdict(self.run_id, self.seq, tool_name, self.agent_id)
         args_json = json.dumps(args, ensure_ascii=False)
         if input_tokens is not None or output_tokens is not None or cost_usd is not None:
@@ -120,6 +123,7 @@ class GatewayRun:
             tool_name=tool_name,
             args_json=args_json,
             tool_call_id=tool_call_id,
+            turn_id=turn_id or None,
             **self._take_usage(),
         )
         if not verdict.allowed:

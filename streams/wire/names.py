@@ -13,7 +13,16 @@ from streams.wire.errors import InvalidDatumError
 # Names that become keys, indexed SQL columns and decision text: PostgreSQL refuses NUL in
 # text and cannot index a value over ~2.7 KB, so a hostile id could stall the audit trail.
 NAME_MAX_BYTES = 1024
-_NAME_FIELDS = ("run_id", "agent_id", "gateway_id", "tool_name", "session_id", "chain_id")
+# ``turn_id`` (issue 44) is no column, but a run's state holds it while its turn lasts.
+_NAME_FIELDS = (
+    "run_id",
+    "agent_id",
+    "gateway_id",
+    "tool_name",
+    "session_id",
+    "chain_id",
+    "turn_id",
+)
 ENVELOPE_TEXT = ("run_id", "agent_id", "gateway_id", "session_id", "chain_id")
 
 

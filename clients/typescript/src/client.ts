@@ -122,6 +122,19 @@ export interface Verdict {
   timedOut: boolean;
 }
 
+/**
+ * What `beforeTool` takes besides the call: the model turn's usage (if not reported already,
+ * {@link GatewayRun.reportUsage}) and the turn's id.
+ */
+export interface BeforeToolOptions extends TurnUsage {
+  /**
+   * The assistant turn (message) that asked for the call (issue 44): give every parallel call
+   * of one turn the same id, and the worker judges them as a set (a turn that repeats the same
+   * few calls many times is one loop signal). Leave it out when the runtime does not say.
+   */
+  turnId?: string | null;
+}
+
 export interface AfterToolOptions {
   result?: unknown;
   error?: string | null;
@@ -780,10 +793,15 @@ export class GatewayRun {
 
   /**
    * Publish the call and say whether it may run; throws {@link RunAborted}. A refused call is
-   * published as finished, with the refusal as its result. `usage`: the model turn that asked
-   * for the call, if not reported already ({@link reportUsage}).
+   * published as finished, with the refusal as its result. `options`: the model turn that asked
+   * for the call, its usage if not reported already ({@link reportUsage}) and its `turnId`.
    */
-  async beforeTool(toolName: string, args: unknown, toolCallId?: string | null, usage?: TurnUsage): Promise<Verdict> {
+  async beforeTool(
+    toolName: string,
+    args: unknown,
+    toolCallId?: string | null,
+    options?: BeforeToolOptions,
+  ): Promise<Verdict> {
     const argsJson = pyJsonDumps(args); // may throw (circular args) before anything is published
     let timedOut = false;
     if (this.lastGuardedSeq > 0) {
@@ -805,8 +823,11 @@ export class GatewayRun {
       verdict = { allowed: true, warnings, timedOut };
     }
     if (timedOut) this.client.noteTimeout(this.runId, this.lastGuardedSeq, !block && !verdict.allowed);
-    if (usage) this.reportUsage(usage);
-    this.emit({ kind: 'tool_call', toolName, argsJson, toolCallId: toolCallId ?? null });
+    const { turnId, ...usage } = options ?? {};
+    // usage as before (`{}` too); options naming only the turn carry no usage
+    if (options && (turnId === undefined || Object.keys(usage).length > 0)) this.reportUsage(usage);
+    const turn = turnId ? { turnId } : {};
+    this.emit({ kind: 'tool_call', toolName, argsJson, toolCallId: toolCallId ?? null, ...turn });
     if (!verdict.allowed) {
       const refusal = verdict.blockedBy ? LOOP_VETO_RESULT : GUARD_TIMEOUT_RESULT;
       await this.afterTool(toolName, args, { result: refusal, toolCallId });

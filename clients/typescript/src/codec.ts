@@ -218,7 +218,7 @@ function readDatum(name: string, schema: ParsedSchema, buf: Buffer): Record<stri
 
 // ------------------------------------------------------------------------------ names
 
-const NAME_FIELDS = ['run_id', 'agent_id', 'gateway_id', 'tool_name', 'session_id', 'chain_id'] as const;
+const NAME_FIELDS = ['run_id', 'agent_id', 'gateway_id', 'tool_name', 'session_id', 'chain_id', 'turn_id'] as const;
 
 function storableNamesProblem(record: string, ...sources: Record<string, unknown>[]): string | undefined {
   for (const values of sources) {
@@ -253,6 +253,7 @@ const BODY: Record<EventKind, { record: string; fields: [camel: string, wire: st
       ['argsJson', 'args_json', '{}'],
       ['toolCallId', 'tool_call_id', null],
       ...USAGE_FIELDS,
+      ['turnId', 'turn_id', null],
     ],
   },
   tool_result: {
@@ -271,7 +272,7 @@ const BODY: Record<EventKind, { record: string; fields: [camel: string, wire: st
 };
 // Optional fields added later (issue 17): left out of a decoded event while unset, as Python's
 // event_to_dict leaves them out, so events from older gateways look as they always did.
-const OMITTED_WHEN_NULL = new Set(['trigger', 'inputTokens', 'outputTokens', 'costUsd']);
+const OMITTED_WHEN_NULL = new Set(['trigger', 'inputTokens', 'outputTokens', 'costUsd', 'turnId']);
 const KIND_BY_BRANCH = new Map<string, EventKind>(
   Object.entries(BODY).map(([kind, spec]) => [`${NAMESPACE}.${spec.record}`, kind as EventKind]),
 );

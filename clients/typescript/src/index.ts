@@ -14,6 +14,7 @@ export {
   GUARD_TIMEOUT_RESULT,
   topicsFor,
   type AfterToolOptions,
+  type BeforeToolOptions,
   type ClientStats,
   type FailMode,
   type GatewayClientOptions,

@@ -34,6 +34,11 @@ export interface ToolCallEvent extends EventEnvelope, TurnUsage {
   toolName: string;
   argsJson: string;
   toolCallId: string | null;
+  /**
+   * The assistant turn (message) that asked for the call (issue 44): the parallel calls of one
+   * turn share it, and the worker judges them as a set. Left out (or null) when unknown.
+   */
+  turnId?: string | null;
 }
 
 /**

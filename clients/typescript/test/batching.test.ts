@@ -146,6 +146,29 @@ describe('usage (issue 28)', () => {
     ]);
   });
 
+  it("a call's turn id (issue 44) goes on that call only, and carries no usage", async () => {
+    const transport = new BatchingTransport();
+    const c = client(transport);
+    const run = c.startRun({ agentId: 'a', runId: 'run-t' });
+    await run.beforeTool('web_fetch', { url: 'https://a' }, 'c-1', { turnId: 'msg-1', inputTokens: 900 });
+    await run.beforeTool('web_fetch', { url: 'https://b' }, 'c-2', { turnId: 'msg-1' });
+    await run.afterTool('web_fetch', { url: 'https://a' }, { result: 'x', toolCallId: 'c-1' });
+    await run.beforeTool('read', { path: 'a' }, 'c-3');
+    await c.flush();
+    const seen = transport.events().map((e) => {
+      const fields = e as unknown as Record<string, unknown>;
+      return [e.kind, fields.turnId, fields.inputTokens];
+    });
+    assert.deepEqual(seen, [
+      ['run_started', undefined, undefined],
+      ['tool_call', 'msg-1', 900],
+      ['tool_call', 'msg-1', undefined],
+      ['tool_result', undefined, undefined],
+      ['tool_call', undefined, undefined],
+    ]);
+    assert.equal((run.events[2] as { turnId?: string }).turnId, 'msg-1');
+  });
+
   it('a call without usage carries none', async () => {
     const transport = new BatchingTransport();
     const c = client(transport);

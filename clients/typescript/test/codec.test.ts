@@ -4,6 +4,7 @@ import { describe, it } from 'node:test';
 import {
   type DecisionInput,
   HEADER_SIZE,
+  MARKER,
   SchemaRegistry,
   crc64Avro,
   decodeControl,
@@ -19,6 +20,7 @@ import {
   parsingCanonicalForm,
   schemaFingerprint,
 } from '../src';
+import { previousSchemas } from '../src/schemas';
 
 const base = { runId: 'run-1', agentId: 'agent', gatewayId: 'gw', seq: 1, eventTime: 1_767_225_600_000 };
 const decision: DecisionInput = {
@@ -85,6 +87,28 @@ describe('events', () => {
     const plain = decodeEvent(encodeEvent({ ...base, kind: 'run_started', sessionId: null }));
     assert.ok(!('sessionId' in plain) && !('trigger' in plain));
     assert.throws(() => encodeEvent({ ...call, sessionId: 's\u0000' }), { name: 'EncodeError', message: /session_id contains a NUL/ });
+  });
+
+  it('carries the turn id of a call (issue 44), and leaves it out when unset', () => {
+    const call = { ...base, kind: 'tool_call' as const, toolName: 'web_fetch', argsJson: '{"url": "https://a"}', toolCallId: 'c-1', turnId: 'msg-ü-1' };
+    assert.deepEqual(decodeEvent(encodeEvent(call)), call);
+    const plain = decodeEvent(encodeEvent({ ...call, turnId: null }));
+    assert.ok(!('turnId' in plain));
+    assert.throws(() => encodeEvent({ ...call, turnId: 'm\u0000' }), { name: 'EncodeError', message: /turn_id contains a NUL/ });
+    assert.throws(() => encodeEvent({ ...call, turnId: 't'.repeat(1025) }), { name: 'EncodeError', message: /turn_id is 1025 bytes/ });
+  });
+
+  it('reads a call written before the turn id (AgentEvent.v3) as one without it', () => {
+    const v3 = previousSchemas()['AgentEvent.v3'];
+    const datum = {
+      run_id: 'r', agent_id: 'a', gateway_id: 'g', seq: 2, event_time: 5,
+      body: { 'loopguard.ToolCall': { tool_name: 'ls', args_json: '{}', tool_call_id: null, input_tokens: null, output_tokens: null, cost_usd: null } },
+      session_id: null, chain_id: null,
+    };
+    const bytes = Buffer.concat([MARKER, v3.fingerprint, v3.type.toBuffer(datum)]);
+    const event = decodeEvent(bytes);
+    assert.equal(event.kind, 'tool_call');
+    assert.ok(!('turnId' in event));
   });
 
   it('keeps 64-bit longs exact', () => {

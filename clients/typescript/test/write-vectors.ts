@@ -107,6 +107,7 @@ function codecEvents(): { name: string; bytes: Buffer }[] {
     ['codec_run_ended_default', { ...base, kind: 'run_ended', seq: 6 }],
     ['codec_session_run_started', { ...base, kind: 'run_started', seq: 1, sessionId: 'sess-ü-2', trigger: 'heartbeat' }],
     ['codec_session_tool_call', { ...base, kind: 'tool_call', seq: 7, sessionId: 'sess-ü-2', toolName: 'ls' }],
+    ['codec_tool_call_with_turn', { ...base, kind: 'tool_call', seq: 8, toolName: 'web_fetch', toolCallId: 'c-t', turnId: 'msg-ü-2' }],
   ];
   return cases.map(([name, event]) => ({ name, bytes: encodeEvent(event) }));
 }

@@ -36,7 +36,8 @@ def test_the_previous_versions_are_what_was_shipped_before_the_usage_fields() ->
     call = next(b for b in body["type"] if b["name"] == "ToolCall")
     assert [f["name"] for f in call["fields"]] == ["tool_name", "args_json", "tool_call_id"]
     assert [f["name"] for f in json.loads(OLD_MARK)["fields"]][-1] == "event_count"
-    assert set(previous_schemas()) == {"AgentEvent.v2", "RunWatermark.v3"}
+    # AgentEvent.v3: the version with the usage fields, before issue 44's turn id
+    assert set(previous_schemas()) == {"AgentEvent.v2", "AgentEvent.v3", "RunWatermark.v3"}
 
 
 def test_a_newer_worker_reads_an_older_gateways_events_without_usage() -> None:
