@@ -143,6 +143,11 @@ class Settings:
     heartbeat_interval: float = PROFILES["kafka"].heartbeat_interval
     table_standby_replicas: int = PROFILES["kafka"].table_standby_replicas
     rebalance_timeout: float = 60.0
+    # Static group membership (Kafka's group.instance.id, KIP-345): a stable name per worker,
+    # such as a StatefulSet pod's. A worker that comes back under its name within the session
+    # timeout gets its partitions back with no rebalance; a static member never leaves the
+    # group on stop, so its partitions wait for the session timeout. "" = dynamic membership.
+    group_instance_id: str = ""
     max_message_bytes: int = 1_048_576
     run_idle_ttl: float = 3600.0
     # A crashed agent stops the worker; a stop that hangs (Faust #324) ends after this.
@@ -248,6 +253,7 @@ class Settings:
             heartbeat_interval=_float("HEARTBEAT_INTERVAL", profile.heartbeat_interval),
             table_standby_replicas=_int("STANDBY_REPLICAS", profile.table_standby_replicas),
             rebalance_timeout=_float("REBALANCE_TIMEOUT", cls.rebalance_timeout),
+            group_instance_id=_env("GROUP_INSTANCE_ID", ""),
             max_message_bytes=_int("MAX_MESSAGE_BYTES", cls.max_message_bytes),
             run_idle_ttl=_float("RUN_IDLE_TTL", cls.run_idle_ttl),
             crash_exit_seconds=_float("CRASH_EXIT_SECONDS", cls.crash_exit_seconds),

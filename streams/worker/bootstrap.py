@@ -98,6 +98,8 @@ def build_app(settings: Settings) -> faust.App:
         broker_session_timeout=settings.session_timeout,
         broker_heartbeat_interval=settings.heartbeat_interval,
         broker_rebalance_timeout=settings.rebalance_timeout,
+        # Static membership (LOOPGUARD_GROUP_INSTANCE_ID): None keeps dynamic membership.
+        consumer_group_instance_id=settings.group_instance_id or None,
         # Exactly once the agent commits each batch itself; the timer is the longest interval.
         broker_commit_interval=(
             settings.max_commit_interval

@@ -86,3 +86,16 @@ def test_the_processing_guarantee_follows_the_broker_profile(
     assert Settings.from_env().processing_guarantee == guarantee
     monkeypatch.setenv("LOOPGUARD_PROCESSING_GUARANTEE", "at_least_once")
     assert Settings.from_env().processing_guarantee == "at_least_once"
+
+
+def test_static_membership_reaches_the_faust_consumer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """LOOPGUARD_GROUP_INSTANCE_ID (the Helm chart sets the pod name) is Faust's
+    consumer_group_instance_id, which it gives aiokafka as group_instance_id; unset, the
+    worker keeps dynamic membership (None, never an empty id)."""
+    from streams.worker.bootstrap import build_app
+
+    assert build_app(Settings()).conf.consumer_group_instance_id is None
+    monkeypatch.setenv("LOOPGUARD_GROUP_INSTANCE_ID", "loopguard-worker-2")
+    settings = Settings.from_env()
+    assert settings.group_instance_id == "loopguard-worker-2"
+    assert build_app(settings).conf.consumer_group_instance_id == "loopguard-worker-2"
