@@ -1,0 +1,93 @@
+{{/* Names and labels shared by every object of the release. */}}
+
+{{- define "loopguard.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 52 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 52 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "loopguard.workers" -}}
+{{- printf "%s-worker" (include "loopguard.fullname" .) -}}
+{{- end -}}
+
+{{- define "loopguard.selectorLabels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: worker
+{{- end -}}
+
+{{- define "loopguard.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end -}}
+
+{{- define "loopguard.image" -}}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
+{{- end -}}
+
+{{- define "loopguard.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- .Values.serviceAccount.name | default (include "loopguard.fullname" .) -}}
+{{- else -}}
+{{- .Values.serviceAccount.name | default "default" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The Secret the workers, the migrate Job and KEDA read. */}}
+{{- define "loopguard.secretName" -}}
+{{- .Values.secret.existingSecret | default (include "loopguard.fullname" .) -}}
+{{- end -}}
+
+{{- define "loopguard.sasl" -}}
+{{- ne .Values.kafka.saslMechanism "" -}}
+{{- end -}}
+
+{{/* kafka://a:9092;kafka://b:9092 from kafka.brokers, as LOOPGUARD_BROKER takes it. */}}
+{{- define "loopguard.brokerUrl" -}}
+{{- $urls := list -}}
+{{- range .Values.kafka.brokers -}}
+{{- $urls = append $urls (printf "kafka://%s" .) -}}
+{{- end -}}
+{{- join ";" $urls -}}
+{{- end -}}
+
+{{/* Refuse values that cannot work, with one line each, before anything is applied. */}}
+{{- define "loopguard.validate" -}}
+{{- if not .Values.kafka.brokers -}}
+{{- fail "kafka.brokers: list the bootstrap brokers (host:port)" -}}
+{{- end -}}
+{{- if lt (int .Values.partitions) 1 -}}
+{{- fail "partitions must be at least 1" -}}
+{{- end -}}
+{{- if not .Values.secret.existingSecret -}}
+{{- if not .Values.secret.data.webToken -}}
+{{- fail "secret.data.webToken: set a token for the status page (e.g. openssl rand -hex 24), or name your own Secret in secret.existingSecret" -}}
+{{- end -}}
+{{- if not .Values.secret.data.dbUrl -}}
+{{- fail "secret.data.dbUrl: set the audit trail's URL (postgresql+psycopg://user:password@host:5432/db), or name your own Secret in secret.existingSecret" -}}
+{{- end -}}
+{{- end -}}
+{{- if .Values.autoscaling.enabled -}}
+{{- $min := int .Values.autoscaling.minReplicaCount -}}
+{{- $max := int .Values.autoscaling.maxReplicaCount -}}
+{{- if lt $min 1 -}}
+{{- fail "autoscaling.minReplicaCount must be at least 1: the guard never scales to zero" -}}
+{{- end -}}
+{{- if gt $min $max -}}
+{{- fail (printf "autoscaling.minReplicaCount (%d) exceeds maxReplicaCount (%d)" $min $max) -}}
+{{- end -}}
+{{- if gt $max (int .Values.partitions) -}}
+{{- fail (printf "autoscaling.maxReplicaCount (%d) exceeds partitions (%d): a worker beyond the partitions sits idle" $max (int .Values.partitions)) -}}
+{{- end -}}
+{{- end -}}
+{{- if .Values.staticMembership.enabled -}}
+{{- if gt (mulf 3 .Values.staticMembership.heartbeatIntervalSeconds) (float64 .Values.staticMembership.sessionTimeoutSeconds) -}}
+{{- fail "staticMembership.heartbeatIntervalSeconds must be at most a third of sessionTimeoutSeconds" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}

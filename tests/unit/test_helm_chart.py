@@ -1,0 +1,377 @@
+"""deploy/helm/loopguard renders, validates against the Kubernetes API's schemas (and KEDA's and
+the Prometheus Operator's models), and the objects it renders carry what the workers need:
+static membership from the pod name, probes on /healthz, the web token from a Secret, a KEDA
+ScaledObject on the events topic's lag within 1 <= min <= max <= partitions and with a long
+scale-down window, and a ServiceMonitor on /metrics.
+
+The tools come from the registries into a cache (``python3 tests/helm_tools/tools.py fetch``).
+Without them these tests skip, unless ``LOOPGUARD_REQUIRE_HELM=1`` (.ci/run sets it after
+fetching them), where a missing tool fails the run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import faust
+import pytest
+import yaml
+from helm_tools.tools import Tools, installed, planned
+
+from streams.settings import Settings
+from streams.web import register_views
+from tests.unit.test_compose import settings_env_names
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "deploy" / "helm" / "loopguard"
+CI_VALUES = CHART / "ci" / "ci-values.yaml"
+REQUIRE_ENV = "LOOPGUARD_REQUIRE_HELM"
+# The oldest Kubernetes the chart supports (Chart.yaml's kubeVersion) and the newest the
+# validator knows.
+KUBERNETES_VERSIONS = ("1.27.0", "1.37.0")
+CUSTOM_GROUPS = ("keda.sh/", "monitoring.coreos.com/")
+# The longest failover the benchmarks measured, a kill until every partition was guarded
+# again with 30,000 runs rebuilt from the changelog (docs/benchmarks.md, "Failover").
+RECOVERY_SECONDS = 13.3
+
+
+@pytest.fixture(scope="module")
+def tools() -> Tools:
+    found = installed()
+    if found is not None:
+        return found
+    why = (
+        f"the chart's tools are not in the cache ({planned().helm} ...): "
+        "run python3 tests/helm_tools/tools.py fetch"
+    )
+    if os.environ.get(REQUIRE_ENV) == "1":
+        pytest.fail(f"{REQUIRE_ENV}=1 but {why}", pytrace=False)
+    pytest.skip(why)
+
+
+def helm(tools: Tools, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "HELM_CACHE_HOME": "/tmp/loopguard-helm-cache"}
+    return subprocess.run(
+        [tools.helm, *args], capture_output=True, text=True, timeout=120, env=env, check=False
+    )
+
+
+def render(tools: Tools, *sets: str, values: Path = CI_VALUES) -> list[dict[str, Any]]:
+    """``helm template`` with the CI values and ``--set`` overrides: the rendered objects."""
+    args = ["template", "lg", str(CHART), "-f", str(values)]
+    for item in sets:
+        args += ["--set", item]
+    done = helm(tools, *args)
+    assert done.returncode == 0, done.stderr
+    return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
+
+
+def refused(tools: Tools, *sets: str) -> str:
+    """The error of a ``helm template`` that must fail."""
+    args = ["template", "lg", str(CHART), "-f", str(CI_VALUES)]
+    for item in sets:
+        args += ["--set", item]
+    done = helm(tools, *args)
+    assert done.returncode != 0, f"helm rendered {sets} without complaint"
+    return done.stderr
+
+
+def one(objects: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    found = [o for o in objects if o["kind"] == kind]
+    assert len(found) == 1, f"{len(found)} {kind} objects"
+    return found[0]
+
+
+def worker_container(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    (container,) = one(objects, "StatefulSet")["spec"]["template"]["spec"]["containers"]
+    return container
+
+
+def env_of(container: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {entry["name"]: entry for entry in container["env"]}
+
+
+def plain_env(container: dict[str, Any]) -> dict[str, str]:
+    return {name: e["value"] for name, e in env_of(container).items() if "value" in e}
+
+
+@pytest.fixture(scope="module")
+def rendered(tools: Tools) -> list[dict[str, Any]]:
+    return render(tools)
+
+
+# ----------------------------------------------------------------- rendering and validation
+
+
+def test_helm_lint_is_clean(tools: Tools) -> None:
+    done = helm(tools, "lint", "--strict", str(CHART), "-f", str(CI_VALUES))
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_built_in_kinds_validate_strictly_against_the_kubernetes_schemas(
+    tools: Tools, rendered: list[dict[str, Any]], tmp_path: Path
+) -> None:
+    core = [o for o in rendered if not o["apiVersion"].startswith(CUSTOM_GROUPS)]
+    assert {o["kind"] for o in core} >= {"StatefulSet", "Service", "ConfigMap", "Secret", "Job"}
+    manifest = tmp_path / "core.yaml"
+    manifest.write_text(yaml.safe_dump_all(core), encoding="utf-8")
+    versions = [arg for v in KUBERNETES_VERSIONS for arg in ("-k", v)]
+    done = subprocess.run(
+        [tools.validate, "--strict", *versions, str(manifest)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    # Every object passed against both versions; none was skipped for want of a schema.
+    assert "WARN" not in done.stdout, done.stdout
+    passed = re.findall(r"passed for resource (\S+) against version (\S+)", done.stdout)
+    assert len(passed) == len(core) * len(KUBERNETES_VERSIONS), done.stdout
+
+
+def test_every_object_validates_with_the_kubernetes_models(
+    tools: Tools, rendered: list[dict[str, Any]]
+) -> None:
+    sasl = render(
+        tools, "kafka.saslMechanism=SCRAM-SHA-512", "kafka.securityProtocol=SASL_SSL",
+        "secret.data.saslUsername=worker", "secret.data.saslPassword=pw",
+    )  # fmt: skip
+    objects = rendered + [o for o in sasl if o["kind"] == "TriggerAuthentication"]
+    assert {o["kind"] for o in objects} >= {
+        "ScaledObject", "TriggerAuthentication", "ServiceMonitor", "StatefulSet",
+    }  # fmt: skip
+    done = subprocess.run(
+        ["node", "validate_crds.mjs"],
+        input=json.dumps(objects),
+        cwd=tools.models,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count("OK ") == len(objects), done.stdout
+
+
+def test_chart_app_version_is_the_project_version() -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text(encoding="utf-8"))
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    assert chart["appVersion"] == project["version"]
+
+
+# ------------------------------------------------------------------------- the workers
+
+
+def test_workers_are_a_statefulset_with_static_membership_from_the_pod_name(
+    rendered: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    workers = one(rendered, "StatefulSet")
+    assert workers["spec"]["serviceName"] == one(rendered, "Service")["metadata"]["name"]
+    container = worker_container(rendered)
+    entry = env_of(container)["LOOPGUARD_GROUP_INSTANCE_ID"]
+    assert entry["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    # The worker reads these variables as the settings the chart means.
+    env = plain_env(container)
+    for name, value in {**env, "LOOPGUARD_GROUP_INSTANCE_ID": "lg-loopguard-worker-2"}.items():
+        monkeypatch.setenv(name, value)
+    settings = Settings.from_env()
+    assert settings.group_instance_id == "lg-loopguard-worker-2"
+    assert settings.session_timeout == 30.0
+    assert settings.heartbeat_interval * 3 <= settings.session_timeout
+    assert settings.bootstrap_servers == [
+        "kafka-0.kafka:9092", "kafka-1.kafka:9092", "kafka-2.kafka:9092",
+    ]  # fmt: skip
+    assert settings.web_bind == "0.0.0.0"
+    assert settings.partitions == 12
+
+
+def test_dynamic_membership_when_static_membership_is_off(tools: Tools) -> None:
+    env = env_of(worker_container(render(tools, "staticMembership.enabled=false")))
+    assert "LOOPGUARD_GROUP_INSTANCE_ID" not in env
+    assert "LOOPGUARD_SESSION_TIMEOUT" not in env  # the profile's 6 s
+
+
+def test_every_variable_the_chart_sets_is_one_the_worker_reads(tools: Tools) -> None:
+    objects = render(
+        tools, "kafka.saslMechanism=SCRAM-SHA-512", "kafka.sslCafile=/etc/ca/ca.pem",
+        "kafka.processingGuarantee=at_least_once", "web.allowedHosts=loopguard.example.com",
+        "secret.data.saslUsername=worker", "secret.data.saslPassword=pw",
+    )  # fmt: skip
+    names = {n for n in env_of(worker_container(objects)) if n.startswith("LOOPGUARD_")}
+    assert names - settings_env_names() == set()
+
+
+def test_probes_read_healthz_on_the_port_the_worker_serves(rendered: list[dict[str, Any]]) -> None:
+    container = worker_container(rendered)
+    (port,) = container["ports"]
+    assert port["name"] == "web"
+    args = container["args"]
+    assert args[:2] == ["loopguard", "worker"]
+    assert args[args.index("--web-port") + 1] == str(port["containerPort"])
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        assert container[probe]["httpGet"] == {"path": "/healthz", "port": "web"}, probe
+    app = faust.App("helm-probe-check", broker="kafka://127.0.0.1:1", web_enabled=True)
+    register_views(app, "sqlite://")
+    paths = {route.resource.canonical for route in app.web.web_app.router.routes()}
+    assert {"/healthz", "/metrics"} <= paths
+
+
+def test_the_web_token_and_database_url_come_from_the_secret(
+    rendered: list[dict[str, Any]],
+) -> None:
+    secret = one(rendered, "Secret")
+    env = env_of(worker_container(rendered))
+    for name, key in (("LOOPGUARD_WEB_TOKEN", "web-token"), ("LOOPGUARD_DB_URL", "db-url")):
+        assert "value" not in env[name], f"{name} written inline"
+        assert env[name]["valueFrom"]["secretKeyRef"] == {
+            "name": secret["metadata"]["name"],
+            "key": key,
+        }
+        assert secret["stringData"][key]
+    job = one(rendered, "Job")
+    (migrate,) = job["spec"]["template"]["spec"]["containers"]
+    assert migrate["args"] == ["loopguard", "migrate"]
+    assert env_of(migrate)["LOOPGUARD_DB_URL"] == env["LOOPGUARD_DB_URL"]
+    # The Secret exists before the migrate Job that reads it (hook weights).
+    weight = int(secret["metadata"]["annotations"]["helm.sh/hook-weight"])
+    assert weight < int(job["metadata"]["annotations"]["helm.sh/hook-weight"])
+
+
+def test_an_existing_secret_is_referenced_and_none_is_made(tools: Tools) -> None:
+    objects = render(
+        tools, "secret.existingSecret=fleet-secrets", "secret.data.webToken=",
+        "secret.data.dbUrl=",
+    )  # fmt: skip
+    assert not [o for o in objects if o["kind"] == "Secret"]
+    ref = env_of(worker_container(objects))["LOOPGUARD_WEB_TOKEN"]["valueFrom"]["secretKeyRef"]
+    assert ref == {"name": "fleet-secrets", "key": "web-token"}
+
+
+@pytest.mark.parametrize(
+    ("sets", "message"),
+    [
+        (("secret.data.webToken=",), "secret.data.webToken"),
+        (("secret.data.dbUrl=",), "secret.data.dbUrl"),
+        (("kafka.brokers=null",), "kafka.brokers"),
+    ],
+)
+def test_required_values_are_asked_for(tools: Tools, sets: tuple[str, ...], message: str) -> None:
+    assert message in refused(tools, *sets)
+
+
+# ---------------------------------------------------------------------------- autoscaling
+
+
+def test_keda_scales_the_workers_on_the_events_topics_lag(rendered: list[dict[str, Any]]) -> None:
+    scaled = one(rendered, "ScaledObject")["spec"]
+    workers = one(rendered, "StatefulSet")
+    assert scaled["scaleTargetRef"] == {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "name": workers["metadata"]["name"],
+    }
+    assert "replicas" not in workers["spec"], "KEDA owns the count; helm upgrades would reset it"
+    env = plain_env(worker_container(rendered))
+    (trigger,) = scaled["triggers"]
+    assert trigger["type"] == "kafka"
+    meta = trigger["metadata"]
+    assert meta["topic"] == f"{env['LOOPGUARD_TOPIC_PREFIX']}.events"
+    assert meta["consumerGroup"] == env["LOOPGUARD_APP_ID"]
+    brokers = Settings(broker=env["LOOPGUARD_BROKER"]).bootstrap_servers
+    assert meta["bootstrapServers"].split(",") == brokers
+    assert meta["allowIdleConsumers"] == "false"
+    assert int(meta["lagThreshold"]) > 0
+    partitions = int(env["LOOPGUARD_PARTITIONS"])
+    assert 1 <= scaled["minReplicaCount"] <= scaled["maxReplicaCount"] <= partitions
+
+
+def test_scale_down_waits_long_enough_for_table_recovery(rendered: list[dict[str, Any]]) -> None:
+    behavior = one(rendered, "ScaledObject")["spec"]["advanced"]["horizontalPodAutoscalerConfig"][
+        "behavior"
+    ]
+    env = plain_env(worker_container(rendered))
+    # A scale's partitions are unguarded for the session timeout (static members do not leave)
+    # and the recovery; the lag that leaves must not read as load, nor a quiet spell as spare.
+    settle = float(env["LOOPGUARD_SESSION_TIMEOUT"]) + RECOVERY_SECONDS
+    down, up = behavior["scaleDown"], behavior["scaleUp"]
+    assert down["stabilizationWindowSeconds"] >= 10 * settle
+    assert up["stabilizationWindowSeconds"] >= settle
+    assert down["policies"] == [{"type": "Pods", "value": 1, "periodSeconds": 300}]
+    assert all(p["periodSeconds"] >= settle for p in up["policies"] + down["policies"])
+
+
+@pytest.mark.parametrize(
+    ("sets", "message"),
+    [
+        (("autoscaling.maxReplicaCount=13",), "exceeds partitions"),
+        (("autoscaling.minReplicaCount=7",), "exceeds maxReplicaCount"),
+        (("autoscaling.minReplicaCount=0",), "never scales to zero"),
+        (("partitions=4",), "exceeds partitions"),
+    ],
+)
+def test_the_chart_refuses_replica_bounds_beyond_the_partitions(
+    tools: Tools, sets: tuple[str, ...], message: str
+) -> None:
+    assert message in refused(tools, *sets)
+
+
+def test_without_autoscaling_the_statefulset_keeps_its_count(tools: Tools) -> None:
+    objects = render(tools, "autoscaling.enabled=false", "replicaCount=4")
+    assert not [o for o in objects if o["kind"] in ("ScaledObject", "TriggerAuthentication")]
+    assert one(objects, "StatefulSet")["spec"]["replicas"] == 4
+
+
+def test_sasl_credentials_reach_the_workers_and_keda_from_the_same_secret(tools: Tools) -> None:
+    objects = render(
+        tools, "kafka.saslMechanism=SCRAM-SHA-512", "kafka.securityProtocol=SASL_SSL",
+        "secret.data.saslUsername=worker", "secret.data.saslPassword=pw",
+    )  # fmt: skip
+    secret = one(objects, "Secret")["metadata"]["name"]
+    env = env_of(worker_container(objects))
+    assert env["LOOPGUARD_SASL_MECHANISM"]["value"] == "SCRAM-SHA-512"
+    assert env["LOOPGUARD_SASL_PASSWORD"]["valueFrom"]["secretKeyRef"] == {
+        "name": secret,
+        "key": "sasl-password",
+    }
+    (trigger,) = one(objects, "ScaledObject")["spec"]["triggers"]
+    assert trigger["metadata"]["sasl"] == "scram_sha512"
+    assert trigger["metadata"]["tls"] == "enable"
+    auth = one(objects, "TriggerAuthentication")
+    assert trigger["authenticationRef"] == {"name": auth["metadata"]["name"]}
+    refs = {r["parameter"]: (r["name"], r["key"]) for r in auth["spec"]["secretTargetRef"]}
+    assert refs == {"username": (secret, "sasl-username"), "password": (secret, "sasl-password")}
+
+
+# ----------------------------------------------------------------------------- monitoring
+
+
+def test_the_service_monitor_scrapes_every_worker_on_metrics(
+    rendered: list[dict[str, Any]],
+) -> None:
+    monitor = one(rendered, "ServiceMonitor")["spec"]
+    service = one(rendered, "Service")
+    assert service["spec"]["clusterIP"] == "None"  # headless: one target per worker
+    labels = service["metadata"]["labels"]
+    assert monitor["selector"]["matchLabels"].items() <= labels.items()
+    (endpoint,) = monitor["endpoints"]
+    assert endpoint["path"] == "/metrics"
+    assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
+    assert "authorization" not in endpoint  # /metrics needs no token by default
+
+
+def test_a_token_on_metrics_is_sent_by_the_service_monitor(tools: Tools) -> None:
+    objects = render(tools, "web.tokenForMetrics=true")
+    (endpoint,) = one(objects, "ServiceMonitor")["spec"]["endpoints"]
+    secret = one(objects, "Secret")["metadata"]["name"]
+    assert endpoint["authorization"] == {
+        "type": "Bearer",
+        "credentials": {"name": secret, "key": "web-token"},
+    }
+    assert plain_env(worker_container(objects))["LOOPGUARD_WEB_TOKEN_METRICS"] == "1"
