@@ -22,6 +22,10 @@ decisions, so ``before_tool`` first waits (at most ``wait_budget_ms``) until the
 has processed everything this run published. A guard that does not answer in time is
 counted in ``wait_timeouts`` and logged; ``fail_mode="open"`` lets the call run,
 ``"closed"`` refuses it.
+The constructor is bounded too: within ``connect_timeout_ms`` it reaches a broker (given as
+``host:port`` or ``kafka://host:port``), finds the control topic, announces its schema and
+learns the events topic's partitions (so the first ``before_tool`` waits for nothing else), or
+raises :class:`GatewayConnectError` with one line saying which.
 Every partition of the control topic is read without a consumer group, so a gateway starts
 hearing decisions at once instead of waiting for a group join. It keeps what it hears of its
 own runs (those it published for or asked about; the last ``ended_runs_kept`` once ended)
@@ -30,13 +34,16 @@ and hands every decision to ``on_decision``.
 
 from __future__ import annotations
 
+import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from kafka import KafkaProducer
+from kafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
 
 from streams.core.events import AgentEvent, Decision, RunEnded, RunStarted, partition_key
+from streams.gateway.connect import BrokerAddressError, GatewayConnectError, parse_brokers
 from streams.gateway.run import LOOP_VETO_RESULT, GatewayRun
 from streams.gateway.verdicts import (
     ENDED_RUNS_KEPT,
@@ -56,15 +63,20 @@ from streams.wire.schema_registry import default_registry
 # The run API and the verdict state live in run.py and verdicts.py; their names stay
 # importable from here, where gateways have always imported them.
 __all__ = [
+    "CONNECT_TIMEOUT_MS",
     "LOOP_VETO_RESULT",
     "OBSERVED_EFFECT",
     "TIMEOUT_LOG_INTERVAL",
+    "BrokerAddressError",
     "GatewayClient",
+    "GatewayConnectError",
     "GatewayRun",
     "RunAborted",
     "Verdict",
     "log_observed",
 ]
+
+CONNECT_TIMEOUT_MS = 10_000  # the constructor's budget: broker, control topic, schema, metadata
 
 
 class GatewayClient:
@@ -76,7 +88,7 @@ class GatewayClient:
 
     def __init__(
         self,
-        bootstrap_servers: str | list[str],
+        bootstrap_servers: str | Sequence[str],
         gateway_id: str,
         topics: Topics | None = None,
         on_decision: Callable[[Decision], None] | None = None,
@@ -85,19 +97,33 @@ class GatewayClient:
         fetch_max_wait_ms: int = 20,
         on_watermark: Callable[[RunWatermark], None] | None = None,
         ended_runs_kept: int = ENDED_RUNS_KEPT,
+        connect_timeout_ms: float = CONNECT_TIMEOUT_MS,
         **kafka_options: Any,
     ) -> None:
+        servers = parse_brokers(bootstrap_servers)  # BrokerAddressError before any connection
         self.control = ControlState(
             gateway_id, wait_budget_ms, fail_mode, on_decision, on_watermark, ended_runs_kept
         )
         self.gateway_id = gateway_id
         self.topics = topics or Topics()
-        self._producer = KafkaProducer(
-            bootstrap_servers=bootstrap_servers, acks="all", linger_ms=0, **kafka_options
-        )
+        self.brokers = servers
+        budget_ms = max(int(connect_timeout_ms), 1)
+        deadline = time.monotonic() + budget_ms / 1000
+        # Each Kafka step gives up within the budget: by default kafka-python tries to
+        # bootstrap for 30 s and waits 60 s for a topic's metadata, here and in a send alike.
+        options = {"bootstrap_timeout_ms": budget_ms, **kafka_options}
+        try:
+            self._producer = KafkaProducer(
+                bootstrap_servers=servers,
+                acks="all",
+                linger_ms=0,
+                **{"max_block_ms": budget_ms, **options},
+            )
+        except KafkaError as exc:
+            raise GatewayConnectError(self._unreachable(exc, budget_ms)) from None
         # Only what is published from now on counts: follow the control topic from its end.
         self._follower = TopicFollower(
-            bootstrap_servers,
+            servers,
             self.topics.control,
             self.control.on_control,
             from_end=True,
@@ -108,16 +134,54 @@ class GatewayClient:
             # how late a decision may be seen: pass the tansu profile's (5 ms) there.
             fetch_max_wait_ms=fetch_max_wait_ms,
             isolation_level="read_committed",  # a worker's aborted transaction is no decision
-            **kafka_options,
+            **options,
         )
-        if not self._follower.open(wait=30):  # until workers created it
-            raise RuntimeError(
-                f"control topic {self.topics.control!r} not found; is a worker running?"
-            )
-        publish_schema(
-            self._producer, self.topics.schemas, default_registry(), self.writer_schema_json
-        )
+        try:
+            self._open(deadline, budget_ms)
+        except BaseException:
+            self._follower.stop()
+            self._producer.close(timeout=0)
+            raise
         self._follower.start()
+
+    def _open(self, deadline: float, budget_ms: int) -> None:
+        """By ``deadline``: the control topic assigned at its end, the writer schema announced
+        and the events topic's partitions known (the first call's send then waits for no
+        metadata); else :class:`GatewayConnectError`."""
+        try:
+            if not self._follower.open(wait=max(deadline - time.monotonic(), 0.0)):
+                raise GatewayConnectError(
+                    f"loopguard gateway: Kafka at {', '.join(self.brokers)} has no topic "
+                    f"{self.topics.control!r} (waited {budget_ms / 1000:g} s); is a loopguard "
+                    "worker running there with this topic prefix?"
+                )
+            publish_schema(
+                self._producer,
+                self.topics.schemas,
+                default_registry(),
+                self.writer_schema_json,
+                timeout=max(deadline - time.monotonic(), 0.001),
+            )
+        except KafkaError as exc:
+            raise GatewayConnectError(self._unreachable(exc, budget_ms)) from None
+        try:
+            self._producer.partitions_for(self.topics.events)
+        except KafkaError:
+            raise GatewayConnectError(
+                f"loopguard gateway: Kafka at {', '.join(self.brokers)} did not give the "
+                f"partitions of topic {self.topics.events!r} within {budget_ms / 1000:g} s"
+            ) from None
+
+    def _unreachable(self, exc: KafkaError, budget_ms: int) -> str:
+        """The one line for a broker that did not answer (or refused) within the budget."""
+        if isinstance(exc, KafkaTimeoutError | KafkaConnectionError):
+            what = f"no Kafka broker answered within {budget_ms / 1000:g} s"
+        else:
+            what = str(exc).strip().split("\n", 1)[0][:300]
+        return (
+            f"loopguard gateway: {', '.join(self.brokers)}: {what}; check the address and that "
+            "Kafka is running there"
+        )
 
     @property
     def wait_timeouts(self) -> int:

@@ -43,12 +43,18 @@ POLL_MS = 200  # one poll; records below the end offset are there, so it returns
 
 
 def publish_schema(
-    producer: KafkaProducer, topic: str, registry: SchemaRegistry, text: str
+    producer: KafkaProducer,
+    topic: str,
+    registry: SchemaRegistry,
+    text: str,
+    timeout: float | None = None,
 ) -> None:
-    """Gateway side: announce the writer schema (idempotent; compaction keeps one copy)."""
+    """Gateway side: announce the writer schema (idempotent; compaction keeps one copy).
+    ``timeout``: seconds to wait for the broker's acknowledgement (kafka-python raises
+    ``KafkaTimeoutError`` after it); None waits as long as it takes."""
     fingerprint = registry.register(text)
     producer.send(topic, key=fingerprint.hex().encode(), value=text.encode())
-    producer.flush()
+    producer.flush(timeout=timeout)
 
 
 class SchemaTopic:

@@ -36,6 +36,7 @@ import { randomUUID } from 'node:crypto';
 
 import { Kafka, type KafkaConfig, type PartitionMetadata, Partitioners, type Producer, logLevel } from 'kafkajs';
 
+import { parseBrokers } from './brokers';
 import { decisionIdOf, decodeControl, encodeEvent } from './codec';
 import { ControlReader, type ControlRecord } from './controlReader';
 import { CodecError } from './errors';
@@ -63,7 +64,8 @@ export function topicsFor(prefix = 'loopguard'): Topics {
 }
 
 export interface GatewayClientOptions {
-  brokers: string[];
+  /** `host:port` or `kafka://host:port` (a missing port is 9092): a list, or one string separated by commas. */
+  brokers: string | string[];
   gatewayId: string;
   /** Topic name prefix (default "loopguard"). */
   topicPrefix?: string;
@@ -283,7 +285,8 @@ export class GatewayClient {
 
   /**
    * Connect to Kafka: producer up, every control partition assigned at its end, writer schema
-   * announced. Rejects if the brokers cannot be reached or the control topic does not appear
+   * announced. Rejects with a {@link BrokerAddressError} for a malformed address (before
+   * connecting), or if the brokers cannot be reached or the control topic does not appear
    * within `controlTopicWaitMs`; after that, nothing the client does throws on broker trouble.
    */
   static async connect(options: GatewayClientOptions): Promise<GatewayClient> {
@@ -302,7 +305,7 @@ export class GatewayClient {
   }
 
   /** A client on any {@link Transport} (tests, tools); feed control messages to {@link ingestControl}. */
-  static withTransport(options: Omit<GatewayClientOptions, 'brokers'> & { brokers?: string[] }, transport: Transport): GatewayClient {
+  static withTransport(options: Omit<GatewayClientOptions, 'brokers'> & { brokers?: string | string[] }, transport: Transport): GatewayClient {
     return new GatewayClient(options, transport, safeLogger(options.logger ?? defaultLogger));
   }
 
@@ -901,7 +904,7 @@ class KafkaTransport implements Transport {
     private readonly topics: Topics,
     private readonly log: Required<Logger>,
   ) {
-    if (!options.brokers?.length) throw new TypeError('brokers is required');
+    const brokers = parseBrokers(options.brokers); // BrokerAddressError before any connection
     const extras = options.kafka ?? {};
     // kafkajs logs every failed connection attempt at ERROR while a broker is away: pass each
     // distinct message on at most once every 30 s, the repeats at debug level.
@@ -924,7 +927,7 @@ class KafkaTransport implements Transport {
       // Reconnection: kafkajs reconnects and retries every request with backoff; these bound
       // one send to a few seconds of retrying while a broker is away (then it is logged).
       retry: { initialRetryTime: 100, maxRetryTime: 2000, retries: 5, ...(extras.retry ?? {}) },
-      brokers: options.brokers,
+      brokers,
     });
     this.producer = this.kafka.producer({
       createPartitioner: Partitioners.DefaultPartitioner, // murmur2, as the Java and Python clients

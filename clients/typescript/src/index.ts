@@ -23,6 +23,7 @@ export {
   type Transport,
   type Verdict,
 } from './client';
+export { BrokerAddressError, DEFAULT_KAFKA_PORT, hostPort, parseBrokers } from './brokers';
 export {
   DEFAULT_MAX_MESSAGE_SIZE,
   HEADER_SIZE,
