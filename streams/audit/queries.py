@@ -46,12 +46,15 @@ class Filters:
     min_action: str | None = None  # warn, block or abort: decisions at least this severe
     since_ms: int | None = None  # inclusive
     until_ms: int | None = None  # exclusive
+    exclude_agents: tuple[str, ...] = ()  # e.g. the test loops' agent (streams.audit.canary)
 
     def conditions(self) -> list[ColumnElement[bool]]:
         d = DecisionRow
         conds: list[ColumnElement[bool]] = []
         if self.agent is not None:
             conds.append(d.agent_id == self.agent)
+        if self.exclude_agents:
+            conds.append(d.agent_id.not_in(self.exclude_agents))
         if self.detector is not None:
             conds.append(d.detector == self.detector)
         if self.tool is not None:

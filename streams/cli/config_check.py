@@ -77,6 +77,10 @@ def describe(cfg: LoopDetectionConfig) -> dict[str, Any]:
             "warningThreshold": cfg.repeated_cycle_warning,
             "criticalThreshold": cfg.repeated_cycle_critical,
         },
+        "errorAcrossRuns": {
+            "warningThreshold": cfg.error_across_runs_warning,
+            "criticalThreshold": cfg.error_across_runs_critical,
+        },
         "detectors": {
             "genericRepeat": d.generic_repeat,
             "knownPollNoProgress": d.known_poll_no_progress,
@@ -86,10 +90,12 @@ def describe(cfg: LoopDetectionConfig) -> dict[str, Any]:
             "compactionStorm": d.compaction_storm,
             "unchangedOutcome": d.unchanged_outcome,
             "repeatedCycle": d.repeated_cycle,
+            "errorAcrossRuns": d.error_across_runs,
         },
         "mode": cfg.mode,
         "scope": cfg.scope,
         "sessionFreshTriggers": list(cfg.session_fresh_triggers),
+        "sessionGapSeconds": cfg.session_gap_ms // 1000,
         "compat": cfg.compat,
         "deviations": switch_values(cfg.deviations),
         "perTool": {

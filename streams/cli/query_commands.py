@@ -14,10 +14,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from streams.audit.canary import CANARY_AGENT
 from streams.audit.observed import OBSERVE_ONLY, OBSERVED_ABORT
 from streams.cli.common import EXIT_ERROR, EXIT_OK, add_db_arg, missing_sqlite_file, read_trail
 from streams.cli.times import add_time_range_args, format_ms
-from streams.devtools.canary import CANARY_AGENT
+from streams.core.usage import SAVINGS_METHOD, SAVINGS_METHOD_DOC
 from streams.settings import DEFAULT_DB_URL, redact_url
 
 DEFAULT_LIMIT = 50
@@ -55,7 +56,9 @@ def add_query_parsers(sub: Any) -> None:
         description="One line per run, under a header: the time of its latest decision, "
         "decisions by action, observed = how many were observe-only (mode: observe); worst "
         f"action '({OBSERVE_ONLY})' when none at it was enforced, status '{OBSERVED_ABORT}' "
-        "for a run whose abort was never enforced. Filters apply to decisions. The test "
+        "for a run whose abort was never enforced; where the run's gateway reports usage, "
+        "the tokens it spent while looping and what stopping it saved, an estimate: "
+        f"{SAVINGS_METHOD} ({SAVINGS_METHOD_DOC}). Filters apply to decisions. The test "
         f"loops `loopguard demo` and test harnesses send (agent {CANARY_AGENT}) are hidden "
         "unless --all is given or --agent names that agent.",
     )
@@ -161,8 +164,14 @@ def _run_row(s: Any, usage: dict[str, Any] | None = None) -> list[str]:
 
 def _with_usage(row: dict[str, Any], usage: dict[str, Any] | None) -> dict[str, Any]:
     """A run's JSON line with its usage (issue 28): ``null`` when its gateway reports none;
-    ``saved_tokens`` is an estimate (docs/reference.md, "What loops cost")."""
+    ``saved_tokens`` is an estimate (docs/reference.md, "How the saved estimate is made")."""
     return {**row, "usage": usage}
+
+
+def savings_note() -> str:
+    """The line under a table that shows ``saved (est.)``: how it is estimated, and where
+    the method is explained (issue 41)."""
+    return f"saved (est.): {SAVINGS_METHOD} ({SAVINGS_METHOD_DOC})"
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
@@ -203,6 +212,8 @@ def run_runs(args: argparse.Namespace) -> int:
         return EXIT_OK
     for line in table(RUN_COLUMNS, [_run_row(s, usage.get(s.run_id)) for s in summaries]):
         print(line)
+    if any(row["saved_tokens"] for row in usage.values()):
+        print(savings_note())
     if cut:
         print(notice)
     return EXIT_OK

@@ -74,6 +74,8 @@ DEFAULTS: dict[str, Any] = {
         # issue 38 (progress.py): loops whose rounds hold other calls
         "unchangedOutcome": True,
         "repeatedCycle": True,
+        # issue 44 (session_failures.py): the same failure run after run of a session
+        "errorAcrossRuns": True,
     },
     # loopguard extension: ``stormThreshold`` compaction retries in a row with no progress
     # between them abort the run (compaction_storm).
@@ -92,6 +94,10 @@ DEFAULTS: dict[str, Any] = {
     # real agent runs (docs/detection-quality.md).
     "unchangedOutcome": {"warningThreshold": 5, "criticalThreshold": 8},
     "repeatedCycle": {"warningThreshold": 3, "criticalThreshold": 4},
+    # loopguard extension (issue 44, session_failures.py): in session scope, the same call
+    # failing the same way in this many runs of the session in a row (the 56-run failing
+    # heartbeat is blocked at its 6th run).
+    "errorAcrossRuns": {"warningThreshold": 3, "criticalThreshold": 5},
     # loopguard extension (issue 17): "observe" records and publishes every decision with
     # enforced false, so gateways log it and never block (shadow mode); "enforce" obeys it.
     "mode": "enforce",
@@ -99,6 +105,10 @@ DEFAULTS: dict[str, Any] = {
     # the same session (a compaction can start one), except runs started by these triggers.
     "scope": "run",
     "sessionFreshTriggers": ["heartbeat", "cron"],
+    # issue 44: a run that begins more than this long after its session's previous run's last
+    # event starts fresh too (a schedule or a pause, not a continuation); 0: any gap carries.
+    # Unset: SESSION_GAP_SECONDS, or 0 under compat "openclaw".
+    "sessionGapSeconds": None,
     # issue 29 (deviations.py): "openclaw" switches every deviation from the reference off;
     # ``deviations`` switches them one by one (an unset switch follows ``compat``).
     "compat": LOOPGUARD,
@@ -109,9 +119,24 @@ MODES = (ENFORCE, OBSERVE)
 SCOPES = ("run", "session")
 # Fields added after config versions were first recorded: left out of the version while at
 # their default, so a config that does not use them keeps the version it always had.
-VERSIONED_WHEN_SET = ("scope", "sessionFreshTriggers", "unchangedOutcome", "repeatedCycle")
+VERSIONED_WHEN_SET = (
+    "scope",
+    "sessionFreshTriggers",
+    "unchangedOutcome",
+    "repeatedCycle",
+    "errorAcrossRuns",
+    "sessionGapSeconds",
+)
 # loopguard's detectors added after versions were recorded: in the version only when off.
-VERSIONED_WHEN_OFF = ("compactionStorm", "unchangedOutcome", "repeatedCycle")
+VERSIONED_WHEN_OFF = (
+    "compactionStorm",
+    "unchangedOutcome",
+    "repeatedCycle",
+    "errorAcrossRuns",
+)
+# sessionGapSeconds unset: a heartbeat every 30 minutes or an hourly check starts fresh even
+# when its RunStarted names no trigger, while a compaction's new run (seconds later) carries.
+SESSION_GAP_SECONDS = 600
 INT_FIELDS = (
     "historySize",
     "warningThreshold",
@@ -122,7 +147,13 @@ INT_FIELDS = (
     "errorRepeatThreshold",
 )
 # Nested objects whose every field is a whole number >= 1.
-INT_BLOCKS = ("postCompactionGuard", "consecutiveErrors", "unchangedOutcome", "repeatedCycle")
+INT_BLOCKS = (
+    "postCompactionGuard",
+    "consecutiveErrors",
+    "unchangedOutcome",
+    "repeatedCycle",
+    "errorAcrossRuns",
+)
 MAX_HISTORY_SIZE = 100_000
 
 
@@ -136,6 +167,7 @@ class DetectorSwitches:
     compaction_storm: bool = True
     unchanged_outcome: bool = True
     repeated_cycle: bool = True
+    error_across_runs: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,9 +191,12 @@ class LoopDetectionConfig:
     unchanged_outcome_critical: int = 8
     repeated_cycle_warning: int = 3
     repeated_cycle_critical: int = 4
+    error_across_runs_warning: int = 3
+    error_across_runs_critical: int = 5
     mode: str = ENFORCE
     scope: str = "run"
     session_fresh_triggers: tuple[str, ...] = ("heartbeat", "cron")
+    session_gap_ms: int = SESSION_GAP_SECONDS * 1000  # 0: a run carries whatever the gap
     compat: str = LOOPGUARD
     deviations: Deviations = field(default_factory=Deviations)
     hash_rules: int = 0  # deviations.hash_rules, kept at hand for every event's hashing
@@ -236,6 +271,13 @@ def check_block(block: Any, path: str) -> dict[str, Any]:
                 raise ConfigError(f'{where}: expected "run" or "session", got {value!r}')
         elif key == "sessionFreshTriggers":
             _check_triggers(value, where)
+        elif key == "sessionGapSeconds":
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 0
+            ):
+                raise ConfigError(
+                    f"{where}: expected a whole number of seconds >= 0, got {value!r}"
+                )
         elif key == COMPAT:
             check_compat(value, where)
         elif key == DEVIATIONS:
@@ -303,6 +345,10 @@ def resolve(block: dict[str, Any] | None, path: str = "tools.loopDetection") -> 
     unchanged, cycles = raw["unchangedOutcome"], raw["repeatedCycle"]
     unchanged_critical = max(unchanged["criticalThreshold"], unchanged["warningThreshold"] + 1)
     cycles_critical = max(cycles["criticalThreshold"], cycles["warningThreshold"] + 1)
+    across = raw["errorAcrossRuns"]
+    across_critical = max(across["criticalThreshold"], across["warningThreshold"] + 1)
+    gap_default = SESSION_GAP_SECONDS if compat == LOOPGUARD else 0  # off under compat
+    gap = gap_default if raw["sessionGapSeconds"] is None else raw["sessionGapSeconds"]
     fresh_triggers = tuple(sorted(set(raw["sessionFreshTriggers"])))
     canonical = {
         **raw,
@@ -314,7 +360,10 @@ def resolve(block: dict[str, Any] | None, path: str = "tools.loopDetection") -> 
         "consecutiveErrors": {**errors, "criticalThreshold": errors_critical},
         "unchangedOutcome": {**unchanged, "criticalThreshold": unchanged_critical},
         "repeatedCycle": {**cycles, "criticalThreshold": cycles_critical},
+        "errorAcrossRuns": {**across, "criticalThreshold": across_critical},
         "sessionFreshTriggers": list(fresh_triggers),
+        # its default follows compat: in the version only when off that default
+        "sessionGapSeconds": None if gap == gap_default else gap,
     }
     if off := canonical_deviations(deviations):  # only switches off loopguard's rule count
         canonical[DEVIATIONS] = off
@@ -351,6 +400,7 @@ def resolve(block: dict[str, Any] | None, path: str = "tools.loopDetection") -> 
             compaction_storm=detectors["compactionStorm"],
             unchanged_outcome=detectors["unchangedOutcome"],
             repeated_cycle=detectors["repeatedCycle"],
+            error_across_runs=detectors["errorAcrossRuns"],
         ),
         compaction_window_size=raw["postCompactionGuard"]["windowSize"],
         compaction_storm_threshold=raw["postCompactionGuard"]["stormThreshold"],
@@ -362,9 +412,12 @@ def resolve(block: dict[str, Any] | None, path: str = "tools.loopDetection") -> 
         unchanged_outcome_critical=unchanged_critical,
         repeated_cycle_warning=cycles["warningThreshold"],
         repeated_cycle_critical=cycles_critical,
+        error_across_runs_warning=across["warningThreshold"],
+        error_across_runs_critical=across_critical,
         mode=raw["mode"],
         scope=raw["scope"],
         session_fresh_triggers=fresh_triggers,
+        session_gap_ms=gap * 1000,
         compat=compat,
         deviations=deviations,
         hash_rules=deviations.hash_rules,
@@ -399,6 +452,7 @@ def tool_view(cfg: LoopDetectionConfig, entry: ToolSettings) -> LoopDetectionCon
             compaction_storm=on.compaction_storm,
             unchanged_outcome=on.unchanged_outcome and "unchangedOutcome" not in exempt,
             repeated_cycle=on.repeated_cycle and "repeatedCycle" not in exempt,
+            error_across_runs=on.error_across_runs and "errorAcrossRuns" not in exempt,
         ),
         per_tool={},
         exempt=exempt,

@@ -45,6 +45,7 @@ DETECTOR_SWITCHES = (
     "compactionStorm",
     "unchangedOutcome",  # issue 38: rules that see progress
     "repeatedCycle",
+    "errorAcrossRuns",  # issue 44: the same failure run after run of a session
 )
 
 # Hashing bits: set = the reference's rule (0 = loopguard's rules, the default).

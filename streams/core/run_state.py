@@ -51,7 +51,8 @@ from streams.core.outcomes import Outcome
 from streams.core.progress import detect_progress
 from streams.core.recent_decisions import keep_recent, recent_decision_dict
 from streams.core.reorder import gap_expired
-from streams.core.session import SessionCarry, starts_fresh
+from streams.core.session import SessionCarry, keep_loop_streaks, resumes_late, starts_fresh
+from streams.core.session_failures import FailingCalls, detect_across_runs, remembers_failures
 from streams.core.usage import RunUsage, clean_cost, clean_tokens
 
 ACTIVE, ENDED, ABORTED = "active", "ended", "aborted"
@@ -92,6 +93,10 @@ class RunState:
     held: HeldCall | None = None
     # Each call's identical-outcome streak over the whole run (issue 38, progress.py).
     outcomes: OutcomeMemory = field(default_factory=OutcomeMemory)
+    # Session scope: the session's calls failing the same way run after run (issue 44,
+    # session_failures.py), carried into every next run of the session.
+    failing: FailingCalls = field(default_factory=FailingCalls)
+    own_from: int = 0  # session scope: the index of its own first call (after a carried window)
     # Session scope: the previous run of the session, to seed from on the first event
     # processed (streams.core.session); handed in by the engine, never stored.
     predecessor: SessionCarry | None = field(default=None, repr=False, compare=False)
@@ -251,6 +256,14 @@ class RunState:
                 event.args_json,
                 cfg if view is None else view,
             )
+        if self.failing.entries and (hit is None or hit.level != CRITICAL):  # issue 44
+            hit = detect_across_runs(
+                hit,
+                self.failing,
+                CurrentCall(event.tool_name, sig, known_poll),
+                event.args_json,
+                cfg if view is None else view,
+            )
         if hit is not None and hit.level == CRITICAL and not cfg.deviations.veto_is_outcome:
             # As the reference: a blocked call is not recorded (nor its veto an outcome), unless
             # it runs anyway: held until the next event says which (held_call.py).
@@ -336,6 +349,13 @@ class RunState:
             elif view is None or "consecutiveErrors" not in view.exempt:
                 # an exempt tool's failures leave the streak as it is (its successes end it)
                 self.error_streak += 1
+            if (event.error is not None or self.failing.entries) and remembers_failures(
+                cfg if view is None else view
+            ):  # the session's failing calls (session_failures.py)
+                if event.error is None:
+                    self.failing.succeeded(sig)
+                else:
+                    self.failing.failed(sig, event.error, self.run_id)
         if record is not None:
             self.history.attach_result(record, outcome)
         else:
@@ -425,20 +445,30 @@ class RunState:
             error_streak=self.error_streak,
             blocks=self.blocks,
             outcomes=self.outcomes.to_list() if self.outcomes.streaks else None,
+            failing=self.failing.to_list() if self.failing.entries else None,
+            last_event_time=self.last_event_time,
+            own_from=self.own_from,
         )
 
     def _take_over(self, carry: SessionCarry, first: AgentEvent, cfg: LoopDetectionConfig) -> None:
-        """Seed a run from its session's previous run, unless it has processed events already
-        or its first event starts it fresh."""
+        """Seed a run from its session's previous run, unless it has processed events already;
+        a run that starts fresh (a fresh trigger, or a late start) takes only the session's
+        failing calls."""
         self.predecessor = None
-        if self.stats.events or starts_fresh(first, cfg):
+        if self.stats.events:
+            return
+        if carry.failing is not None:
+            self.failing = FailingCalls.from_list(carry.failing)
+        if starts_fresh(first, cfg) or resumes_late(carry.last_event_time, first, cfg):
             return
         self.history = RunHistory.rebuild(carry.history_size, carry.next_index, carry.history)
         self.guard = PostCompactionGuard.from_dict(carry.guard)
         self.error_streak = carry.error_streak
         self.blocks = carry.blocks
+        self.own_from = carry.next_index
         if carry.outcomes is not None:
             self.outcomes = OutcomeMemory.from_list(carry.outcomes)
+            keep_loop_streaks(self.outcomes, self.history, carry.own_from)
 
     # -- persistence (Faust table values) ---------------------------------------------
 
@@ -480,6 +510,10 @@ class RunState:
             data["held"] = self.held.to_list()
         if self.outcomes.streaks or self.outcomes.changes:  # likewise (issue 38)
             data["outcomes"] = self.outcomes.to_list()
+        if self.failing.entries:  # likewise (issue 44)
+            data["failing"] = self.failing.to_list()
+        if self.own_from:  # likewise (issue 44): a run seeded from its session's previous run
+            data["own_from"] = self.own_from
         return data
 
     @classmethod
@@ -515,6 +549,10 @@ class RunState:
         outcomes = data.get("outcomes")  # states written before issue 38: none
         if outcomes:
             state.outcomes = OutcomeMemory.from_list(outcomes)
+        failing = data.get("failing")  # states written before issue 44: none
+        if failing:
+            state.failing = FailingCalls.from_list(failing)
+        state.own_from = data.get("own_from", 0)  # states written before issue 44: 0
         for seq, decisions in data.get("recent", []):
             kept = [d if isinstance(d, Decision) else Decision.from_dict(d) for d in decisions]
             keep_recent(state.recent, seq, kept)

@@ -29,6 +29,7 @@ EXEMPTABLE = (
     "errorRepeat",
     "unchangedOutcome",
     "repeatedCycle",
+    "errorAcrossRuns",
     "postCompactionGuard",
 )
 

@@ -1,18 +1,22 @@
-"""What a run's model turns cost, and what stopping its loop saved (issue 28).
+"""What a run's model turns cost, and what stopping its loop saved (issues 28 and 41).
 
 Gateways report a model turn's usage on the event it led to (a tool call, or the run's end).
 A run adds it up: in total, and from its first loop decision on ("while looping"). When
 loopguard stops a looping run (an enforced abort, or a run that ends after an enforced block),
-it estimates the tokens that stop saved:
+it estimates the tokens that stop saved, by a stated, bounded method (docs/reference.md,
+"What loops cost"):
 
     saved = tokens per call x calls not made
-    tokens per call = the run's tokens / the calls it made
-    calls not made = the run's call rate (its calls over its event-time span, at least one
-                     second) x the rest of SAVINGS_HORIZON_MS after its start
+    tokens per call = the run's tokens / the calls it made, both at the stop
+    calls not made = min(the calls it made,
+                         its pace x the time left until SAVINGS_HORIZON_MS after its start)
+    its pace = its calls / its event-time span (at least one second)
 
-that is, a loop left alone goes on at the pace it had until the horizon (one hour from the
-run's start: openclaw#16808 looped for two). Event times only, never the worker's clock, so
-replay estimates the same. Pure and deterministic, like the rest of the core.
+that is, a stopped loop would have gone on as long again as it had run (the median guess for
+a process seen at an arbitrary point of its life), at its own pace, and never past one hour
+from the run's start. So an estimate never exceeds what the run had spent when it was stopped,
+and the fleet's total never exceeds what its stopped runs spent. Event times only, never the
+worker's clock, so replay estimates the same. Pure and deterministic, like the rest of the core.
 """
 
 from __future__ import annotations
@@ -23,6 +27,12 @@ from typing import Any
 
 # The horizon a loop left alone is assumed to run to, from the run's first event.
 SAVINGS_HORIZON_MS = 3_600_000
+# The method in a line, and where it is explained, for whatever shows an estimate.
+SAVINGS_METHOD = (
+    "the calls the run would still have made, at most as many again as it had made, at its "
+    "pace, within an hour of its start: never more than it spent"
+)
+SAVINGS_METHOD_DOC = 'docs/reference.md, "How the saved estimate is made"'
 _MIN_SPAN_MS = 1_000
 
 
@@ -40,6 +50,16 @@ def clean_cost(value: float | None) -> float:
         if math.isfinite(number) and number > 0:
             return number
     return 0.0
+
+
+def calls_not_made(calls: int, elapsed_ms: int) -> float:
+    """The calls a run stopped after ``calls`` calls and ``elapsed_ms`` of event time would
+    still have made: as many again at most, at its pace, until the horizon (module doc)."""
+    remaining = SAVINGS_HORIZON_MS - elapsed_ms
+    if calls <= 0 or remaining <= 0:
+        return 0.0
+    at_pace = calls * remaining / max(_MIN_SPAN_MS, elapsed_ms)
+    return float(min(calls, at_pace))
 
 
 @dataclass(slots=True)
@@ -100,12 +120,8 @@ class RunUsage:
         if self.stopped or not self.loop_seq or not self.calls:
             return 0
         self.stopped = True
-        span = max(_MIN_SPAN_MS, event_time - self.started_at)
-        remaining = SAVINGS_HORIZON_MS - (event_time - self.started_at)
-        if remaining <= 0:
-            return 0
-        calls_not_made = self.calls * remaining / span
-        self.saved_tokens = round(self.tokens / self.calls * calls_not_made)
+        not_made = calls_not_made(self.calls, event_time - self.started_at)
+        self.saved_tokens = round(self.tokens / self.calls * not_made)
         return self.saved_tokens
 
     def to_list(self) -> list[Any]:
@@ -127,5 +143,9 @@ class RunUsage:
     @classmethod
     def from_list(cls, values: list[Any]) -> RunUsage:
         """Inverse of :meth:`to_list`; a shorter list (an older writer) leaves the rest at
-        their defaults."""
-        return cls(*values[:12])
+        their defaults. An estimate an older worker took by the unbounded method (an hour at
+        the run's pace) is capped at the run's tokens, as migration 0009 caps the stored ones,
+        so a run's next watermark does not bring it back; the method's own never exceed it."""
+        usage = cls(*values[:12])
+        usage.saved_tokens = min(usage.saved_tokens, usage.tokens)
+        return usage

@@ -19,8 +19,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from streams.audit.canary import CANARY_AGENT
 from streams.core.events import Action, ToolCall
-from streams.devtools.canary import CANARY_AGENT
 from streams.devtools.demo_services import parent_death_signal
 from streams.gateway.client import GatewayClient
 

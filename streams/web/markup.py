@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import html
-import json
 from datetime import UTC, datetime
 from typing import Any
 
@@ -96,6 +95,63 @@ def definition_list(items: list[tuple[str, str]]) -> str:
 
 
 def plain(value: Any) -> str:
+    """A value for people, escaped; an object or a list as :func:`readable` writes it."""
     if isinstance(value, dict | list | tuple):
-        return esc(json.dumps(value, default=str, ensure_ascii=False))
+        return readable(value)
     return esc("–" if value is None else str(value))
+
+
+def field_label(key: str) -> str:
+    """A health field's name for people: ``last_write_age_seconds`` -> ``last write``."""
+    for suffix in ("_age_seconds", "_seconds"):
+        if key.endswith(suffix):
+            key = key.removesuffix(suffix)
+    return key.replace("_", " ")
+
+
+def field_value(key: str, value: Any) -> str:
+    """A health field's value with its unit (``8.8 s ago``, ``2 s``)."""
+    if key.endswith("_age_seconds"):
+        return f"{value} s ago"
+    if key.endswith("_seconds"):
+        return f"{value} s"
+    return _scalar(value)
+
+
+def readable(value: Any) -> str:
+    """An object as its fields for people, never raw JSON: ``status ok · backlog 0 · last
+    write 8.8 s ago`` (health fields, unset ones left out), nested keys dotted."""
+    pairs = _pairs(value, "")
+    return esc(" · ".join(f"{field_label(k)} {field_value(k, v)}".strip() for k, v in pairs))
+
+
+def config_text(value: Any) -> str:
+    """A config document or block for people: its settings as ``path=value``, nested keys
+    dotted (``tools.loopDetection.enabled=true``), separated by ``; ``; not escaped."""
+    return "; ".join(f"{k}={_scalar(v)}" if k else _scalar(v) for k, v in _pairs(value, ""))
+
+
+def _pairs(value: Any, prefix: str) -> list[tuple[str, Any]]:
+    """The leaves of ``value`` with their dotted paths; unset (None) leaves left out, an
+    empty object or list as ``none``, a list of plain values as one leaf."""
+    if isinstance(value, dict):
+        if not value:
+            return [(prefix, "none")] if prefix else []
+        found: list[tuple[str, Any]] = []
+        for key, item in value.items():
+            found += _pairs(item, f"{prefix}.{key}" if prefix else str(key))
+        return found
+    if isinstance(value, list | tuple):
+        if all(not isinstance(item, dict | list | tuple) for item in value):
+            return [(prefix, ", ".join(_scalar(item) for item in value) or "none")]
+        found = []
+        for index, item in enumerate(value):
+            found += _pairs(item, f"{prefix}[{index}]")
+        return found
+    return [] if value is None else [(prefix, value)]
+
+
+def _scalar(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)

@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 from urllib.parse import urlencode
 
+from streams.audit.canary import CANARY_AGENT
 from streams.audit.queries import ACTION_ORDER, Filters
 
 RUNS_PARAMS = ("agent", "gateway", "detector", "severity", "since", "until", "limit")
@@ -19,6 +20,7 @@ STATUS_PARAMS = (
     "until",
     "limit",
     "refresh",
+    "testloops",
 )
 SEVERITIES = ("warning", "critical")
 DEFAULT_LIMIT = 50  # as `loopguard runs`
@@ -110,10 +112,17 @@ class StatusQuery:
     until: int | None = None
     limit: int = STATUS_LIMIT
     refresh: int = DEFAULT_REFRESH
+    testloops: int = 0  # 1: also the test loops of CANARY_AGENT (hidden as `loopguard runs` does)
 
     @property
     def custom_range(self) -> bool:
         return self.since is not None or self.until is not None
+
+    @property
+    def hidden_agents(self) -> tuple[str, ...]:
+        """Agents whose decisions the page leaves out: the test loops, unless asked for (by
+        ``testloops=1`` or an agent filter that names their agent), as ``loopguard runs``."""
+        return () if self.testloops or self.agent == CANARY_AGENT else (CANARY_AGENT,)
 
     def filters(self, now_ms: int) -> Filters:
         since, until = self.since, self.until
@@ -127,6 +136,7 @@ class StatusQuery:
             min_action=self.action,
             since_ms=since,
             until_ms=until,
+            exclude_agents=self.hidden_agents,
         )
 
     def params(self, **changes: Any) -> dict[str, str]:
@@ -169,4 +179,5 @@ def status_query(query: Any) -> StatusQuery:
         until=until,
         limit=_int_param(query, "limit", STATUS_LIMIT, 1, 1000),
         refresh=_int_param(query, "refresh", DEFAULT_REFRESH, 0, 3600),
+        testloops=_int_param(query, "testloops", 0, 0, 1),
     )

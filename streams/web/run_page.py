@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 from urllib.parse import quote, urlencode
 
 from streams.audit import queries
 from streams.audit.queries import Timeline
+from streams.core.usage import SAVINGS_METHOD, SAVINGS_METHOD_DOC
 from streams.web.markup import (
     action_badge,
     ago,
@@ -16,6 +16,7 @@ from streams.web.markup import (
     esc,
     header,
     page,
+    readable,
     when,
 )
 
@@ -63,7 +64,7 @@ def render_seq_strip(timeline: Timeline) -> str:
 
 def usage_items(usage: dict[str, Any] | None) -> list[tuple[str, str]]:
     """The run's usage (issue 28): totals, while looping, and what stopping it saved (an
-    estimate: docs/reference.md, "What loops cost"); nothing when its gateway reports none."""
+    estimate, its method named); nothing when its gateway reports none."""
     if not usage:
         return []
     tokens = usage["input_tokens"] + usage["output_tokens"]
@@ -84,7 +85,9 @@ def usage_items(usage: dict[str, Any] | None) -> list[tuple[str, str]]:
         ),
         (
             "saved by block/abort (est.)",
-            f'<span id="saved-tokens">{usage["saved_tokens"]:,}</span> tokens',
+            f'<span id="saved-tokens">{usage["saved_tokens"]:,}</span> tokens'
+            + f'<div class="muted small savings-method">est.: {esc(SAVINGS_METHOD)} '
+            f"({esc(SAVINGS_METHOD_DOC)})</div>",
         ),
     ]
 
@@ -129,11 +132,7 @@ def render_run(timeline: Timeline, *, app_id: str, now_ms: int) -> str:
     for d in decisions:
         extra = ""
         if d.extra:
-            extra = (
-                "<details><summary>extra</summary><pre>"
-                + esc(json.dumps(d.extra, indent=1, ensure_ascii=False, default=str))
-                + "</pre></details>"
-            )
+            extra = f'<div class="muted small extra">{readable(d.extra)}</div>'
         detail = [
             f"paired with {d.paired_tool_name}" if d.paired_tool_name else "",
             f"error {d.error_code}" if d.error_code else "",

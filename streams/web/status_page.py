@@ -2,22 +2,26 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode
 
 from streams.audit import queries
+from streams.audit.canary import CANARY_AGENT
 from streams.audit.config_changes import latest_change
 from streams.audit.incidents import has_incident_table, list_incidents
 from streams.audit.queries import ACTION_ORDER, Chart, Overview, RunLine
 from streams.core.config_change import ConfigChange
 from streams.core.incidents import Incident
+from streams.core.usage import SAVINGS_METHOD, SAVINGS_METHOD_DOC
 from streams.web.incident_card import render_incidents_card
 from streams.web.markup import (
     action_badge,
     ago,
+    config_text,
     definition_list,
     duration,
     esc,
@@ -82,16 +86,24 @@ def render_worker_card(
     )
 
 
+def savings_method() -> str:
+    """The saved estimate's method in a line, under the figure (issue 41)."""
+    return (
+        f'<div class="muted small savings-method">est.: {esc(SAVINGS_METHOD)} '
+        f"({esc(SAVINGS_METHOD_DOC)})</div>"
+    )
+
+
 def loop_cost_items(overview: Overview) -> list[tuple[str, str]]:
     """What loops cost (issue 28), once some gateway reports usage: tokens spent while
-    looping and the estimate of what blocks and aborts saved (docs/reference.md)."""
+    looping and the estimate of what blocks and aborts saved, with its method."""
     if not overview.usage_runs:
         return []
     return [
         ("tokens while looping", f'<span id="loop-tokens">{overview.loop_tokens:,}</span>'),
         (
             "saved by block/abort (est.)",
-            f'<span id="saved-tokens">{overview.saved_tokens:,}</span> tokens',
+            f'<span id="saved-tokens">{overview.saved_tokens:,}</span> tokens' + savings_method(),
         ),
     ]
 
@@ -133,7 +145,7 @@ def render_config_card(change: ConfigChange | None, now_ms: int) -> str:
         what = change.action + (
             " (guarding off or observe-only for all)" if change.disables else ""
         )
-        value = change.error or change.value or "(removed)"
+        value = change.error or readable_config(change.value) or "(removed)"
         items = [
             ("latest change", f'<span class="{css}" id="config-action">{esc(what)}</span>'),
             ("key", esc(change.agent_key)),
@@ -144,6 +156,16 @@ def render_config_card(change: ConfigChange | None, now_ms: int) -> str:
             ("source", esc(change.source)),
         ]
     return f'<div class="card" id="config-change"><h2>Config</h2>{definition_list(items)}</div>'
+
+
+def readable_config(value: str | None) -> str:
+    """A config change's value (a block or a whole file, JSON) as its settings, not JSON."""
+    if not value:
+        return ""
+    try:
+        return config_text(json.loads(value))
+    except ValueError:
+        return value
 
 
 def render_filters(q: StatusQuery, facets: Mapping[str, list[str]]) -> str:
@@ -292,7 +314,11 @@ def render_tops(title: str, css_id: str, values: list[tuple[str, int]], link: Ca
     return f'<div class="card" id="{css_id}"><h2>{esc(title)}</h2><ol>{items}</ol></div>'
 
 
-def render_runs_table(lines: list[RunLine], total: int, q: StatusQuery, now_ms: int) -> str:
+def render_runs_table(
+    lines: list[RunLine], total: int, q: StatusQuery, now_ms: int, hidden: int = 0
+) -> str:
+    """The runs with loop decisions; ``hidden``: runs of the test loops left out, with a link
+    that shows them."""
     rows = []
     for line in lines:
         run_link = f"/status/run?{urlencode({'id': line.run_id})}"
@@ -325,6 +351,11 @@ def render_runs_table(lines: list[RunLine], total: int, q: StatusQuery, now_ms: 
     more = ""
     if total > len(lines):
         more = f' &middot; <a href="{esc(q.href(limit=min(1000, q.limit * 5)))}">show more</a>'
+    if hidden:
+        more += (
+            f' &middot; <a id="show-test-loops" href="{esc(q.href(testloops=1))}">{hidden} '
+            f"test loop{'' if hidden == 1 else 's'} of {esc(CANARY_AGENT)} hidden</a>"
+        )
     return f"""<h2>Runs with loop decisions <span class="muted small" id="runs-count">{shown}
 runs{more}</span></h2>
 <table id="runs">
@@ -347,6 +378,15 @@ class StatusData:
     top_tools: list[tuple[str, int]]
     incidents: list[Incident] = field(default_factory=list)  # open ones (issue 28)
     latest_config: ConfigChange | None = None  # the newest config change (issue 26)
+    hidden_runs: int = 0  # test loops' runs the filters would match, left out (issue 41)
+
+
+def hidden_runs(store: Any, filters: queries.Filters) -> int:
+    """How many runs of the hidden agents the filters would otherwise match."""
+    total = 0
+    for agent in filters.exclude_agents:
+        total += queries.count_runs(store, replace(filters, agent=agent, exclude_agents=()))
+    return total
 
 
 def load_status(store: Any, q: StatusQuery, now_ms: int) -> StatusData:
@@ -357,6 +397,7 @@ def load_status(store: Any, q: StatusQuery, now_ms: int) -> StatusData:
         facets=queries.facets(store),
         lines=queries.grouped_runs(store, filters, limit=q.limit),
         total_runs=queries.count_runs(store, filters),
+        hidden_runs=hidden_runs(store, filters),
         chart=queries.decision_buckets(store, filters, now_ms),
         top_agents=queries.top_values(store, filters, "agent_id"),
         top_tools=queries.top_values(store, filters, "tool_name"),
@@ -404,7 +445,7 @@ def render_status(
             + "<h2>Decisions over time by action</h2>"
             + render_chart(data.chart, q)
             + tops
-            + render_runs_table(data.lines, data.total_runs, q, now_ms)
+            + render_runs_table(data.lines, data.total_runs, q, now_ms, data.hidden_runs)
         )
     footer = (
         '<footer class="muted small">Runs, chart and counts come from the shared audit trail '

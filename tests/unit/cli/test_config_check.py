@@ -140,6 +140,7 @@ def test_check_shows_every_field(tmp_path, capsys):
         "mode=enforce",
         "scope=run",
         "sessionFreshTriggers=cron,heartbeat",
+        "sessionGapSeconds=0",  # off under compat unless set
         "compat=openclaw",
     ]
     assert "  consecutiveErrors: warningThreshold=5  criticalThreshold=10" in lines
@@ -147,10 +148,11 @@ def test_check_shows_every_field(tmp_path, capsys):
     assert (
         "  detectors: genericRepeat=true  knownPollNoProgress=true  pingPong=true  "
         "consecutiveErrors=false  errorRepeat=false  compactionStorm=false  "
-        "unchangedOutcome=false  repeatedCycle=false"
+        "unchangedOutcome=false  repeatedCycle=false  errorAcrossRuns=false"
     ) in lines
     assert "  unchangedOutcome: warningThreshold=5  criticalThreshold=8" in lines
     assert "  repeatedCycle: warningThreshold=3  criticalThreshold=4" in lines
+    assert "  errorAcrossRuns: warningThreshold=3  criticalThreshold=5" in lines
     assert "  deviations: escalateBlocks=false  breakerCountsPingPong=false" in out
 
     code = main(["config", "check", write(tmp_path, text), "--json"])

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 import pytest
 from core_helpers import Run, final_watermark, loop_guard
@@ -16,6 +16,7 @@ from streams.cli.common import EXIT_ERROR, EXIT_OK
 from streams.cli.main import build_parser, main
 from streams.cli.times import format_ms
 from streams.core.events import Action, Decision
+from streams.core.usage import SAVINGS_METHOD, SAVINGS_METHOD_DOC
 from streams.devtools.worker_process import CANARY_AGENT
 
 START = 1_700_000_000_000
@@ -179,6 +180,24 @@ def test_runs_text(filled, audit_store, capsys) -> None:
 
     code, out = cli(capsys, "runs", "--db", url, "--agent", "nobody")
     assert code == EXIT_OK and out.strip() == "no runs match"
+
+
+def test_runs_names_the_saved_estimates_method(filled, audit_store, capsys) -> None:
+    url = audit_store.url.render_as_string(hide_password=False)
+    _, out = cli(capsys, "runs", "--db", url)
+    assert "saved (est.):" not in out  # no run reports usage: nothing estimated
+    lg = loop_guard(enabled=True, warningThreshold=3, criticalThreshold=5)
+    run = Run(lg, "run-costly", "coder", "gw-1", start_time=START + 3 * 10**6)
+    for _ in range(4):
+        run.cycle("grep", {"q": "x"}, {"text": "none"})
+    audit_store.record_decisions(run.decisions)
+    mark = replace(final_watermark(run, "ended"), input_tokens=29_000, tool_calls=4,
+                   loop_tokens=14_500, saved_tokens=29_000)  # fmt: skip
+    audit_store.record_progress([mark])
+    _, out = cli(capsys, "runs", "--db", url)
+    row = next(line for line in out.splitlines() if "run-costly" in line)
+    assert row.split()[-2:] == ["14500", "29000"]
+    assert out.splitlines()[-1] == f"saved (est.): {SAVINGS_METHOD} ({SAVINGS_METHOD_DOC})"
 
 
 def test_runs_says_when_the_limit_cut_the_list(filled, audit_store, capsys) -> None:

@@ -24,9 +24,10 @@ SAME = text_result("same page")
 
 
 def session_runs(lg: LoopGuard, first: str | None = "user", second: str | None = "compaction"):
-    """Run A of session S, then run B of S; each starts with RunStarted(trigger)."""
+    """Run A of session S, then run B of S a minute later (as a compaction's new run follows,
+    within ``sessionGapSeconds``); each starts with RunStarted(trigger)."""
     a = Run(lg, run_id="A", session_id="S")
-    b = Run(lg, run_id="B", session_id="S", start_time=1_800_000_000_000)
+    b = Run(lg, run_id="B", session_id="S", start_time=a.start_time + 60_000)
     a.start(first)
     return a, b, second
 

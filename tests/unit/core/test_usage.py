@@ -1,11 +1,14 @@
 """What loops cost (issue 28): a run adds up the usage its events report, in total and from its
-first loop decision on, and estimates what stopping it saved (streams.core.usage's method)."""
+first loop decision on, and estimates what stopping it saved by streams.core.usage's bounded
+method (issue 41): as many calls again as it made at most, at its pace, until the horizon."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
 from core_helpers import Run, loop_guard, text_result
+from hypothesis import given
+from hypothesis import strategies as st
 
 from streams.core.events import Action, RunEnded, ToolCall, event_from_dict, event_to_dict
 from streams.core.usage import SAVINGS_HORIZON_MS, RunUsage
@@ -48,24 +51,81 @@ def test_a_run_adds_up_its_turns_and_what_it_spent_looping() -> None:
     assert usage.saved_tokens == 0  # warned only: nothing stopped it
 
 
-def test_an_abort_saves_the_calls_the_loop_would_have_made_before_the_horizon() -> None:
+def test_an_abort_saves_as_many_calls_again_as_the_run_made() -> None:
     run = looping_run(warningThreshold=2, criticalThreshold=3, globalCircuitBreakerThreshold=4)
     decisions = []
     while not any(d.action is Action.ABORT for d in decisions):
         decisions += cycle(run)
         assert len(run.events) < 100
     usage = run.lg.runs[run.run_id].usage
-    abort_time = run.events[-2].envelope.event_time  # the call that drew the abort
-    elapsed = abort_time - usage.started_at
-    calls_not_made = usage.calls * (SAVINGS_HORIZON_MS - elapsed) / elapsed
+    # A call every two seconds: its pace would fill the hour many times over, so the run's
+    # own length is the bound: the calls it made, each at its average turn.
     assert usage.stopped
-    assert usage.saved_tokens == round(usage.tokens / usage.calls * calls_not_made)
-    assert usage.saved_tokens > 100 * usage.tokens  # an hour at a call every two seconds
+    assert usage.saved_tokens == usage.calls * (IN + OUT) == usage.tokens
     # Taken once: the late events of the aborted run change nothing.
     before = usage.saved_tokens
     cycle(run)
     run.feed(run.make_end("aborted"))
     assert usage.saved_tokens == before
+
+
+def stopped_after(calls: int, every_ms: int, per_call: int) -> RunUsage:
+    """A looping run of ``calls`` calls, one every ``every_ms``, stopped at its last call."""
+    usage, start = RunUsage(), 1_700_000_000_000
+    for n in range(calls):
+        usage.add(start + n * every_ms, True, per_call, 0, 0.0)
+        if n == 1:
+            usage.decided(n + 1, enforced_block=False)
+    usage.stop(start + (calls - 1) * every_ms)
+    return usage
+
+
+def test_a_demo_like_run_gets_a_small_plausible_estimate() -> None:
+    # The demo's polling run: 23 calls of about 12.7k tokens in under a second. The hour at
+    # that pace was 1,005,958,800 tokens (issue 41); as long again is what it spent.
+    usage = stopped_after(23, every_ms=30, per_call=12_678)
+    assert usage.saved_tokens == 23 * 12_678 == usage.tokens
+    assert usage.saved_tokens < 300_000
+
+
+def test_a_long_slow_run_is_capped_by_the_horizon() -> None:
+    # 200 calls, one every 15 s: 49m45s in, 10m15s of the hour left at 200 calls / 2985 s.
+    usage = stopped_after(200, every_ms=15_000, per_call=1_000)
+    elapsed = 199 * 15_000
+    assert usage.saved_tokens == round(1_000 * 200 * (SAVINGS_HORIZON_MS - elapsed) / elapsed)
+    assert 0 < usage.saved_tokens < usage.tokens
+
+
+def test_a_slow_short_run_is_capped_by_its_own_length() -> None:
+    # 30 calls, one every 10 s: its pace would make ~340 more before the hour; 30 at most.
+    usage = stopped_after(30, every_ms=10_000, per_call=1_000)
+    assert usage.saved_tokens == 30 * 1_000
+
+
+@given(
+    calls=st.integers(min_value=1, max_value=100_000),
+    tokens=st.integers(min_value=0, max_value=10**10),
+    started=st.integers(min_value=1, max_value=2 * 10**12),
+    elapsed=st.integers(min_value=0, max_value=3 * SAVINGS_HORIZON_MS),
+)
+def test_an_estimate_never_exceeds_its_bounds(
+    calls: int, tokens: int, started: int, elapsed: int
+) -> None:
+    usage = RunUsage(input_tokens=tokens, calls=calls, loop_seq=1, started_at=started)
+    saved = usage.stop(started + elapsed)
+    assert saved == usage.saved_tokens >= 0
+    assert saved <= tokens  # never above what the run had spent when it was stopped
+    left = max(0, SAVINGS_HORIZON_MS - elapsed)
+    at_pace = tokens * left / max(1_000, elapsed)  # its pace, until the horizon
+    assert saved <= round(at_pace)
+    if elapsed >= SAVINGS_HORIZON_MS:
+        assert saved == 0
+
+
+def test_an_older_workers_estimate_is_capped_at_the_runs_tokens_on_load() -> None:
+    old = RunUsage(input_tokens=290_000, output_tokens=1_600, calls=23, loop_seq=22)
+    old.saved_tokens, old.stopped = 1_005_958_800, True
+    assert RunUsage.from_list(old.to_list()).saved_tokens == 291_600
 
 
 def test_a_block_counts_as_a_stop_when_the_run_then_ends() -> None:
