@@ -10,7 +10,7 @@ recovery has finished, and moves them to the collector's permanent generation
 :func:`tune_collector` lets 20,000 objects (not 700) accumulate before a young collection,
 so a batch's objects mostly die by reference counting before any collection looks at them.
 On the tansu throughput benchmark the freeze took 14–16% off the worker's CPU per event and
-the threshold another 5–15% (docs/benchmarks.md, "The worker's garbage collector").
+the threshold another 5–15% (docs/benchmarks-history.md, "The worker's garbage collector").
 """
 
 from __future__ import annotations
