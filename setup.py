@@ -1,8 +1,9 @@
 """Optional compiled build of the detector core: ``LOOPGUARD_COMPILE=1 pip install .``
 
 The core modules are plain, fully typed Python; mypyc compiles them unchanged to C extensions
-that run the same code in about 40% fewer instructions per event (README, Throughput;
-``bench/core_bench.py`` prints which build it measured). Everything else (Faust wiring,
+that run the same code in about 40% fewer instructions per event (docs/design.md, "Compiled
+detector core"; docs/benchmarks-history.md, "Throughput"; ``bench/core_bench.py`` prints which
+build it measured). Everything else (Faust wiring,
 storage, CLI) stays interpreted. Off by default, and refused for editable installs, where
 compiled modules would sit beside their sources and silently shadow every later edit.
 Project metadata lives in ``pyproject.toml``.
