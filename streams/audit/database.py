@@ -50,7 +50,7 @@ def create_audit_engine(url: str | URL = DEFAULT_URL, **kwargs: Any) -> Engine:
     """
     url = make_url(url)
     if url.get_backend_name() not in _SUPPORTED_DIALECTS:
-        raise ValueError(f"unsupported audit database {url.get_backend_name()!r}")
+        raise ValueError(unsupported(url))
     is_sqlite = url.get_backend_name() == "sqlite"
     database = url.database or ""
     if is_sqlite and database not in ("", ":memory:") and not database.startswith("file:"):
@@ -63,6 +63,18 @@ def create_audit_engine(url: str | URL = DEFAULT_URL, **kwargs: Any) -> Engine:
     if is_sqlite:
         event.listen(engine, "connect", _sqlite_on_connect)
     return engine
+
+
+def unsupported(url: URL) -> str:
+    """Why ``url`` names no audit database, with the spelling meant when it is a common one:
+    ``postgres://`` (libpq's and Heroku's alias) is ``postgresql://`` to SQLAlchemy."""
+    backend = url.get_backend_name()
+    if backend in ("postgres", "pgsql", "psql"):
+        return (
+            f"unsupported audit database {backend!r}: write postgresql://... ({url.drivername}:// "
+            "is libpq's alias; SQLAlchemy knows PostgreSQL as postgresql://)"
+        )
+    return f"unsupported audit database {backend!r} (sqlite:/// or postgresql://)"
 
 
 def _sqlite_on_connect(dbapi_connection: Any, _record: Any) -> None:

@@ -44,9 +44,26 @@ def version() -> str:
         return "unknown (not installed)"
 
 
+class CommandParser(argparse.ArgumentParser):
+    """A parser whose subcommands refuse an unknown flag themselves, with their own usage
+    (``loopguard tail --nope`` prints ``tail``'s usage, not the top-level one): argparse hands
+    a subcommand's leftovers up to the top-level parser, which knows nothing of its flags."""
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras and self.prog != PROG:  # a subcommand's parser: say it with its usage
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed, extras
+
+
+PROG = "loopguard"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="loopguard",
+    parser = CommandParser(
+        prog=PROG,
         description=(
             "Distributed loop guard for AI agent fleets: watches tool calls and compactions "
             "on Kafka, tells gateways to warn, block or abort, and keeps an SQL audit trail. "

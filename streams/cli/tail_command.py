@@ -13,6 +13,7 @@ import json
 import queue
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from streams.cli.common import (
@@ -27,6 +28,60 @@ from streams.cli.times import format_ms
 from streams.settings import redact_urls
 
 TOPIC_WAIT = 10.0  # seconds to wait for a control topic that workers have not created yet
+IDLE_NOTICE_S = 60.0  # on a terminal, a "still waiting" line after this long with no decision
+
+
+class IdleNotice:
+    """What ``tail`` says while no decision comes (issue 41): decisions appear only when a
+    worker finds a loop, so a quiet fleet looks like a hung command. On a terminal, a line on
+    stderr after every ``every`` seconds without a decision shown; never on stdout, so
+    ``--json`` output stays decisions only."""
+
+    def __init__(
+        self, topic: str, every: float = IDLE_NOTICE_S, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.topic = topic
+        self.every = every
+        self.clock = clock
+        self.shown = 0
+        self.last = clock()  # when the last decision was shown, or the start
+        self.next_at = self.last + every
+
+    def decision_shown(self) -> None:
+        self.shown += 1
+        self.last = self.clock()
+        self.next_at = self.last + self.every
+
+    def due(self) -> str | None:
+        """The line to print now, if one is due (the next is due a whole ``every`` later)."""
+        now = self.clock()
+        if now < self.next_at:
+            return None
+        quiet = now - self.last
+        quiet -= quiet % self.every  # in whole periods: 1m, 2m, ...
+        self.next_at = self.last + quiet + self.every
+        return (
+            f"still following {self.topic}: no new decision for {format_duration(quiet)} "
+            f"({self.shown} shown so far)"
+        )
+
+
+def format_duration(seconds: float) -> str:
+    """``45s``, ``2m``, ``1h 5m``: how long ``tail`` has been quiet."""
+    whole = int(seconds)
+    if whole < 60:
+        return f"{whole}s"
+    minutes = whole // 60
+    return f"{minutes}m" if minutes < 60 else f"{minutes // 60}h {minutes % 60}m"
+
+
+def waiting_line(topic: str, broker: str, from_beginning: bool) -> str:
+    """``tail``'s first line (stderr): where it reads, from where, and that it waits."""
+    start = "from its oldest decision" if from_beginning else "from its end (new decisions only)"
+    return (
+        f"following {topic} on {redact_urls(broker)} {start}: waiting for decisions "
+        "(a worker publishes one only when it finds a loop; Ctrl-C stops)"
+    )
 
 
 def add_tail_parser(sub: Any) -> argparse.ArgumentParser:
@@ -36,7 +91,9 @@ def add_tail_parser(sub: Any) -> argparse.ArgumentParser:
         description="Print each decision workers publish on the control topic (PREFIX.control) "
         "as it arrives: time (UTC), run, agent, seq, action, detector, tool and reason; with "
         "--json one JSON object per line (the same fields as `history --json`). Starts at "
-        "the end of the topic (only new decisions) unless --from-beginning. Runs until "
+        "the end of the topic (only new decisions) unless --from-beginning. A first line "
+        "on stderr says where it reads and that it waits (decisions come only when a worker "
+        "finds a loop); on a terminal, another after each minute without one. Runs until "
         "Ctrl-C, --max decisions or --timeout seconds; exit code 0 then, 1 when the broker "
         "or the topic is not there.",
     )
@@ -108,6 +165,8 @@ def _tail(args: argparse.Namespace) -> int:
         )
         return EXIT_ERROR
     follower.start()
+    print(waiting_line(settings.topics.control, args.broker, args.from_beginning), file=sys.stderr)
+    idle = IdleNotice(settings.topics.control) if sys.stderr.isatty() else None
     deadline = None if args.timeout is None else time.monotonic() + args.timeout
     shown = 0
     runs, agents = set(args.run), set(args.agent)
@@ -116,6 +175,9 @@ def _tail(args: argparse.Namespace) -> int:
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 break
+            notice = idle.due() if idle is not None else None
+            if notice is not None:
+                print(notice, file=sys.stderr, flush=True)
             try:
                 record = records.get(timeout=0.5 if left is None else min(left, 0.5))
             except queue.Empty:
@@ -133,6 +195,8 @@ def _tail(args: argparse.Namespace) -> int:
             else:
                 print(decision_line(message), flush=True)
             shown += 1
+            if idle is not None:
+                idle.decision_shown()
     except KeyboardInterrupt:
         pass
     finally:

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from kafka.admin import KafkaAdminClient, NewTopic
 
+from streams.cli.tail_command import waiting_line
 from streams.core.events import Action
 from streams.devtools.embedded_broker import free_port
 from streams.devtools.worker_process import CANARY_AGENT, WorkerProcess
@@ -231,6 +232,8 @@ def test_doctor_and_tail_on_a_running_deployment(pipeline_factory, migrated_db_u
     )
     assert code == 0
     assert f"  {first['run_id']}  agent={CANARY_AGENT}  seq={first['seq']}  ABORT" in out
-    # From the end (the default) nothing new comes: --timeout ends it, exit code 0.
-    code, out, _ = loopguard("tail", *common, "--timeout", "2")
+    # From the end (the default) nothing new comes: --timeout ends it, exit code 0; stderr
+    # says where it reads and that it waits (issue 41), stdout stays empty.
+    code, out, err = loopguard("tail", *common, "--timeout", "2")
     assert code == 0 and out == ""
+    assert err.splitlines() == [waiting_line(f"{p}.control", pipeline.broker.url, False)]

@@ -91,6 +91,17 @@ def test_migrate_creates_the_default_trail_in_a_fresh_folder(tmp_path: Path) -> 
     assert (tmp_path / "loopguard-data" / "audit.db").is_file()
 
 
+@pytest.mark.parametrize("command", ["runs", "migrate", "incidents"])
+def test_a_postgres_url_gets_a_hint_to_postgresql(command: str) -> None:
+    code, out, err = loopguard(command, "--db", "postgres://lg:secret@127.0.0.1:1/audit")
+    assert code == 1 and out == ""
+    assert err.splitlines() == [
+        f"loopguard {command}: error: unsupported audit database 'postgres': write "
+        "postgresql://... (postgres:// is libpq's alias; SQLAlchemy knows PostgreSQL as "
+        "postgresql://)"
+    ]
+
+
 def test_migrate_help_describes_it() -> None:
     code, out, _ = loopguard("migrate", "--help")
     assert code == 0 and "Bring the audit trail's schema to the latest revision" in out

@@ -296,6 +296,24 @@ def test_help_of_every_subcommand(path, capsys) -> None:
             assert action.help, f"{' '.join(path)} {action.option_strings[0]} has no help text"
 
 
+@pytest.mark.parametrize("path", COMMANDS, ids=[" ".join(p) for p in COMMANDS])
+def test_a_bad_flag_after_a_subcommand_prints_its_usage(path, capsys) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main([*path, "--no-such-flag", "x"])
+    assert exited.value.code == 2
+    usage, *_, error = capsys.readouterr().err.splitlines()
+    assert usage.startswith(f"usage: loopguard {' '.join(path)} ")  # its own, not the top's
+    assert error.startswith(f"loopguard {' '.join(path)}: error: ")
+
+
+def test_a_bad_flag_before_the_subcommand_prints_the_top_level_usage(capsys) -> None:
+    with pytest.raises(SystemExit):
+        main(["--no-such-flag", "runs"])
+    usage, error = capsys.readouterr().err.splitlines()
+    assert usage.startswith("usage: loopguard [-h]")
+    assert error == "loopguard: error: unrecognized arguments: --no-such-flag"
+
+
 def test_a_bad_client_log_level_is_a_clear_error(monkeypatch, capsys) -> None:
     monkeypatch.setenv("LOOPGUARD_CLIENT_LOGLEVEL", "loud")
     assert main(["runs", "--db", "sqlite://"]) == EXIT_ERROR
