@@ -8,10 +8,13 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import sys
 from typing import Any
 
-from streams.cli.common import EXIT_OK, InputError
+from streams.cli.common import EXIT_OK, EXIT_USAGE
+from streams.cli.config_errors import every_error, raised_thresholds
 from streams.core.config import ConfigError, LoopDetectionConfig, resolve
+from streams.core.config_files import read_config_file
 from streams.core.deviations import switch_values
 from streams.core.fleet import GLOBAL_KEY, fleet_warnings, load_fleet_config, override_path
 
@@ -23,8 +26,10 @@ def add_check_parser(actions: Any) -> None:
         description="Validate the fleet config FILE as a worker loads it and print, for the "
         "global block and every agent block (or only --agent ones), the resolved thresholds, "
         "config_version and perTool settings (thresholds, exempt detectors, volatileFields), "
-        "then the thresholds that can never fire. Exit code 2 and the field's path when the "
-        "file is invalid.",
+        "the thresholds the rules raised ('raised:' lines: a critical threshold is kept above "
+        "its warning threshold, the breaker above the critical), then the thresholds that can "
+        "never fire. An invalid file: every error, one line each with the field's path, exit "
+        "code 2.",
     )
     check.add_argument("file", metavar="FILE", help="fleet config: JSON5/JSON, YAML by extension")
     check.add_argument(
@@ -150,18 +155,36 @@ def run_check(args: argparse.Namespace) -> int:
             for key in keys
         }
     except ConfigError as exc:
-        raise InputError(f"invalid config: {exc}") from None
+        return report_errors(args, exc)  # every error of the file, not only the first
     finally:
         config_log.disabled = False
     warnings = fleet_warnings(fleet)
+    raised = {key: raised_thresholds(fleet, key, described) for key, described in blocks.items()}
     if args.json:
-        doc = {"config": args.file, "blocks": blocks, "warnings": warnings}
+        doc = {"config": args.file, "blocks": blocks, "warnings": warnings, "raised": raised}
         print(json.dumps(doc, ensure_ascii=False, sort_keys=True))  # one JSON line (docs/cli.md)
         return EXIT_OK
     print(f"{args.file}: valid ({len(fleet.agent_blocks)} agent block(s))")
     for key, described in blocks.items():
         label = override_path(key) if key == GLOBAL_KEY or key in fleet.agent_blocks else key
         print("\n".join(_line(label, described)))
+        for note in raised[key]:  # the file asked for less: say what it got
+            print(f"  raised: {note}")
     for text in warnings:
         print(f"warning: {text}")
     return EXIT_OK
+
+
+def report_errors(args: argparse.Namespace, first: ConfigError) -> int:
+    """An invalid file: one line per error on stderr (``--json``: also one JSON object on
+    stdout, ``valid`` false with the errors), exit code 2."""
+    try:
+        errors = every_error(read_config_file(args.file), first)
+    except ConfigError as exc:  # not even a document (syntax, encoding): that one error
+        errors = [str(exc)]
+    if args.json:
+        doc = {"config": args.file, "valid": False, "errors": errors}
+        print(json.dumps(doc, ensure_ascii=False, sort_keys=True))
+    for error in errors:
+        print(f"loopguard config check: invalid config: {error}", file=sys.stderr)
+    return EXIT_USAGE
