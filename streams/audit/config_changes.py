@@ -9,6 +9,7 @@ read them back.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
 import queue
 import threading
@@ -57,25 +58,33 @@ def _insert(store: AuditStore) -> Any:
 
 
 def record_file_change(store: AuditStore, change: ConfigChange) -> bool:
-    """Store a config file load when its version differs from the file version last stored
-    for the same app (``change.topic`` holds ``app_id:path``): a worker restarted on the same
-    file, or every worker of the fleet loading it, records nothing new."""
+    """Store a config file load when its document or its version differs from the file last
+    stored for the same app (``change.topic`` holds ``app_id:path``): a worker restarted on the
+    same file, or every worker of the fleet loading it, records nothing new; an edit of an
+    agent block alone (the version is the global block's) or a release whose defaults change
+    the version of the same file does."""
     with store.engine.connect() as conn:
         row = conn.execute(
-            select(ConfigChangeRow.version_after)
+            select(ConfigChangeRow.version_after, ConfigChangeRow.value)
             .where(ConfigChangeRow.source == SOURCE_FILE, ConfigChangeRow.topic == change.topic)
             .order_by(ConfigChangeRow.changed_at.desc(), ConfigChangeRow.id.desc())
             .limit(1)
         ).first()
-    before = row[0] if row else ""
-    if before == change.version_after:
+    before, before_value = (row[0], row[1]) if row else ("", None)
+    if before == change.version_after and before_value == change.value:
         return False
     stored = dataclasses.replace(
         change,
         version_before=before,
-        change_id=f"file:{change.topic}:{before}->{change.version_after}",
+        change_id=f"file:{change.topic}:{before}->{change.version_after}:"
+        f"{_digest(before_value)}->{_digest(change.value)}",
     )
     return record_change(store, stored)
+
+
+def _digest(document: str | None) -> str:
+    """A short hash of a stored file document (its change id tells edits apart)."""
+    return hashlib.sha256((document or "").encode()).hexdigest()[:12]
 
 
 def config_history(

@@ -93,12 +93,16 @@ def add_config_parser(sub: Any) -> argparse.ArgumentParser:
         help="print the overrides currently on the config topic",
         description="Read the config topic from the beginning and print the override in force "
         "per key, with the config version each agent's decisions will carry "
-        "(Decision.config_version) over --config, or over the built-in defaults.",
+        "(Decision.config_version) over the workers' config file (--config, or "
+        "LOOPGUARD_CONFIG as for workers): the version `config check FILE` and `config "
+        "history` show too. Without a file, over the built-in defaults, and it says so.",
     )
     show.add_argument(
         "--config",
         metavar="FILE",
-        help="the workers' --config file, to compute the effective config versions",
+        default=os.environ.get("LOOPGUARD_CONFIG") or None,
+        help="the workers' --config file, to compute the config versions their decisions "
+        "carry (env LOOPGUARD_CONFIG; default: the built-in defaults)",
     )
     show.add_argument(
         "--json", action="store_true", help="print JSON lines: one JSON object, on one line"
@@ -325,6 +329,7 @@ def _show(args: argparse.Namespace) -> int:
             "overrides": overrides,
             "config_versions": versions,
             "invalid": invalid,
+            "config": args.config,  # the file the versions are over; null: the defaults
         }
         print(json.dumps(doc, ensure_ascii=False, sort_keys=True))
         return EXIT_OK
@@ -337,7 +342,20 @@ def _show(args: argparse.Namespace) -> int:
         print(f"{'(agents without override)':<24} config_version={versions[GLOBAL_KEY]}")
     for key in sorted(invalid):
         print(f"{key:<24} INVALID (ignored by workers): {invalid[key]}")
+    print(versions_base(args.config))
     return EXIT_OK
+
+
+def versions_base(config: str | None) -> str:
+    """What ``config show``'s versions are computed over: a version over the built-in
+    defaults is not the workers' when they run with a file (issue 41: three commands showed
+    three versions for one config)."""
+    if config:
+        return f"config versions over {config}"
+    return (
+        "config versions over the built-in defaults (no --config, LOOPGUARD_CONFIG unset): "
+        "give the workers' config file for the versions their decisions carry"
+    )
 
 
 HISTORY_COLUMNS = ("time (UTC)", "key", "action", "source", "sender", "version", "value")

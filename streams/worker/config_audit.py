@@ -21,6 +21,7 @@ from typing import Any
 from streams.audit.config_changes import ConfigChangeRecorder, record_change, record_file_change
 from streams.audit.store import AuditStore
 from streams.audit.writer import AuditWriter
+from streams.core.config import resolve
 from streams.core.config_change import FILE_KEY, LOADED, SOURCE_FILE, ConfigChange
 from streams.core.fleet import FleetConfig
 from streams.kafka.config_topic import ConfigWatcher
@@ -30,13 +31,17 @@ WAIT_SLICE_S = 5.0  # the audit writer waits out an outage; the recorder checks 
 
 
 def file_change(fleet: FleetConfig, path: str, app_id: str, now_ms: int) -> ConfigChange:
-    """The worker's config file as a change: its whole document and a short hash of it as the
-    version (the version before is the one stored last for the same app and path)."""
+    """The worker's config file as a change: its whole document, and as its version the
+    config version of its global block, the one the decisions of agents without a block of
+    their own carry and ``config check`` shows for ``tools.loopDetection`` (issue 41: it was
+    a hash of the document, a third version for the same config). The version before is the
+    one stored last for the same app and path."""
     document = json.dumps(fleet.to_document(), sort_keys=True, separators=(",", ":"))
-    version = hashlib.sha256(document.encode()).hexdigest()[:16]
+    version = resolve(fleet.global_block).version
+    digest = hashlib.sha256(document.encode()).hexdigest()[:16]
     where = f"{app_id}:{path or '(built-in defaults)'}"
     return ConfigChange(
-        change_id=f"file:{where}:{version}",
+        change_id=f"file:{where}:{version}:{digest}",
         source=SOURCE_FILE,
         action=LOADED,
         agent_key=FILE_KEY,

@@ -80,6 +80,26 @@ def test_the_file_is_recorded_when_it_changed(audit_store: AuditStore) -> None:
     assert json.loads(newest.value or "")["tools"]["loopDetection"]["warningThreshold"] == 4
 
 
+def test_the_files_version_is_the_config_version_its_decisions_carry(audit_store) -> None:
+    """Issue 41: one version for one config, in `config check`, the decisions and `config
+    history` (the file's was a hash of its document)."""
+    fleet = FleetConfig({"enabled": True}, {"coder": {"historySize": 20}})
+    change = file_change(fleet, "/etc/lg.json5", "app", 1)
+    assert (
+        change.version_after == resolve({"enabled": True}).version == fleet.for_agent("x").version
+    )
+    assert record_file_change(audit_store, change) is True
+    # an agent block alone changes: the global version stays, the change is recorded
+    edited = file_change(FleetConfig({"enabled": True}, {"coder": {"historySize": 25}}),
+                         "/etc/lg.json5", "app", 2)  # fmt: skip
+    assert edited.version_after == change.version_after
+    assert record_file_change(audit_store, edited) is True
+    assert record_file_change(audit_store, replace(edited, changed_at=3)) is False  # restart
+    newest = latest_change(audit_store)
+    assert newest is not None and newest.value == edited.value
+    assert newest.version_before == newest.version_after == change.version_after
+
+
 def test_the_recorder_never_waits_and_keeps_a_change_until_stored() -> None:
     stored: list[ConfigChange] = []
     new: list[ConfigChange] = []
