@@ -1,4 +1,5 @@
-"""Optional compiled build of the detector core: ``LOOPGUARD_COMPILE=1 pip install .``
+"""Optional compiled build of the detector core: ``LOOPGUARD_COMPILE=1 pip install
+./clients/python .``
 
 The core modules are plain, fully typed Python; mypyc compiles them unchanged to C extensions
 that run the same code in about 40% fewer instructions per event (docs/design.md, "Compiled
@@ -6,7 +7,8 @@ detector core"; docs/benchmarks-history.md, "Throughput"; ``bench/core_bench.py`
 build it measured). Everything else (Faust wiring,
 storage, CLI) stays interpreted. Off by default, and refused for editable installs, where
 compiled modules would sit beside their sources and silently shadow every later edit.
-Project metadata lives in ``pyproject.toml``.
+Project metadata lives in ``pyproject.toml``. The gateway client's modules are left out of this
+wheel: they ship in ``loopguard-client`` (``clients/python``), which this package depends on.
 """
 
 from __future__ import annotations
@@ -14,8 +16,11 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+import tomllib
+from pathlib import Path
 
 from setuptools import setup
+from setuptools.command.build_py import build_py
 
 # The pure detector core: everything LoopGuard.process runs per event. Compiled, the event
 # classes check their fields' types when built (a wrongly typed event raises TypeError at
@@ -49,18 +54,49 @@ CORE_MODULES = [
 BUILD_REQUIRES = ["mypy>=1.11", "orjson>=3.9"]
 MYPY_OPTIONS = ["--ignore-missing-imports"]
 
+# The distribution that ships the gateway client's modules (and the schemas): listed there.
+CLIENT_PROJECT = Path(__file__).parent / "clients" / "python" / "pyproject.toml"
+
+
+def client_modules() -> tuple[set[str], set[str]]:
+    """The dotted modules and the whole packages ``loopguard-client`` ships, each module's
+    package ``__init__`` included (its ``pyproject.toml`` lists them)."""
+    config = tomllib.loads(CLIENT_PROJECT.read_text(encoding="utf-8"))["tool"]["setuptools"]
+    modules, packages = set(config["py-modules"]), set(config["packages"])
+    for name in [*modules, *packages]:
+        parts = name.split(".")
+        modules.update(".".join([*parts[:i], "__init__"]) for i in range(1, len(parts)))
+    return modules, packages
+
+
+class WithoutClientModules(build_py):
+    """Leaves ``loopguard-client``'s modules to that distribution: installed together, the
+    two fill the same packages without a file in common."""
+
+    def find_package_modules(self, package: str, package_dir: str) -> list[tuple[str, str, str]]:
+        modules, packages = client_modules()
+        return [
+            (pkg, module, path)
+            for pkg, module, path in super().find_package_modules(package, package_dir)
+            if pkg not in packages and f"{pkg}.{module}" not in modules
+        ]
+
+
+CMDCLASS = {"build_py": WithoutClientModules}
+
 if os.environ.get("LOOPGUARD_COMPILE") != "1":
-    setup()
+    setup(cmdclass=CMDCLASS)
 elif "editable_wheel" in sys.argv:
     sys.exit(
         "LOOPGUARD_COMPILE=1 builds wheels only: an editable install would leave compiled "
-        "modules beside their sources, shadowing later edits. Use `pip install .`."
+        "modules beside their sources, shadowing later edits. Use `pip install "
+        "./clients/python .`."
     )
 else:
     try:
         from mypyc.build import mypycify
     except ImportError:  # first pass of an isolated build: ask for mypy, then come back
-        setup(setup_requires=BUILD_REQUIRES)
+        setup(setup_requires=BUILD_REQUIRES, cmdclass=CMDCLASS)
     else:
         # A fresh build directory each time: a reused ./build would ship modules that have
         # since left CORE_MODULES.
@@ -70,4 +106,5 @@ else:
                     [*MYPY_OPTIONS, *CORE_MODULES], opt_level="3", target_dir=build_dir
                 ),
                 options={"build": {"build_base": build_dir}},
+                cmdclass=CMDCLASS,
             )

@@ -30,7 +30,8 @@ def add_demo_parser(sub: Any) -> argparse.ArgumentParser:
         "--keep-running",
         action="store_true",
         help="leave the broker and the worker up at the end, the worker serving the status "
-        "page; prints its URL and the command that stops both (loopguard demo --stop)",
+        "page; prints its URL, the `export LOOPGUARD_BROKER=...` line that points the other "
+        "commands at the broker, and the command that stops both (loopguard demo --stop)",
     )
     demo.add_argument(
         "--web-port",

@@ -299,11 +299,21 @@ def _leave_running(broker: EmbeddedBroker, worker: WorkerProcess) -> bool:
     _say(f"  status   {status}")
     _say(f"  broker   {broker.url} (tansu, pid {broker.process.pid})")
     _say(f"  worker   pid {worker.process.pid}, log {DATA / 'worker.log'}")
+    # Its port is not Kafka's 9092, where every command looks by default: they all read
+    # LOOPGUARD_BROKER (and the worker LOOPGUARD_BROKER_PROFILE), and so can a gateway.
+    _say("point loopguard's commands (and your gateways) at this broker:")
+    _say(f"  {broker_exports(broker.url)}")
+    _say(f"  {_shell([*_loopguard_command(), 'tail'])}")
     another = [*_loopguard_command(), "worker", "--broker", broker.url, "--broker-profile", "tansu"]
     another += ["--config", str(CONFIG_FILE), "--db", worker.db_url]
     _say(f"another worker on it (yours to stop with Ctrl-C): {_shell(another)}")
     _say(f"stop both: {_shell([*_loopguard_command(), 'demo', '--stop'])} (from this folder)")
     return True
+
+
+def broker_exports(url: str) -> str:
+    """The shell line that makes every ``loopguard`` command use the demo's broker."""
+    return f"export LOOPGUARD_BROKER={shlex.quote(url)} LOOPGUARD_BROKER_PROFILE=tansu"
 
 
 def _page_answers(url: str, worker: WorkerProcess, timeout: float = 60.0) -> bool:

@@ -8,6 +8,7 @@ depends on the demo reporting its own children."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shlex
@@ -145,6 +146,26 @@ def test_keep_running_serves_the_status_page_and_stop_ends_it(tmp_path: Path) ->
         with urllib.request.urlopen(status_url.group(1), timeout=10) as page:
             assert page.status == 200
             assert 'id="db-state">ok<' in page.read().decode()
+        # The printed export line is all `loopguard tail` needs: no --broker flag.
+        broker = re.search(r"^  broker   (kafka://127\.0\.0\.1:\d+) \(tansu", out, re.M)
+        exports = re.search(
+            r"^  export (LOOPGUARD_BROKER=\S+ LOOPGUARD_BROKER_PROFILE=tansu)$", out, re.M
+        )
+        assert broker and exports, out
+        env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPGUARD_")}
+        env.update(pair.split("=", 1) for pair in shlex.split(exports.group(1)))
+        assert env["LOOPGUARD_BROKER"] == broker.group(1)
+        assert re.search(rf"^  {re.escape(LOOPGUARD)} tail$", out, re.M), out
+        tail = subprocess.run(
+            [LOOPGUARD, "tail", "--from-beginning", "--max", "1", "--timeout", "60", "--json"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert tail.returncode == 0, tail.stderr
+        assert json.loads(tail.stdout.splitlines()[0])["action"] in ("warn", "block", "abort")
         # A second demo in the same folder refuses while the first one's processes run.
         done = subprocess.run(
             [LOOPGUARD, "demo"], cwd=tmp_path, capture_output=True, text=True, timeout=60

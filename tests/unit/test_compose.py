@@ -531,10 +531,14 @@ def test_dockerfile_installs_the_project(services):
     assert re.search(r"pip install --require-hashes -r requirements\.lock\b", text)
     editable = re.search(r"pip install\b[^\n]*(?:-e|--editable)\s+\.", text)
     assert editable or re.search(r"pip (?:install|wheel)\b[^\n]*\s\.(\s|$)", text)
-    if not editable:  # a regular install must carry the schemas as package data
+    # the gateway client's distribution, which the project depends on, beside it
+    assert "clients/python" in copied, "the loopguard-client distribution is not copied"
+    assert re.search(r"pip (?:install|wheel)\b[^\n]*\s\./clients/python(\s|$)", text)
+    if not editable:  # a regular install must carry the schemas as package data (the client's)
         assert re.search(r"LOOPGUARD_COMPILE=1 pip wheel\b", text), "wheel with the compiled core"
         assert "setup.py" in copied, "setup.py compiles the core"
-        package_data = pyproject["tool"]["setuptools"].get("package-data", {})
+        client = tomllib.loads((ROOT / "clients/python/pyproject.toml").read_text("utf-8"))
+        package_data = client["tool"]["setuptools"].get("package-data", {})
         assert any("avsc" in str(p) for p in package_data.values()), "schemas not packaged"
     schema_dir = SCHEMA_DIR.relative_to(ROOT).as_posix()
     assert schema_dir in copied, "streams/wire/schema_registry.py reads the schemas from the tree"

@@ -15,6 +15,10 @@ from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+# The gateway client's distribution is built from this repository (clients/python), never
+# locked: its own dependencies are, as the project's.
+CLIENT = tomllib.loads((ROOT / "clients/python/pyproject.toml").read_text(encoding="utf-8"))
+LOCAL = canonicalize_name(CLIENT["project"]["name"])
 PIN = re.compile(r"^([A-Za-z0-9._-]+)(?:\[[^\]]*\])?==([^\s;\\]+)")
 
 
@@ -32,12 +36,14 @@ def pins(lock: Path) -> dict[str, tuple[str, list[str]]]:
     return found
 
 
+RUNTIME = [
+    spec
+    for spec in [*PYPROJECT["project"]["dependencies"], *CLIENT["project"]["dependencies"]]
+    if canonicalize_name(Requirement(spec).name) != LOCAL
+]
 LOCKS = {
-    "requirements.lock": PYPROJECT["project"]["dependencies"],
-    "requirements-test.lock": [
-        *PYPROJECT["project"]["dependencies"],
-        *PYPROJECT["project"]["optional-dependencies"]["test"],
-    ],
+    "requirements.lock": RUNTIME,
+    "requirements-test.lock": [*RUNTIME, *PYPROJECT["project"]["optional-dependencies"]["test"]],
 }
 
 
@@ -55,6 +61,11 @@ def test_every_dependency_is_pinned_within_its_range_with_hashes(lock_name: str)
         )
     unhashed = sorted(name for name, (_, hashes) in locked.items() if not hashes)
     assert not unhashed, f"{lock_name}: pins without a hash: {unhashed}"
+
+
+def test_the_locks_hold_no_distribution_of_this_repository() -> None:
+    for lock_name in LOCKS:
+        assert LOCAL not in pins(ROOT / lock_name), f"{lock_name} pins {LOCAL}"
 
 
 def test_the_runtime_lock_agrees_with_the_test_lock() -> None:
