@@ -1,7 +1,7 @@
 """``loopguard config check``: validate a fleet config file without a broker and print what
 each block resolves to, every field (issue 27) and per-tool settings (``perTool``) included, so
-an operator sees which thresholds, rules, exemptions and volatile fields a tool's calls get
-before deploying the file."""
+an operator sees which thresholds, rules, exemptions, volatile fields, ignored args and status
+results a tool's calls get before deploying the file."""
 
 from __future__ import annotations
 
@@ -13,10 +13,13 @@ from typing import Any
 
 from streams.cli.common import EXIT_OK, EXIT_USAGE
 from streams.cli.config_errors import every_error, raised_thresholds
+from streams.core.call_identity import BUILTIN_IGNORED_ARGS
 from streams.core.config import ConfigError, LoopDetectionConfig, resolve
 from streams.core.config_files import read_config_file
 from streams.core.deviations import switch_values
 from streams.core.fleet import GLOBAL_KEY, fleet_warnings, load_fleet_config, override_path
+from streams.core.outcomes import is_status_tool
+from streams.core.status_results import STATUS_TOOLS
 
 
 def add_check_parser(actions: Any) -> None:
@@ -25,7 +28,8 @@ def add_check_parser(actions: Any) -> None:
         help="validate a config file and show what each agent resolves to (no broker)",
         description="Validate the fleet config FILE as a worker loads it and print, for the "
         "global block and every agent block (or only --agent ones), the resolved thresholds, "
-        "config_version and perTool settings (thresholds, exempt detectors, volatileFields), "
+        "config_version, the args left out of each tool's call identity, the status tools and "
+        "perTool settings (thresholds, exempt detectors, volatileFields, ignoredArgs), "
         "the thresholds the rules raised ('raised:' lines: a critical threshold is kept above "
         "its warning threshold, the breaker above the critical), then the thresholds that can "
         "never fire. An invalid file: every error, one line each with the field's path, exit "
@@ -103,16 +107,44 @@ def describe(cfg: LoopDetectionConfig) -> dict[str, Any]:
         "sessionGapSeconds": cfg.session_gap_ms // 1000,
         "compat": cfg.compat,
         "deviations": switch_values(cfg.deviations),
+        "ignoredArgs": ignored_args(cfg),
+        "statusResults": {"tools": status_tools(cfg)},
         "perTool": {
             tool: {
                 "warningThreshold": view.warning_threshold,
                 "criticalThreshold": view.critical_threshold,
                 "exempt": sorted(view.exempt),
                 "volatileFields": list(view.volatile.paths) if view.volatile else [],
+                "ignoredArgs": list(view.ignored_args.paths) if view.ignored_args else [],
+                "statusResult": is_status_tool(tool, view.hash_rules),
             }
             for tool, view in sorted(cfg.per_tool.items())
         },
     }
+
+
+def ignored_args(cfg: LoopDetectionConfig) -> dict[str, list[str]]:
+    """Per tool, the args left out of its calls' identity: the built-in knobs (unless
+    ``deviations.ignoreExecutionKnobs`` is off) and its ``perTool`` ``ignoredArgs``."""
+    found: dict[str, set[str]] = {}
+    if cfg.deviations.ignore_execution_knobs:
+        found = {tool: set(paths) for tool, paths in BUILTIN_IGNORED_ARGS.items()}
+    for tool, view in cfg.per_tool.items():
+        if view.ignored_args is not None:
+            found.setdefault(tool, set()).update(view.ignored_args.paths)
+    return {tool: sorted(found[tool]) for tool in sorted(found)}
+
+
+def status_tools(cfg: LoopDetectionConfig) -> list[str]:
+    """The tools whose results are hashed as status reports (status_results.py)."""
+    tools = {
+        tool
+        for tool in {*STATUS_TOOLS, *cfg.per_tool}
+        if is_status_tool(
+            tool, cfg.per_tool[tool].hash_rules if tool in cfg.per_tool else cfg.hash_rules
+        )
+    }
+    return sorted(tools)
 
 
 def _flat(value: Any) -> str:
@@ -133,11 +165,13 @@ def _line(label: str, described: dict[str, Any]) -> list[str]:
         value = described[key]
         if isinstance(value, dict):
             fields = "  ".join(f"{sub}={_flat(item)}" for sub, item in value.items())
-            lines.append(f"  {key}: {fields}")
+            lines.append(f"  {key}: {fields or '-'}")
     for tool, entry in described["perTool"].items():
         fields = [f"{key}={value}" for key, value in entry.items() if key.endswith("Threshold")]
         fields.append(f"exempt={','.join(entry['exempt']) or '-'}")
         fields.append(f"volatileFields={','.join(entry['volatileFields']) or '-'}")
+        fields.append(f"ignoredArgs={','.join(entry['ignoredArgs']) or '-'}")
+        fields.append(f"statusResult={json.dumps(entry['statusResult'])}")
         lines.append(f"  perTool {tool}: {'  '.join(fields)}")
     return lines
 

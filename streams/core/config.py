@@ -27,6 +27,8 @@ from streams.core.deviations import (
     COMPAT,
     DEVIATIONS,
     LOOPGUARD,
+    RAW_STATUS_RESULTS,
+    STATUS_RESULT,
     Deviations,
     canonical_deviations,
     check_compat,
@@ -202,10 +204,13 @@ class LoopDetectionConfig:
     hash_rules: int = 0  # deviations.hash_rules, kept at hand for every event's hashing
     version: str = ""
     # perTool (tool_config.py): each named tool's view of this config; in a view, the
-    # detectors it is exempt from (camelCase names) and its volatile result fields.
+    # detectors it is exempt from (camelCase names), its volatile result fields and the args
+    # left out of its calls' identity (issue 44; its hash_rules also say whether its results
+    # are status reports).
     per_tool: dict[str, LoopDetectionConfig] = field(default_factory=dict)
     exempt: frozenset[str] = frozenset()
     volatile: VolatileFields | None = None
+    ignored_args: VolatileFields | None = None
     # issue 28 (incident_config.py): fleet-wide, only the global block's counts.
     incidents: IncidentConfig = field(default_factory=IncidentConfig)
     # issue 28 (agent_cycles_config.py): loops between agents, read per sending agent.
@@ -434,7 +439,8 @@ def resolve(block: dict[str, Any] | None, path: str = "tools.loopDetection") -> 
 def tool_view(cfg: LoopDetectionConfig, entry: ToolSettings) -> LoopDetectionConfig:
     """The config a tool's calls and results are judged by: its thresholds (critical raised
     above warning, as the top-level pair), its exempt detectors switched off, its volatile
-    fields. The breaker, the other rules and ``version`` are the agent's."""
+    fields, its ignored args and whether its results are status reports (``statusResult``, in
+    its ``hash_rules``). The breaker, the other rules and ``version`` are the agent's."""
     warning = entry.warning_threshold or cfg.warning_threshold
     critical = max(entry.critical_threshold or cfg.critical_threshold, warning + 1)
     on, exempt = cfg.detectors, entry.exempt
@@ -457,7 +463,18 @@ def tool_view(cfg: LoopDetectionConfig, entry: ToolSettings) -> LoopDetectionCon
         per_tool={},
         exempt=exempt,
         volatile=entry.volatile,
+        ignored_args=entry.ignored_args,
+        hash_rules=_tool_rules(cfg.hash_rules, entry.status_result),
     )
+
+
+def _tool_rules(rules: int, status_result: bool | None) -> int:
+    """A tool's hashing switches: ``statusResult`` set wins over the built-in status list."""
+    if status_result is None:
+        return rules
+    if status_result:
+        return (rules | STATUS_RESULT) & ~RAW_STATUS_RESULTS
+    return (rules | RAW_STATUS_RESULTS) & ~STATUS_RESULT
 
 
 def config_warnings(cfg: LoopDetectionConfig) -> list[str]:

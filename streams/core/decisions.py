@@ -44,10 +44,13 @@ def detection_decision(
     hit: Detection,
     cfg: LoopDetectionConfig,
     blocks: int,
+    ignored: list[str] | None = None,
 ) -> Decision:
     """What a detector's finding on a call means for the gateway: a warning, a block, or an
     abort once the run has been blocked ``blocks`` times (this block included). With
-    ``deviations.escalateBlocks`` off every critical is a block, as in the reference."""
+    ``deviations.escalateBlocks`` off every critical is a block, as in the reference.
+    ``ignored``: the call's args left out of its identity (call_identity.py), named in the
+    reason and in ``extra["ignored_args"]``."""
     action, error_code, reason = Action.WARN, "", hit.message
     if hit.level == CRITICAL:
         action = Action.BLOCK
@@ -58,6 +61,14 @@ def detection_decision(
             # The gateway blocked and the agent kept looping: stop the run.
             action, error_code = Action.ABORT, "loop_persisted_after_block"
             reason = f"{hit.message} Blocked {blocks} times; aborting the run."
+    extra = {"blocks": str(blocks)} if hit.level == CRITICAL else {}
+    if ignored:
+        names = ", ".join(ignored)
+        reason = (
+            f"{reason} (Compared without {names}: they change how {call.tool_name} runs, "
+            "not what it does.)"
+        )
+        extra["ignored_args"] = ",".join(ignored)
     return build_decision(
         run_id,
         event,
@@ -72,7 +83,7 @@ def detection_decision(
         result_hash=hit.result_hash,
         paired_tool_name=hit.paired_tool_name,
         error_code=error_code,
-        extra={"blocks": str(blocks)} if hit.level == CRITICAL else {},
+        extra=extra,
     )
 
 

@@ -37,6 +37,11 @@ SWITCHES: dict[str, str] = {
     "carryGuardCounts": "a compaction re-arming an open guard window keeps its counts",
     "resultToOpenCall": "a result with neither args nor call id answers its tool's open call",
     "bareResults": "a bare result object is its own details; a bare exec string its output",
+    # issue 44 (call_identity.py, status_results.py)
+    "ignoreExecutionKnobs": "exec's pty, timeout, yieldMs, background, title and process's "
+    "poll timeout are left out of a call's identity",
+    "maskStatusResults": "session_status results have relative times, counters and "
+    "timestamps masked",
 }
 # loopguard's own detectors (``detectors.<name>``): deviations too, off under compat.
 DETECTOR_SWITCHES = (
@@ -53,6 +58,10 @@ RAW_EXEC_OUTPUT = 1  # maskExecOutput: false
 RAW_UPDATE_PLAN = 2  # updatePlanShape: false
 BUILTIN_SENDS = 4  # sendsByToolName: false
 WRAPPED_RESULTS = 8  # bareResults: false
+RAW_CALL_ARGS = 16  # ignoreExecutionKnobs: false
+RAW_STATUS_RESULTS = 32  # maskStatusResults: false (or a tool's ``statusResult: false``)
+# Not a switch: set in a tool's view by ``perTool.<tool>.statusResult: true`` (config.tool_view).
+STATUS_RESULT = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +79,8 @@ class Deviations:
     carry_guard_counts: bool = True
     result_to_open_call: bool = True
     bare_results: bool = True
+    ignore_execution_knobs: bool = True
+    mask_status_results: bool = True
 
     @property
     def hash_rules(self) -> int:
@@ -83,6 +94,10 @@ class Deviations:
             rules |= BUILTIN_SENDS
         if not self.bare_results:
             rules |= WRAPPED_RESULTS
+        if not self.ignore_execution_knobs:
+            rules |= RAW_CALL_ARGS
+        if not self.mask_status_results:
+            rules |= RAW_STATUS_RESULTS
         return rules
 
 
@@ -140,6 +155,8 @@ def resolve_deviations(explicit: dict[str, Any], compat: str) -> Deviations:
         carry_guard_counts=on("carryGuardCounts"),
         result_to_open_call=on("resultToOpenCall"),
         bare_results=on("bareResults"),
+        ignore_execution_knobs=on("ignoreExecutionKnobs"),
+        mask_status_results=on("maskStatusResults"),
     )
 
 
@@ -157,6 +174,8 @@ def switch_values(devs: Deviations) -> dict[str, bool]:
         devs.carry_guard_counts,
         devs.result_to_open_call,
         devs.bare_results,
+        devs.ignore_execution_knobs,
+        devs.mask_status_results,
     )
     return dict(zip(SWITCHES, values, strict=True))
 

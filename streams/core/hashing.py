@@ -1,7 +1,8 @@
 """Stable hashes of tool calls and their outcomes, memoised on the raw texts.
 
 A call's signature is ``tool:sha256(canonical params)`` (canonical.py: key order never
-matters, numbers as JavaScript holds them); its outcome follows the rules of outcomes.py.
+matters, numbers as JavaScript holds them) of the params without the args that do not change
+what the call does (call_identity.py); its outcome follows the rules of outcomes.py.
 Every rule accepts any JSON value in any field: an odd payload is hashed, never raised on.
 """
 
@@ -11,6 +12,7 @@ from typing import Any
 
 from mypy_extensions import mypyc_attr
 
+from streams.core.call_identity import identity_params
 from streams.core.canonical import digest, parse_json
 from streams.core.deviations import RAW_UPDATE_PLAN
 from streams.core.outcomes import Outcome, normalize_update_plan, tool_outcome
@@ -97,11 +99,13 @@ def clear_memos() -> None:
     _OUTCOME_CACHE.clear()
 
 
-def _call_info(tool_name: str, args_json: str | None, rules: int) -> CallInfo:
+def _call_info(
+    tool_name: str, args_json: str | None, rules: int, ignored: VolatileFields | None
+) -> CallInfo:
     # No args at all hashes as JSON null: a stable value, the same in every process.
     params = None if args_json is None else parse_json(args_json)
     try:
-        sig = args_hash(tool_name, params, rules)
+        sig = args_hash(tool_name, identity_params(tool_name, params, rules, ignored), rules)
     except RecursionError:  # nested too deep to canonicalise: hash the text as sent
         params = args_json
         sig = args_hash(tool_name, params, rules)
@@ -109,13 +113,23 @@ def _call_info(tool_name: str, args_json: str | None, rules: int) -> CallInfo:
     return CallInfo(sig, is_known_poll_call(tool_name, params), action)
 
 
-def call_info(tool_name: str, args_json: str | None, rules: int = 0) -> CallInfo:
+def call_info(
+    tool_name: str,
+    args_json: str | None,
+    rules: int = 0,
+    ignored: VolatileFields | None = None,
+) -> CallInfo:
     """Signature, poll flag and action of a call given its raw args JSON (memoised;
-    ``rules``: the deviations switched to the reference's hashing, deviations.py)."""
-    key: tuple[Any, ...] = (tool_name, args_json) if not rules else (tool_name, args_json, rules)
+    ``rules``: the deviations switched to the reference's hashing, deviations.py;
+    ``ignored``: the tool's ``perTool`` ``ignoredArgs``, left out of the signature)."""
+    key: tuple[Any, ...]
+    if ignored is not None:  # 4 items: never a key of the two forms below
+        key = (tool_name, args_json, rules, ignored.key)
+    else:
+        key = (tool_name, args_json) if not rules else (tool_name, args_json, rules)
     info = _CALL_CACHE.get(key)
     if info is None:
-        info = _call_info(tool_name, args_json, rules)
+        info = _call_info(tool_name, args_json, rules, ignored)
         if isinstance(args_json, str) and len(args_json) <= MEMO_MAX_CHARS:
             _CALL_CACHE.put(key, info, len(tool_name) + len(args_json))
     return info

@@ -5,8 +5,9 @@ trimmed output; outbound message sends drop per-call ids and timestamps; errors 
 message; a JSON ``null`` result is an outcome like any other. Two loopguard fixes on top:
 exec output is normalised for clock times, durations and PIDs (changing timestamps kept the
 reference's loops at warning), and the loop detector's own veto is reported separately so
-the engine can count it as an outcome instead of freezing the streak. hashing.py memoises
-these rules on the raw texts.
+the engine can count it as an outcome instead of freezing the streak; a status tool's clocks
+and counters are masked too (status_results.py, issue 44). hashing.py memoises these rules on
+the raw texts.
 """
 
 from __future__ import annotations
@@ -18,9 +19,13 @@ from streams.core.canonical import MISSING, UNDEFINED, digest, is_number, js_tri
 from streams.core.deviations import (
     BUILTIN_SENDS,
     RAW_EXEC_OUTPUT,
+    RAW_STATUS_RESULTS,
     RAW_UPDATE_PLAN,
+    STATUS_RESULT,
     WRAPPED_RESULTS,
 )
+from streams.core.output_masks import normalize_output
+from streams.core.status_results import STATUS_TOOLS, mask_status_text, mask_status_value
 
 
 def normalize_update_plan(value: Any) -> Any:
@@ -57,43 +62,6 @@ def unknown_tool_name(error: str) -> str | None:
         if match:
             return match.group(1).lower()
     return None
-
-
-# Volatile parts of command output that change on every run of the same stuck command.
-_DATETIME = re.compile(
-    r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?"
-)
-_CLOCK = re.compile(r"\b\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?\b")
-_PID = re.compile(r"\b(pid|PID)([=:\s]+)\d+")
-# The lookahead only skips positions no keyword can start at (a cheap charset test instead
-# of four case-insensitive alternatives at every position); what matches is unchanged.
-_DURATION = re.compile(
-    r"(?i)\b(?=[taei])(took|in|after|elapsed:?)\s+\d+(?:\.\d+)?\s?(ms|s|sec|secs|seconds)\b"
-)
-
-
-def _pid_repl(match: re.Match[str]) -> str:
-    return f"{match[1]}{match[2]}<pid>"
-
-
-def _duration_repl(match: re.Match[str]) -> str:
-    return f"{match[1]} <duration>"
-
-
-def normalize_output(text: str) -> str:
-    """Mask datetimes, clock times, PIDs and durations, in that order.
-
-    Callables instead of ``\\1`` templates (expanded in pure Python per match) and substring
-    pre-checks that skip a pattern only when it cannot match (both clock patterns need a
-    colon, the PID pattern needs ``pid``/``PID``) make this several times cheaper.
-    """
-    if ":" in text:
-        text = _DATETIME.sub("<datetime>", text)
-        if ":" in text:  # often the datetimes held the only colons
-            text = _CLOCK.sub("<time>", text)
-    if "pid" in text or "PID" in text:
-        text = _PID.sub(_pid_repl, text)
-    return _DURATION.sub(_duration_repl, text)
 
 
 def _text_content(result: dict[str, Any]) -> str:
@@ -282,9 +250,13 @@ class Outcome:
     post-compaction guard compares with it, because its rule aborts on identical results
     only, while the rolling detectors keep the masked hash (a stuck command printing the
     time is no progress). Shared through the memo: never changed once built.
+
+    ``counters`` marks a status report whose masked counters and clocks differed from the
+    plain result (status_results.py): back to back they are the loop's own trace, but with
+    other calls between they are that work's, so ``unchanged_outcome`` does not count it.
     """
 
-    __slots__ = ("result_hash", "unknown_tool", "loop_veto", "exact_hash", "empty")
+    __slots__ = ("result_hash", "unknown_tool", "loop_veto", "exact_hash", "empty", "counters")
 
     def __init__(
         self,
@@ -293,6 +265,7 @@ class Outcome:
         loop_veto: bool = False,
         exact_hash: str | None = None,
         empty: bool = False,
+        counters: bool = False,
     ) -> None:
         self.result_hash = result_hash
         self.unknown_tool = unknown_tool
@@ -301,11 +274,12 @@ class Outcome:
         # Nothing in it (no output, no text, no details): a repeat tells the agent nothing
         # new either way (streams.core.outcome_memory ignores it).
         self.empty = empty
+        self.counters = counters
 
     def __repr__(self) -> str:
         return (
             f"Outcome({self.result_hash!r}, {self.unknown_tool!r}, {self.loop_veto!r}, "
-            f"{self.exact_hash!r}, {self.empty!r})"
+            f"{self.exact_hash!r}, {self.empty!r}, {self.counters!r})"
         )
 
 
@@ -343,6 +317,8 @@ def tool_outcome(
     if not isinstance(result, dict):
         if tool_name == "exec" and isinstance(result, str) and bare:
             return _bare_exec_output(result, mask)
+        if isinstance(result, str) and is_status_tool(tool_name, rules):
+            return _status_outcome(None, js_trim(result), digest(result))
         return Outcome(digest(result), empty=result is None or result == "")
     details = result.get("details")
     if not isinstance(details, dict):
@@ -373,4 +349,27 @@ def tool_outcome(
     if tool_name == "update_plan" and not rules & RAW_UPDATE_PLAN:
         return Outcome(digest({"details": normalize_update_plan(details), "text": ""}))
     text = _text_content(result)
+    if is_status_tool(tool_name, rules):
+        return _status_outcome(details, text, digest({"details": details, "text": text}))
     return Outcome(digest({"details": details, "text": text}), empty=not details and not text)
+
+
+def is_status_tool(tool_name: str, rules: int) -> bool:
+    """A tool whose results are status reports (status_results.py): ``session_status``
+    unless ``maskStatusResults`` is off, or one its ``perTool`` entry names."""
+    if rules & STATUS_RESULT:
+        return True
+    return tool_name in STATUS_TOOLS and not rules & RAW_STATUS_RESULTS
+
+
+def _status_outcome(details: dict[str, Any] | None, text: str, plain: str) -> Outcome:
+    """A status report hashed with its clocks, relative times and counters masked; ``plain``
+    (its hash as any other result) is kept as the exact hash for the post-compaction guard,
+    which aborts on identical results only, as for masked exec output."""
+    masked_text = mask_status_text(text)
+    masked = mask_status_value(details) if details is not None else None
+    empty = not details and not text
+    if masked == details and masked_text == text:
+        return Outcome(plain, empty=empty)
+    value: Any = {"details": masked, "text": masked_text} if details is not None else masked_text
+    return Outcome(digest(value), exact_hash=plain, empty=empty, counters=True)

@@ -16,7 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from streams.core.call_identity import ignored_args
 from streams.core.call_record import CallRecord
+from streams.core.canonical import parse_json
 from streams.core.config import LoopDetectionConfig
 from streams.core.decisions import (
     compaction_loop_decision,
@@ -234,11 +236,12 @@ class RunState:
         return []
 
     def _on_call(self, event: ToolCall, cfg: LoopDetectionConfig) -> list[Decision]:
-        info = call_info(event.tool_name, event.args_json, cfg.hash_rules)
-        sig, known_poll, action = info.sig, info.known_poll, info.action
         # perTool: the tool's own view of the config (thresholds, exempt detectors), if any
         per_tool = cfg.per_tool
         view = per_tool.get(event.tool_name) if per_tool else None
+        ignored = None if view is None else view.ignored_args
+        info = call_info(event.tool_name, event.args_json, cfg.hash_rules, ignored)
+        sig, known_poll, action = info.sig, info.known_poll, info.action
         hit = detect_with_failures(
             self.history,
             self.error_streak,
@@ -298,6 +301,9 @@ class RunState:
     def _on_result(self, event: ToolResult, cfg: LoopDetectionConfig) -> list[Decision]:
         tool_name = event.tool_name
         rules, devs = cfg.hash_rules, cfg.deviations
+        per_tool = cfg.per_tool  # perTool: one lookup, none at all when it is empty
+        view = per_tool.get(tool_name) if per_tool else None
+        ignored = None if view is None else view.ignored_args
         if event.args_json is None and (
             devs.result_args_by_call_id if event.tool_call_id else devs.result_to_open_call
         ):
@@ -313,7 +319,7 @@ class RunState:
             if call is not None:
                 sig, known_poll, action = call.sig, call.known_poll, call.action or None
             else:  # the call is out of the window (or never seen): no args known
-                info = call_info(tool_name, "{}", rules)
+                info = call_info(tool_name, "{}", rules, ignored)
                 sig, known_poll, action = info.sig, info.known_poll, info.action
         else:  # its own args (with those switches off: what it carries, maybe none)
             record = self.history.pending_by_id.get(event.tool_call_id or "")
@@ -327,16 +333,18 @@ class RunState:
                 # find_pending would return this very record.
                 info = seen[1]
             else:
-                info = call_info(tool_name, event.args_json, rules)
+                info = call_info(tool_name, event.args_json, rules, ignored)
                 record = self.history.find_pending(tool_name, info.sig, event.tool_call_id)
             sig, known_poll, action = info.sig, info.known_poll, info.action
-        per_tool = cfg.per_tool  # perTool: one lookup, none at all when it is empty
-        view = per_tool.get(tool_name) if per_tool else None
-        if view is None or view.volatile is None:
+        if view is None:
             outcome = result_outcome(tool_name, action, event.result_json, event.error, rules)
+        elif view.volatile is None:  # its own hash_rules: statusResult (status_results.py)
+            outcome = result_outcome(
+                tool_name, action, event.result_json, event.error, view.hash_rules
+            )
         else:
             outcome = stripped_result_outcome(
-                tool_name, action, event.result_json, event.error, view.volatile, rules
+                tool_name, action, event.result_json, event.error, view.volatile, view.hash_rules
             )
         if outcome.result_hash is None and not (outcome.loop_veto and devs.veto_is_outcome):
             # No result and no error: nothing to compare, so, as in the reference, it is not
@@ -400,6 +408,8 @@ class RunState:
         result_hash = outcome.result_hash
         if not cfg.detectors.unchanged_outcome or result_hash is None or outcome.empty:
             return
+        if outcome.counters:  # a status report: its counters moved with the calls between
+            return
         index, within = record.index, cfg.history_size
         if memory.streaks:
             memory.drop_stale(index, within)
@@ -427,7 +437,14 @@ class RunState:
     ) -> Decision:
         if hit.level == CRITICAL:
             self.blocks += 1
-        decision = detection_decision(self.run_id, event, call, hit, cfg, self.blocks)
+        view = cfg.per_tool.get(event.tool_name)
+        ignored = ignored_args(  # named in the decision (call_identity.py)
+            event.tool_name,
+            parse_json(event.args_json),
+            cfg.hash_rules,
+            None if view is None else view.ignored_args,
+        )
+        decision = detection_decision(self.run_id, event, call, hit, cfg, self.blocks, ignored)
         if decision.action is Action.ABORT:
             self.status = ABORTED
         return decision

@@ -2,7 +2,9 @@
 
 Each entry may set ``warningThreshold`` / ``criticalThreshold`` for that tool's calls (clamped
 like the top-level pair), ``exempt`` detectors that never fire on its calls, and
-``volatileFields`` stripped from its results before hashing. A per-agent block's
+``volatileFields`` stripped from its results before hashing, ``ignoredArgs`` left out of its
+calls' identity (call_identity.py) and ``statusResult`` (its results are status reports whose
+clocks and counters are masked, status_results.py). A per-agent block's
 ``perTool.<tool>`` merges field by field over the fleet's. This module validates, merges and
 resolves the entries; :func:`streams.core.config.resolve` turns them into per-tool views of
 the agent's config. The global circuit breaker (and ``unknownToolThreshold``, the
@@ -19,7 +21,8 @@ from streams.core.volatile import VolatileFields, parse_path
 
 PER_TOOL = "perTool"
 THRESHOLD_FIELDS = ("warningThreshold", "criticalThreshold")
-TOOL_FIELDS = (*THRESHOLD_FIELDS, "exempt", "volatileFields")
+STATUS_RESULT_FIELD = "statusResult"
+TOOL_FIELDS = (*THRESHOLD_FIELDS, "exempt", "volatileFields", "ignoredArgs", STATUS_RESULT_FIELD)
 # The switchable detectors (the keys of ``detectors``) plus the post-compaction guard.
 EXEMPTABLE = (
     "genericRepeat",
@@ -42,6 +45,8 @@ class ToolSettings:
     critical_threshold: int | None = None
     exempt: frozenset[str] = frozenset()
     volatile: VolatileFields | None = None
+    ignored_args: VolatileFields | None = None
+    status_result: bool | None = None  # None: the built-in list decides (status_results.py)
 
 
 def check_per_tool(value: Any, where: str) -> None:
@@ -64,6 +69,9 @@ def check_per_tool(value: Any, where: str) -> None:
                     raise ConfigError(f"{at}.{key}: expected a whole number >= 1, got {item!r}")
             elif key == "exempt":
                 _check_exempt(item, f"{at}.{key}")
+            elif key == STATUS_RESULT_FIELD:
+                if not isinstance(item, bool):
+                    raise ConfigError(f"{at}.{key}: expected true or false, got {item!r}")
             else:
                 _check_paths(item, f"{at}.{key}")
 
@@ -126,11 +134,14 @@ def tool_settings(per_tool: dict[str, Any]) -> dict[str, ToolSettings]:
         if not entry:
             continue
         paths = entry.get("volatileFields") or []
+        ignored = entry.get("ignoredArgs") or []
         settings[tool] = ToolSettings(
             warning_threshold=entry.get("warningThreshold"),
             critical_threshold=entry.get("criticalThreshold"),
             exempt=frozenset(entry.get("exempt") or ()),
             volatile=VolatileFields(paths) if paths else None,
+            ignored_args=VolatileFields(ignored) if ignored else None,
+            status_result=entry.get(STATUS_RESULT_FIELD),
         )
     return settings
 

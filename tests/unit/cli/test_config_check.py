@@ -37,7 +37,7 @@ def test_check_shows_each_blocks_per_tool_settings(tmp_path, capsys):
     assert f'config_version="{version}"' in lines[coder]
     assert (
         "  perTool web_fetch: warningThreshold=10  criticalThreshold=12  exempt=-  "
-        "volatileFields=data.items.*.fetchedAt,fetchedAt"
+        "volatileFields=data.items.*.fetchedAt,fetchedAt  ignoredArgs=-  statusResult=false"
     ) in lines[coder:]
     assert "  perTool poll_jobs: warningThreshold=10  criticalThreshold=20  " in out
     assert "exempt=genericRepeat,postCompactionGuard  volatileFields=-" in out
@@ -59,6 +59,8 @@ def test_check_json_for_one_agent(tmp_path, capsys):
         "criticalThreshold": 12,
         "exempt": [],
         "volatileFields": ["data.items.*.fetchedAt", "fetchedAt"],
+        "ignoredArgs": [],
+        "statusResult": False,
     }
     assert doc["blocks"]["coder"]["perTool"]["process"]["criticalThreshold"] == 40
 
@@ -173,3 +175,39 @@ def test_a_fleet_that_enables_nothing_is_warned_about(tmp_path, capsys):
         "{enabled: true}}}]}}",
     )
     assert "enabled is true in no block" not in out
+
+
+def test_check_shows_the_args_left_out_of_a_calls_identity_and_the_status_tools(tmp_path, capsys):
+    """Issue 44: the built-in knobs and status tools, and what perTool adds or takes away."""
+    text = """{tools: {loopDetection: {enabled: true, perTool: {
+        exec: {ignoredArgs: ["env.TERM"]}, deploy_status: {statusResult: true},
+        session_status: {statusResult: false}}}}}"""
+    code, out, _ = check(tmp_path, capsys, text)
+    assert code == EXIT_OK
+    lines = out.splitlines()
+    assert (
+        "  ignoredArgs: exec=background,env.TERM,pty,timeout,timeoutSeconds,title,yieldMs  "
+        "process=timeout"
+    ) in lines
+    assert "  statusResults: tools=deploy_status" in lines
+    assert any(
+        line.startswith("  perTool exec: ")
+        and line.endswith("ignoredArgs=env.TERM  statusResult=false")
+        for line in lines
+    )
+    assert any(
+        line.startswith("  perTool deploy_status: ") and line.endswith("statusResult=true")
+        for line in lines
+    )
+
+    code, out, _ = check(tmp_path, capsys, '{tools: {loopDetection: {compat: "openclaw"}}}')
+    assert "  ignoredArgs: -" in out.splitlines()  # the reference hashes every arg
+    assert "  statusResults: tools=-" in out.splitlines()
+    code, out, _ = check(tmp_path, capsys, "{tools: {loopDetection: {}}}")
+    assert "  statusResults: tools=session_status" in out.splitlines()
+
+    code, out, err = check(
+        tmp_path, capsys, "{tools: {loopDetection: {perTool: {x: {statusResult: 1}}}}}"
+    )
+    assert code == EXIT_USAGE
+    assert "tools.loopDetection.perTool.x.statusResult: expected true or false, got 1" in err

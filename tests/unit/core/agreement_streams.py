@@ -4,7 +4,8 @@ any order with or without args and call ids, orphan results and compaction storm
 
 With ``reference_only`` the streams also carry what only the compat comparison can judge,
 because the default-mode model does not restate those loopguard rules: exec output with
-clock times and PIDs (masked by loopguard), ``update_plan`` calls (hashed by shape) and loop
+clock times and PIDs (masked by loopguard), ``update_plan`` calls (hashed by shape),
+``session_status`` cards whose counters move (masked by loopguard, issue 44) and loop
 vetoes answering calls (an outcome for loopguard, none for the reference), some right after
 their call, as a gateway that enforces a block answers it (issue 38: a blocked call followed
 by anything else ran anyway, and the reference recorded it). ``vetoes=False``: a gateway
@@ -33,7 +34,7 @@ CALLS: list[tuple[str, dict[str, Any]]] = [
     ("process", {"action": "log", "sessionId": "s1"}),
     ("command_status", {"id": "c1"}),
     ("exec", {"command": "make"}),
-    ("exec", {"command": "make", "timeout": 2.0}),
+    ("exec", {"command": "make", "timeout": 2.0}),  # the same call for loopguard (issue 44)
     ("message", {"action": "send", "text": "hi"}),
     ("message", {"action": "read"}),
     ("conversations_turn", {"conversationRef": "c", "text": "hi"}),
@@ -47,9 +48,11 @@ def plan(*steps: str, explanation: str = "") -> dict[str, Any]:
     return {"plan": [{"step": s, "status": "pending"} for s in steps], "explanation": explanation}
 
 
-# Only in reference_only streams: plans loopguard hashes by shape (the first three are one
-# shape, reworded), so a re-planning loop is a loop for loopguard and not for the reference.
-PLAN_CALLS: list[tuple[str, dict[str, Any]]] = [
+# Only in reference_only streams: a status tool (issue 44: its cards' counters are masked by
+# loopguard), and plans loopguard hashes by shape (the three are one shape, reworded), so a
+# re-planning loop is a loop for loopguard and not for the reference.
+REFERENCE_ONLY_CALLS: list[tuple[str, dict[str, Any]]] = [
+    ("session_status", {}),
     ("update_plan", plan("build", "test")),
     ("update_plan", plan("compile", "check")),
     ("update_plan", plan("build", "test", explanation="again")),
@@ -134,6 +137,24 @@ CLOCKS: list[list[Outcome]] = [
     [ok({"details": {"status": "running", "tail": f"waiting 10:00:0{i}"}}) for i in range(3)],
     [ok(f"done in {i}s at 10:00:0{i}") for i in range(3)],  # a bare output string
 ]
+
+
+def status_card(minutes: int, tokens: int, state: str = "idle") -> dict[str, Any]:
+    """A session_status card: its clock, relative time and counters move from call to call."""
+    card = (
+        f"🕒 Time: 10:{minutes:02d} PM\n🧮 Tokens: {tokens}k in / {tokens // 10}k out\n"
+        f"🧵 Session: agent:main:main • updated {minutes}m ago · {state}"
+    )
+    details = {"ok": True, "sessionKey": "agent:main:main", "statusText": card}
+    return {"content": [{"type": "text", "text": card}], "details": details}
+
+
+# Only in reference_only streams: cards that differ in their clock and counters only (one
+# outcome per family for loopguard, one per card for the reference); the families' states differ.
+STATUS: list[list[Outcome]] = [
+    [ok(status_card(i, 40 + 3 * i)) for i in range(4)],
+    [ok(status_card(i, 40 + 3 * i, "busy")) for i in range(3)],
+]
 PLANS: list[list[Outcome]] = [
     [ok({"details": {"status": "updated", "plan": [{"step": w, "status": "pending"}]}})]
     for w in ("a", "b")
@@ -148,10 +169,21 @@ FAMILIES = {
     ),
     "exec": EXEC + ERRORS,
 }
-REFERENCE_ONLY_FAMILIES = {**FAMILIES, "exec": EXEC + CLOCKS + ERRORS, "update_plan": PLANS}
+REFERENCE_ONLY_FAMILIES = {
+    **FAMILIES,
+    "exec": EXEC + CLOCKS + ERRORS,
+    "update_plan": PLANS,
+    "session_status": STATUS,
+}
 # What a loop of these tools answers with half the time in reference_only streams: the
 # families whose variants only loopguard's rules make one outcome.
-REFERENCE_ONLY_LOOPS = {"exec": [*CLOCKS, EXEC[-1]], "read": [TEXT[-1]], "update_plan": PLANS}
+REFERENCE_ONLY_LOOPS = {
+    "exec": [*CLOCKS, EXEC[-1]],
+    "read": [TEXT[-1]],
+    "update_plan": PLANS,
+    "session_status": STATUS,
+    "telegram_send": [SENDS[0], SENDS[3]],  # fresh ids: one outcome by loopguard's naming rule
+}
 
 
 @st.composite
@@ -160,9 +192,9 @@ def streams(draw, max_ops: int = 60, reference_only: bool = False, vetoes: bool 
     results in any order (args omitted when a call id says which call), orphan results,
     compactions of every kind; loops are likely (repeats, alternations, sticky results)."""
     vetoes = reference_only and vetoes
-    calls = CALLS + PLAN_CALLS if reference_only else CALLS
+    calls = CALLS + REFERENCE_ONLY_CALLS if reference_only else CALLS
     families = REFERENCE_ONLY_FAMILIES if reference_only else FAMILIES
-    results = RESULTS + CLOCKS + PLANS if reference_only else RESULTS
+    results = RESULTS + CLOCKS + PLANS + STATUS if reference_only else RESULTS
     run = Run(None, run_id="r1", agent_id="agent", time_step=100)
     pending: list[tuple[str, dict[str, Any], str | None]] = []
     recent: list[int] = []

@@ -19,10 +19,11 @@ detector); a breaker that counts a stable ping-pong too; the failure rules
 (``consecutiveErrors``, ``errorRepeat``); the post-compaction guard's count carried over a
 re-arm and the compaction storm; a result that omits its args taking its call's (by call id
 while the call is in the window, or the tool's newest open call when it has no id either); bare
-results (an exec output string, an object with neither ``details`` nor ``content``) and
-``*_send`` tools as sends. The deviations it does not restate (exec output masking,
-``update_plan`` shapes, a block recorded as an outcome, escalation to abort) the default-mode
-comparison keeps out of its streams.
+results (an exec output string, an object with neither ``details`` nor ``content``),
+``*_send`` tools as sends and a call's identity without its execution knobs (issue 44). The
+deviations it does not restate (exec output masking, ``update_plan`` shapes, a block recorded
+as an outcome, escalation to abort, status results masked) the default-mode comparison keeps
+out of its streams.
 """
 
 from __future__ import annotations
@@ -129,8 +130,32 @@ def js_trim(text: str) -> str:
 # -- hashing (tool-loop-detection.ts) ------------------------------------------------------
 
 
-def hash_tool_call(tool_name: str, params: Any) -> str:
-    return f"{tool_name}:{digest(params)}"
+def hash_tool_call(tool_name: str, params: Any, loopguard: bool = False) -> str:
+    return f"{tool_name}:{digest(call_identity(tool_name, params) if loopguard else params)}"
+
+
+# loopguard (issue 44): the args that change how a call runs, not what it does
+EXECUTION_KNOBS = {
+    "exec": {"background", "pty", "timeout", "timeoutSeconds", "title", "yieldMs"},
+    "process": {"timeout"},
+}
+
+
+def call_identity(tool_name: str, params: Any) -> Any:
+    """loopguard: the params without the tool's execution knobs; an exec workdir that names
+    the default directory ("", ".", "./") is none, and one directory has one spelling."""
+    if not is_plain_object(params) or tool_name not in EXECUTION_KNOBS:
+        return params
+    kept = {k: v for k, v in params.items() if k not in EXECUTION_KNOBS[tool_name]}
+    workdir = kept.get("workdir")
+    if tool_name == "exec" and isinstance(workdir, str):
+        parts = [part for part in workdir.split("/") if part not in ("", ".")]
+        spelled = ("/" if workdir.startswith("/") else "") + "/".join(parts)
+        if spelled:
+            kept["workdir"] = spelled
+        else:
+            del kept["workdir"]
+    return kept
 
 
 def is_known_poll_tool_call(tool_name: str, params: Any) -> bool:
@@ -479,7 +504,7 @@ def detect_tool_call_loop(
 ) -> Verdict | None:
     if cfg.enabled is not True:
         return None
-    current = hash_tool_call(tool_name, params)
+    current = hash_tool_call(tool_name, params, cfg.loopguard)
     unknown, _ = unknown_tool_repeat_streak(history, tool_name)
     streak = no_progress_streak(history, tool_name, current)
     known_poll = is_known_poll_tool_call(tool_name, params)
@@ -525,7 +550,7 @@ def detect_failures(
     the run's last outcomes were all failures, whatever the calls."""
     if cfg.enabled is not True:
         return None
-    current = hash_tool_call(tool_name, params)
+    current = hash_tool_call(tool_name, params, cfg.loopguard)
     latest = latest_result_hash(history, current)
     if cfg.error_repeat and latest is not None and latest.startswith("error:"):
         streak = no_progress_streak(history, tool_name, current)
@@ -580,7 +605,8 @@ class ReferenceRun:
         if blocked and enforced:
             return verdict  # runBeforeToolCallHook blocks before recordToolCall
         if self.cfg.enabled is not False:  # recordToolCall
-            record = Record(tool_name, hash_tool_call(tool_name, params), call_id, params=params)
+            args_hash = hash_tool_call(tool_name, params, self.cfg.loopguard)
+            record = Record(tool_name, args_hash, call_id, params=params)
             self.history.append(record)
             self._trim()
         return verdict
@@ -632,7 +658,7 @@ class ReferenceRun:
             return None
         # loopguard: the failure streak (the generated gateway never answers with a veto)
         self.error_streak = self.error_streak + 1 if error is not None else 0
-        args_hash = hash_tool_call(tool_name, params)
+        args_hash = hash_tool_call(tool_name, params, self.cfg.loopguard)
         for record in reversed(self.history):
             if call_id and record.tool_call_id != call_id:
                 continue

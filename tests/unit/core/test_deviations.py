@@ -30,7 +30,7 @@ def test_every_switch_defaults_to_loopguards_rule():
 def test_compat_openclaw_switches_every_deviation_off():
     cfg = resolve({"compat": "openclaw"})
     assert not any(switch_values(cfg.deviations).values())
-    assert cfg.hash_rules == 1 | 2 | 4 | 8
+    assert cfg.hash_rules == 1 | 2 | 4 | 8 | 16 | 32
     d = cfg.detectors
     assert not (d.consecutive_errors or d.error_repeat or d.compaction_storm)
     assert d.generic_repeat and d.known_poll_no_progress and d.ping_pong  # the reference's own
