@@ -1,9 +1,15 @@
 """Loop incidents in the audit trail (issue 28): idempotent writes and the reads behind
 ``loopguard incidents``, the status page and the webhook notice.
 
-An incident's records come from one partition of the incidents topic, in order (open, grown,
-closed), and may be delivered again after a restart: a write merges the runs and agents it
-spans, keeps the latest window, and never reopens a closed incident.
+An incident's records come from one partition of the incidents topic, in order (open, grown
+or gone on into a new window, closed), and may be delivered again after a restart: a write
+merges the runs and agents it spans, keeps the latest window, and never reopens a closed
+incident.
+
+A worker closes an incident once its quiet window has passed; one that is gone for good (a
+demo's, a fleet's that was taken down) closes nothing more. So a read as of a wall-clock time
+shows an incident still open ``ABANDONED_AFTER_MS`` past its quiet window as closed at the end
+of that window: its worker would have closed it, or said it went on, long before.
 """
 
 from __future__ import annotations
@@ -15,7 +21,10 @@ from sqlalchemy.orm import Session
 
 from streams.audit.models import IncidentRow
 from streams.audit.store import AuditStore
-from streams.core.incidents import CLOSED, OPEN, Incident, merge_members
+from streams.core.incidents import CLOSED, OPEN, Incident, close, merge_members
+
+# An open incident this long past its quiet window has no worker left to close it.
+ABANDONED_AFTER_MS = 60_000
 
 
 def _merged(row: IncidentRow, incident: Incident) -> None:
@@ -73,13 +82,27 @@ def row_to_incident(row: IncidentRow) -> Incident:
     )
 
 
-def list_incidents(store: AuditStore, open_only: bool = False, limit: int = 100) -> list[Incident]:
-    """Incidents, newest opening first; ``open_only``: those not closed yet."""
+def list_incidents(
+    store: AuditStore, open_only: bool = False, limit: int = 100, now_ms: int | None = None
+) -> list[Incident]:
+    """Incidents, newest opening first; ``open_only``: those not closed yet. With ``now_ms``
+    (wall clock, epoch ms) as of then: an abandoned incident (see above) is closed."""
     query = select(IncidentRow).order_by(IncidentRow.opened_at.desc(), IncidentRow.incident_id)
     if open_only:
         query = query.where(IncidentRow.status == OPEN)
+        if now_ms is not None:
+            quiet_end = IncidentRow.last_window + IncidentRow.window_seconds * 2000
+            query = query.where(quiet_end + ABANDONED_AFTER_MS > now_ms)
     with Session(store.engine) as session:
-        return [row_to_incident(row) for row in session.scalars(query.limit(limit))]
+        found = [row_to_incident(row) for row in session.scalars(query.limit(limit))]
+    return found if now_ms is None else [as_of(incident, now_ms) for incident in found]
+
+
+def as_of(incident: Incident, now_ms: int) -> Incident:
+    """``incident`` as of ``now_ms``: closed at the end of its quiet window if abandoned."""
+    if incident.status == OPEN and now_ms >= incident.closes_at + ABANDONED_AFTER_MS:
+        return close(incident)
+    return incident
 
 
 def has_incident_table(store: AuditStore) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from typing import Any
 
 from streams.cli.common import EXIT_OK, add_db_arg, read_trail
@@ -24,7 +25,7 @@ COLUMNS = (
     "runs",
     "agents",
     "closed (UTC)",
-    "signature",
+    "what",
 )
 
 
@@ -33,9 +34,11 @@ def add_incidents_parser(sub: Any) -> None:
         "incidents",
         help="loop incidents: one tool failing or looping the same way in many runs at once",
         description="Loop incidents the workers recorded (tools.loopDetection.incidents): a "
-        "tool and its normalised error, or a repeated call's args hash, shared by at least "
-        "minRuns runs of minAgents agents within one window. Newest first; an incident is "
-        "open until a whole window passes without its signature.",
+        "tool and its normalised error, a cycle of agents passing the same messages round, or "
+        "a repeated call's args hash, shared by at least minRuns runs of minAgents agents "
+        "within one window. Newest first; an incident is open until a whole window passes "
+        "without its signature (one still open a minute after that has no worker left to "
+        "close it, and shows as closed then).",
     )
     add_db_arg(parser)
     parser.add_argument("--open", action="store_true", help="only incidents still open")
@@ -51,9 +54,14 @@ def add_incidents_parser(sub: Any) -> None:
 def run_incidents(args: argparse.Namespace) -> int:
     from streams.audit.incidents import has_incident_table, list_incidents
 
+    now_ms = int(time.time() * 1000)
     with read_trail(args.db) as store:
         migrated = has_incident_table(store)
-        found = list_incidents(store, open_only=args.open, limit=args.limit + 1) if migrated else []
+        found = (
+            list_incidents(store, open_only=args.open, limit=args.limit + 1, now_ms=now_ms)
+            if migrated
+            else []
+        )
     if not migrated:
         print(
             "loopguard incidents: the audit trail predates incidents (`loopguard migrate` "
@@ -65,7 +73,7 @@ def run_incidents(args: argparse.Namespace) -> int:
     notice = f"showing the newest {args.limit} incidents; more match (--limit N shows more)"
     if args.json:
         for incident in found:
-            print(json.dumps(incident.to_dict(), ensure_ascii=False))
+            print(json.dumps({**incident.to_dict(), "label": incident.label}, ensure_ascii=False))
         if cut:
             print(f"loopguard incidents: {notice}", file=sys.stderr)
         return EXIT_OK
@@ -81,7 +89,7 @@ def run_incidents(args: argparse.Namespace) -> int:
             str(len(i.runs)),
             str(len(i.agents)),
             format_ms(i.closed_at) if i.closed_at is not None else "-",
-            f"{i.kind}: {i.detail}",
+            i.label,
         ]
         for i in found
     ]

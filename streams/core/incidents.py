@@ -4,14 +4,18 @@ Pure and event-time based, so the worker (streams/worker/incidents.py, Faust tab
 replay (streams/replay/incidents.py, plain dicts) run the same steps and reach the same
 incidents from the same events.
 
-- A **signal** is a failed tool outcome (signed by the tool and its normalised error) or a
+- A **signal** is a failed tool outcome (signed by the tool and its normalised error), a loop
+  between agents (signed by the cycle of agents, :mod:`streams.core.agent_cycles`) or another
   loop decision on a call that did not fail (signed by the tool and the call's args hash; a
   decision on a failing call is left to its failures, so one broken tool is one signature).
 - Signals are counted per **signature** in tumbling windows of ``windowSeconds`` (event time):
   the distinct runs and agents. A window whose counts reach ``minRuns`` and ``minAgents`` opens
   an incident, with an id derived from the signature and the window's start.
-- The incident stays open while each following window has a signal of its signature, and
-  closes at the end of the first quiet window (``closes_at``).
+- The incident stays open while each following window has a signal of its signature (a
+  record says so once per window: the audit trail knows when it went quiet), and closes at
+  the end of the first quiet window (``closes_at``).
+- Every incident has a human label (:attr:`Incident.label`): what fails, what repeats, or
+  which agents pass the same messages round.
 
 Order: counts are sets, so within a window the order of signals never changes what opens or
 which runs an incident spans; only when it is noticed. Across windows signals are taken in
@@ -23,17 +27,21 @@ close and opens a new incident if its own window crosses the thresholds.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from streams.core.agent_cycles import CYCLE_SEP, cycle_id
+from streams.core.agent_cycles import DETECTOR as AGENT_CYCLE
 from streams.core.events import Decision, ToolResult
 from streams.core.failures import ERROR_HASH_PREFIX
 from streams.core.incident_config import IncidentConfig
 
-ERROR, ARGS = "error", "args"
+ERROR, ARGS, CYCLE = "error", "args", "cycle"
 OPEN, CLOSED = "open", "closed"
 MAX_MEMBERS = 1000  # distinct runs (and agents) kept per window and per incident
+KEPT_WINDOWS = 3  # a signature's windows counted, its newest one included
 MAX_ERROR_TEXT = 200
 # Failure-based detectors: their decisions are signed by the failures they saw.
 FAILURE_DETECTORS = frozenset({"consecutive_errors", "error_repeat", "unknown_tool"})
@@ -68,7 +76,7 @@ class Signal:
     """One sign of trouble: a run of an agent hit ``tool`` with ``detail`` at ``event_time``."""
 
     tool: str
-    kind: str  # ERROR (detail: the normalised error) or ARGS (detail: the args hash)
+    kind: str  # ERROR (detail: the normalised error), CYCLE (the agents), ARGS (the args hash)
     detail: str
     run_id: str
     agent_id: str
@@ -121,7 +129,17 @@ def failure_signal(event: ToolResult) -> Signal | None:
 
 def decision_signal(decision: Decision) -> Signal | None:
     """The signal of a loop decision on a call that did not fail, else ``None`` (a failing
-    call's incident is signed by its failures; a decision without args hash signs nothing)."""
+    call's incident is signed by its failures; a decision without args hash signs nothing).
+    A loop between agents is signed by its cycle, so every run of it counts under one."""
+    if decision.detector == AGENT_CYCLE and (agents := cycle_agents(decision)):
+        return Signal(
+            decision.tool_name,
+            CYCLE,
+            cycle_id(agents),
+            decision.run_id,
+            decision.agent_id,
+            decision.event_time,
+        )
     failing = decision.result_hash.startswith(ERROR_HASH_PREFIX) or decision.error_code
     if failing or decision.detector in FAILURE_DETECTORS or not decision.args_hash:
         return None
@@ -135,6 +153,17 @@ def decision_signal(decision: Decision) -> Signal | None:
         decision.agent_id,
         decision.event_time,
     )
+
+
+def cycle_agents(decision: Decision) -> list[str]:
+    """The agents of an agent-cycle decision's loop (its ``agents`` extra), [] if unreadable."""
+    try:
+        agents = json.loads(decision.extra.get("agents", "[]"))
+    except (TypeError, ValueError):
+        return []
+    if not isinstance(agents, list) or not all(isinstance(a, str) for a in agents):
+        return []
+    return agents
 
 
 def window_start(event_time: int, window_ms: int) -> int:
@@ -170,6 +199,46 @@ class WindowTally:
         return cls(tuple(data["runs"]), tuple(data["agents"]))
 
 
+@dataclass(slots=True)
+class SignatureTallies:
+    """A signature's tallies of its newest windows (``KEPT_WINDOWS`` of them: a signal that
+    late still counts in its own window), in a form that serialises as JSON: what the worker
+    keeps per signature, and replay too."""
+
+    window_ms: int = 0
+    windows: dict[int, WindowTally] = field(default_factory=dict)
+
+    def add(self, signal: Signal, window_ms: int) -> WindowTally:
+        """Count ``signal`` in its window; the window's tally with it."""
+        if window_ms != self.window_ms:  # windowSeconds changed at run time: start afresh
+            self.window_ms, self.windows = window_ms, {}
+        start = window_start(signal.event_time, window_ms)
+        tally = self.windows[start] = self.windows.get(start, WindowTally()).add(signal)
+        oldest = max(self.windows) - (KEPT_WINDOWS - 1) * window_ms
+        for gone in [w for w in self.windows if w < oldest]:
+            del self.windows[gone]
+        return tally
+
+    def newest(self) -> int:
+        """Start of the newest window counted (epoch ms), 0 with none."""
+        return max(self.windows, default=0)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "window_ms": self.window_ms,
+            "windows": [[w, *t.to_dict().values()] for w, t in sorted(self.windows.items())],
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> SignatureTallies:
+        if not data:
+            return cls()
+        windows = {
+            int(row[0]): WindowTally(tuple(row[1]), tuple(row[2])) for row in data["windows"]
+        }
+        return cls(int(data["window_ms"]), windows)
+
+
 @dataclass(frozen=True, slots=True)
 class Incident:
     """An incident as published, stored and shown; ``status`` OPEN or CLOSED."""
@@ -191,6 +260,18 @@ class Incident:
     def closes_at(self) -> int:
         """End of the first window after ``last_window``: closed then unless it has a signal."""
         return self.last_window + 2 * self.window_seconds * 1000
+
+    @property
+    def label(self) -> str:
+        """What the incident is about, in words (the signature's detail is a key, and for a
+        repeated call only a hash)."""
+        if self.kind == ERROR:
+            return f"{self.tool} fails: {self.detail}"
+        if self.kind == CYCLE:
+            first = self.detail.split(CYCLE_SEP, 1)[0]
+            return f"agents {self.detail}{CYCLE_SEP}{first} pass the same messages round"
+        short = self.detail.rsplit(":", 1)[-1][:12]
+        return f"{self.tool} called again and again with the same args ({short})"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -269,9 +350,16 @@ def apply_signal(
     if (runs, agents, last) == (current.runs, current.agents, current.last_window):
         return step
     step.open = replace(current, runs=runs, agents=agents, last_window=last)
-    if (runs, agents) != (current.runs, current.agents):
-        step.published.append(step.open)  # the runs it spans grew
+    step.published.append(step.open)  # the runs it spans grew, or it goes on in a new window
     return step
+
+
+def observe_signal(
+    tallies: SignatureTallies, current: Incident | None, signal: Signal, config: IncidentConfig
+) -> Step:
+    """One signal counted in its signature's ``tallies`` (changed in place) and applied to
+    the signature's open incident (``current``): the one step the worker and replay take."""
+    return apply_signal(current, tallies.add(signal, config.window_ms), signal, config)
 
 
 def due_to_close(current: Incident, now: int) -> bool:
@@ -285,17 +373,15 @@ class IncidentBook:
 
     def __init__(self, config: IncidentConfig) -> None:
         self.config = config
-        self.tallies: dict[tuple[str, int], WindowTally] = {}
+        self.tallies: dict[str, SignatureTallies] = {}
         self.open: dict[str, Incident] = {}
         self.published: list[Incident] = []
 
     def observe(self, signal: Signal) -> list[Incident]:
         if not self.config.enabled:
             return []
-        key = (signal.signature, window_start(signal.event_time, self.config.window_ms))
-        tally = self.tallies.get(key, WindowTally()).add(signal)
-        self.tallies[key] = tally
-        step = apply_signal(self.open.get(signal.signature), tally, signal, self.config)
+        tallies = self.tallies.setdefault(signal.signature, SignatureTallies())
+        step = observe_signal(tallies, self.open.get(signal.signature), signal, self.config)
         if step.open is None:
             self.open.pop(signal.signature, None)
         else:

@@ -40,7 +40,7 @@ def topic_specs(settings: Settings) -> list[NewTopic]:
         # the incident tables' changelogs on the same partitions, and the incidents.
         NewTopic(settings.topics.incident_signals, parts, repl, topic_configs=durable),
         NewTopic(
-            f"{settings.app_id}-incident-windows-changelog", parts, repl, topic_configs=compacted
+            f"{settings.app_id}-incident-tallies-changelog", parts, repl, topic_configs=compacted
         ),
         NewTopic(
             f"{settings.app_id}-incidents-open-changelog", parts, repl, topic_configs=compacted

@@ -18,15 +18,21 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from streams.core.agent_cycles import cycle_key, is_send_call
-from streams.core.events import AgentEvent, Decision, event_kind
+from streams.core.events import Decision, event_kind
 from streams.core.run_state import RunState
-from streams.observability.metrics import dead_letter_kind
 from streams.service.processor import EventProcessor
+from streams.service.records import (
+    BatchContext,
+    Message,
+    OutRecord,
+    Partitioner,
+    Produced,
+    TopicPartition,
+)
 from streams.state.state_format import encode as encode_state
 from streams.wire.avro import (
     DeadLetterRecord,
@@ -42,31 +48,6 @@ from streams.wire.single_object import HEADER_SIZE, MARKER
 log = logging.getLogger("loopguard.worker")
 
 DEAD_LETTER_PAYLOAD_LIMIT = 65_536
-
-# (topic, partition): an events partition (a record's source) or a record's destination.
-TopicPartition = tuple[str, int]
-
-
-class Message(Protocol):
-    """An events-topic message as the consumer hands it over (Faust's ``Message`` fits)."""
-
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-
-
-@dataclass(frozen=True, slots=True)
-class OutRecord:
-    """A record to produce: ``source`` is the events partition it is committed with; a
-    ``value`` of None is a tombstone (a run's state deleted from the compacted changelog)."""
-
-    topic: str
-    key: bytes | None
-    value: bytes | None
-    partition: int
-    source: TopicPartition
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,16 +81,15 @@ class BatchTopics:
 
 
 @dataclass
-class BatchOutput:
-    """What one batch produced; the adapter writes, sends and commits it in this order:
-    state writes and sessions to the tables, re-keys (acknowledged), records, offsets."""
+class BatchOutput(Produced):
+    """What one batch produced (its records and offsets, :class:`Produced`); the adapter
+    writes, sends and commits it in this order: state writes and sessions to the tables,
+    re-keys (acknowledged), records, offsets."""
 
-    records: dict[TopicPartition, list[OutRecord]] = field(default_factory=dict)
     state_writes: list[StateWrite] = field(default_factory=list)
     sessions: dict[bytes, bytes] = field(default_factory=dict)  # session id -> latest run
     rekeys: list[Rekey] = field(default_factory=list)
     dead_letters: list[DeadLetterRecord] = field(default_factory=list)
-    offsets: dict[TopicPartition, int] = field(default_factory=dict)  # next offset to commit
     decisions: list[Decision] = field(default_factory=list)
     event_kinds: Counter[str] = field(default_factory=Counter)
     dead_letter_kinds: Counter[str] = field(default_factory=Counter)  # metrics' kinds
@@ -117,11 +97,11 @@ class BatchOutput:
     loop_tokens: int = 0  # tokens looping runs reported in this batch (issue 28, /metrics)
     saved_tokens: int = 0  # saved-tokens estimates taken in this batch
 
-    def add(self, record: OutRecord) -> None:
-        self.records.setdefault((record.topic, record.partition), []).append(record)
 
-    def record_count(self) -> int:
-        return sum(len(records) for records in self.records.values())
+def state_routing_key(run_key: bytes, state: RunState) -> bytes:
+    """The key a run's state is partitioned by: its session id when it has one, else its run
+    id, so the state lives on its events' partition (the topics are co-partitioned)."""
+    return state.session_id.encode() or run_key
 
 
 def writer_fingerprint(value: bytes | None) -> bytes | None:
@@ -135,35 +115,29 @@ def writer_fingerprint(value: bytes | None) -> bytes | None:
 def process_batch(
     messages: Sequence[Message],
     processor: EventProcessor,
-    *,
-    decode: Callable[[bytes], AgentEvent],
+    context: BatchContext,
     topics: BatchTopics,
-    partition_for: Callable[[str, bytes | None], int],
-    changelog_partition: Callable[[bytes, RunState], int],
-    max_message_bytes: int,
+    *,
     now: float,
     per_run_watermarks: bool = False,
 ) -> BatchOutput:
     """Decide a batch: per event what :meth:`EventProcessor.apply` says, per run its state
-    and watermark once. ``decode`` raises :class:`CodecError` for bad input (an unknown
-    schema included: resolve those first); ``partition_for(topic, key)`` is the producer's
-    partitioner; ``changelog_partition(run key, state)`` where a run's state is written;
-    ``now`` is wall-clock seconds (dead letters' time). The watermarks go out as one
-    RunWatermarks record per control partition (and source), or with ``per_run_watermarks``
-    one RunWatermark record per run, for gateways that know no other."""
+    and watermark once. The events decode with ``context`` (resolve unknown writer schemas
+    first; bad input is dead-lettered) and every record goes to the partition its
+    partitioner gives; ``now`` is wall-clock seconds (dead letters' time). The watermarks go
+    out as one RunWatermarks record per control partition (and source), or with
+    ``per_run_watermarks`` one RunWatermark record per run, for gateways that know no other."""
     out = BatchOutput()
-    control = topics.control
+    control, partition_for = topics.control, context.partition_for
+    max_message_bytes = context.max_message_bytes
     newest = -1
     for message in messages:
-        source = (message.topic, message.partition)
-        offset = message.offset + 1
-        if out.offsets.get(source, -1) < offset:
-            out.offsets[source] = offset
+        source = out.consumed(message)
         value = message.value or b""
         try:
-            event = decode(value)
+            event = context.decode(value)
         except CodecError as exc:
-            out.dead_letter_kinds[dead_letter_kind(exc)] += 1
+            out.dead_letter_kinds[exc.kind] += 1
             dead_letter(out, message, str(exc), topics, partition_for, max_message_bytes, now)
             continue
         out.event_kinds[event_kind(event)] += 1
@@ -201,7 +175,7 @@ def process_batch(
         # came from there (else it was re-keyed), and so goes the watermark, after the run's
         # decisions on the same partition: a gateway that sees it holds every verdict up to
         # its seq (in-time enforcement, run progress).
-        partition = changelog_partition(run.key, run.state)
+        partition = partition_for(topics.changelog, state_routing_key(run.key, run.state))
         source = (topics.events, partition)
         out.state_writes.append(StateWrite(run.key, run.state))
         out.add(OutRecord(topics.changelog, run.key, encode_state(run.state), partition, source))
@@ -223,7 +197,7 @@ def dead_letter(
     message: Message,
     error: str,
     topics: BatchTopics,
-    partition_for: Callable[[str, bytes | None], int],
+    partition_for: Partitioner,
     max_message_bytes: int,
     now: float,
 ) -> None:

@@ -1,5 +1,5 @@
-"""The status page's "Open incidents" card (issue 28): each open loop incident with its tool,
-signature, window and the runs it spans (linked to their run pages)."""
+"""The status page's "Open incidents" card (issue 28): each open loop incident with its label,
+tool, window and the runs it spans (linked to their run pages)."""
 
 from __future__ import annotations
 
@@ -32,8 +32,8 @@ def render_incidents_card(incidents: Sequence[Incident], now_ms: int) -> str:
         )
     else:
         items = "".join(
-            f'<li class="incident" id="{esc(i.incident_id)}"><strong>{esc(i.tool)}</strong> '
-            f'<span class="muted">{esc(i.kind)}: {esc(i.detail)}</span><br>'
+            f'<li class="incident" id="{esc(i.incident_id)}"><strong>{esc(i.label)}</strong> '
+            f'<span class="muted">{esc(i.tool)}, {esc(i.kind)}</span><br>'
             f"{len(i.runs)} runs of {len(i.agents)} agents ({esc(', '.join(i.agents))}) since "
             f"{esc(when(i.opened_at))} ({esc(ago(i.opened_at, now_ms))}), "
             f"window {i.window_seconds} s<br>runs: {_runs(i)}</li>"

@@ -402,7 +402,7 @@ def load_status(store: Any, q: StatusQuery, now_ms: int) -> StatusData:
         top_agents=queries.top_values(store, filters, "agent_id"),
         top_tools=queries.top_values(store, filters, "tool_name"),
         latest_config=latest_change(store),
-        incidents=list_incidents(store, open_only=True, limit=20)
+        incidents=list_incidents(store, open_only=True, limit=20, now_ms=now_ms)
         if has_incident_table(store)
         else [],
     )

@@ -15,18 +15,13 @@ INCIDENT_ACTION = "incident"
 SHOWN_RUNS = 20
 
 
-def _signature(incident: Incident) -> str:
-    what = "error" if incident.kind == "error" else "repeated call"
-    return f"{what} {incident.detail}"
-
-
 def incident_body(incident: Incident) -> dict[str, Any]:
-    """Slack's ``text`` plus ``blocks``: a header, the signature, one field each for tool,
+    """Slack's ``text`` plus ``blocks``: a header, the label, one field each for tool,
     runs, agents and window, the runs it spans (the first 20) and the incident id."""
     runs, agents = len(incident.runs), len(incident.agents)
     text = (
         f"loopguard incident {incident.incident_id}: {runs} runs of {agents} agents loop on "
-        f"{incident.tool} ({_signature(incident)}) within {incident.window_seconds} s"
+        f"{incident.tool} ({incident.label}) within {incident.window_seconds} s"
     )
     shown = ", ".join(incident.runs[:SHOWN_RUNS])
     if runs > SHOWN_RUNS:
@@ -40,7 +35,7 @@ def incident_body(incident: Incident) -> dict[str, Any]:
     return slack_message(
         text=text,
         header=f"loopguard incident: {runs} runs loop on {incident.tool}",
-        lead=_signature(incident),
+        lead=incident.label,
         fields=fields,
         trailing=(f"Runs: {shown}",),
         context=f"incident {incident.incident_id}",

@@ -6,6 +6,8 @@ one ``except``; messages are one line, short enough for a dead-letter ``error`` 
 
 from __future__ import annotations
 
+import re
+
 __all__ = [
     "BadMarkerError",
     "CodecError",
@@ -25,6 +27,14 @@ _ERROR_TEXT_LIMIT = 200
 
 class CodecError(ValueError):
     """Base for every encode/decode failure, so callers can dead-letter with one ``except``."""
+
+    @property
+    def kind(self) -> str:
+        """A short label for this kind of bad input, as the worker's metrics count it: the
+        class name in snake case without ``Error`` (``PayloadTooLargeError`` ->
+        ``payload_too_large``)."""
+        name = type(self).__name__
+        return re.sub(r"(?<!^)(?=[A-Z])", "_", name.removesuffix("Error") or name).lower()
 
 
 class BadMarkerError(CodecError):

@@ -8,8 +8,10 @@ Data flow::
 
 The guarding agent forwards every agent-to-agent send call, its bytes unchanged, keyed by its
 :func:`~streams.core.agent_cycles.cycle_key`, so one partition holds a cycle key's whole graph
-(docs/design.md, "Loops between agents"). This agent applies them in batches, each one step
-of its own :class:`~streams.worker.checkpoint.Checkpoint` under the guarding agent's barrier,
+(docs/design.md, "Loops between agents"). This agent hands each batch to
+:func:`streams.service.agent_cycles.apply_sends`, stores the graphs it returns and finishes
+the batch in one step of its own :class:`~streams.worker.checkpoint.Checkpoint` under the
+guarding agent's barrier,
 so the same guarantees hold: exactly once, a batch's graph writes (and, with transactional
 control delivery, its decisions) go in its source partition's transaction, committed with its
 offsets; the audit agent and the gateways read the decisions from the control topic, keyed by
@@ -19,52 +21,27 @@ run id, like every other decision.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from functools import cached_property, partial
 from typing import Any
 
 import faust
 from mode import CrashingSupervisor
 
-from streams.core.agent_cycles import CycleGraph, apply_send, cycle_key, is_send_call
 from streams.core.config import LoopDetectionConfig
-from streams.core.events import AgentEvent, Decision
-from streams.service.batch import OutRecord, TopicPartition
+from streams.core.events import Decision
+from streams.service.agent_cycles import CycleBatch, CycleTopics, apply_sends
+from streams.service.records import BatchContext, Message
 from streams.settings import Settings
-from streams.wire.avro import CodecError, decode_event, encode_decision
-from streams.wire.schema_registry import SchemaRegistry
 from streams.worker.checkpoint import Checkpoint
 from streams.worker.crash_exit import CrashExit
 from streams.worker.ready_batches import take_ready
-
-log = logging.getLogger("loopguard.worker")
 
 AGENT_NAME = "guard_agent_cycles"
 
 
 def changelog_name(settings: Settings) -> str:
     return f"{settings.app_id}-agent-cycles-changelog"
-
-
-def forward_key(event: AgentEvent) -> bytes | None:
-    """The agent-sends topic's key of ``event``; None for an event that is not a send call
-    (nothing to forward)."""
-    return cycle_key(event).encode() if is_send_call(event) else None
-
-
-@dataclass
-class CycleBatch:
-    """What one batch of forwarded sends produced, for its checkpoint to send: records per
-    destination partition (each naming its source partition, whose transaction takes it) and
-    the decisions found."""
-
-    records: dict[TopicPartition, list[OutRecord]] = field(default_factory=dict)
-    decisions: list[Decision] = field(default_factory=list)
-
-    def add(self, record: OutRecord) -> None:
-        self.records.setdefault((record.topic, record.partition), []).append(record)
 
 
 class AgentCycles:
@@ -74,14 +51,14 @@ class AgentCycles:
         self,
         app: faust.App,
         settings: Settings,
-        registry: SchemaRegistry,
+        context: BatchContext,
         config_for: Callable[[str], LoopDetectionConfig],
         commit_barrier: Any,
         on_decisions: Callable[[list[Decision]], None] | None = None,
     ) -> None:
         self.app = app
         self.settings = settings
-        self.registry = registry
+        self.context = context
         self.config_for = config_for
         self.commit_barrier = commit_barrier
         self.on_decisions = on_decisions
@@ -137,9 +114,18 @@ class AgentCycles:
                 partial(self.decide, messages, found), partial(self.acked, stream, batch, found)
             )
 
-    async def decide(self, messages: list[Any], found: list[Decision]) -> CycleBatch:
-        output = self.apply_batch(messages, self.partition_for)
+    async def decide(self, messages: list[Message], found: list[Decision]) -> CycleBatch:
+        output = self.apply_batch(messages)
         found.extend(output.decisions)
+        return output
+
+    def apply_batch(self, messages: list[Message]) -> CycleBatch:
+        """The batch decided (:func:`apply_sends`), its graphs stored in the table's memory
+        (their changelog records are the checkpoint's to send)."""
+        topics = CycleTopics(self.settings.topics.control, changelog_name(self.settings))
+        output = apply_sends(messages, self.graphs.get, self.config_for, self.context, topics)
+        for key, value in output.graph_writes.items():
+            self.graphs.data[key] = value  # stored without Faust's own changelog write
         return output
 
     async def acked(self, stream: faust.StreamT, batch: list[Any], found: list[Decision]) -> None:
@@ -150,47 +136,7 @@ class AgentCycles:
         if found and self.on_decisions is not None:
             self.on_decisions(found)
 
-    def partition_for(self, topic: str, key: bytes) -> int:
-        """The producer's partition for ``key`` (murmur2, as the gateways'): a run's
-        decisions land where its gateway reads them."""
-        return self.app.producer.key_partition(topic, key).partition
-
     def delivery_failed(self, exc: BaseException) -> None:
         """A decision or graph the producer gave up on stops the worker (its supervisor
         restarts it from the last commit), as the guarding agent's records do."""
         self.crashing = asyncio.ensure_future(self.app.crash(exc))
-
-    def apply_batch(
-        self, messages: list[Any], partition_for: Callable[[str, bytes], int]
-    ) -> CycleBatch:
-        """Apply a batch's sends to their graphs (stored in the table's memory) and return
-        the records to produce: each decision on the control topic by run id
-        (``partition_for(topic, key)``: the producer's partitioner), then each touched graph
-        once on its source partition's changelog; all from their source partition."""
-        touched: dict[bytes, tuple[CycleGraph, TopicPartition]] = {}
-        control = self.settings.topics.control
-        out = CycleBatch()
-        for message in messages:
-            source = (message.topic, message.partition)
-            try:
-                event = decode_event(
-                    message.value, self.registry, max_size=self.settings.max_message_bytes
-                )
-            except CodecError as exc:  # the guarding agent decoded it: a bug, not input
-                log.warning("agent cycles: skipping an undecodable send: %s", exc)
-                continue
-            key = message.key or cycle_key(event).encode()
-            held = touched.get(key)
-            graph = held[0] if held else CycleGraph.decode(self.graphs.get(key))
-            touched[key] = (graph, source)
-            for decision in apply_send(graph, event, self.config_for):
-                out.decisions.append(decision)
-                run_key = decision.run_id.encode()
-                partition = partition_for(control, run_key)
-                out.add(OutRecord(control, run_key, encode_decision(decision), partition, source))
-        changelog = changelog_name(self.settings)
-        for key, (graph, source) in touched.items():
-            value = graph.encode()
-            self.graphs.data[key] = value  # stored without Faust's own changelog write
-            out.add(OutRecord(changelog, key, value, source[1], source))
-        return out

@@ -27,16 +27,12 @@ from mode import CrashingSupervisor
 from streams.audit.config_changes import ConfigChangeRecorder
 from streams.audit.writer import RecordRefused
 from streams.core.engine import core_build
-from streams.core.events import AgentEvent, Decision
+from streams.core.events import Decision
 from streams.core.fleet import FleetConfig
 from streams.observability.metrics import unread_records
-from streams.service.batch import (
-    BatchOutput,
-    BatchTopics,
-    process_batch,
-    writer_fingerprint,
-)
-from streams.wire.avro import CodecError, control_messages, decode_event
+from streams.service.batch import BatchOutput, BatchTopics, process_batch
+from streams.service.records import BatchContext
+from streams.wire.avro import CodecError, control_messages
 from streams.worker.checkpoint import Checkpoint
 from streams.worker.config_audit import start_config_audit
 from streams.worker.crash_exit import CrashExit
@@ -44,6 +40,7 @@ from streams.worker.gc_tuning import freeze_start_up_objects
 from streams.worker.parts import WorkerParts
 from streams.worker.ready_batches import take_ready
 from streams.worker.run_expiry import ExpirySweep
+from streams.worker.writer_schemas import resolve_writer_schemas
 
 log = logging.getLogger("loopguard.worker")
 
@@ -108,6 +105,14 @@ class WorkerAgents:
             agent_sends=self.settings.topics.agent_sends,  # streams/worker/agent_cycles.py
         )
 
+    @cached_property
+    def batch_context(self) -> BatchContext:
+        """What every batch function needs from this worker: its registry, the message
+        limit and the producer's partitioner (cached per key)."""
+        return BatchContext(
+            self.parts.registry, self.partition_for, self.settings.max_message_bytes
+        )
+
     async def guard_runs(self, stream: faust.StreamT) -> None:
         """Guard the events in batches of what has queued up (:mod:`ready_batches`).
 
@@ -121,7 +126,7 @@ class WorkerAgents:
         settings = self.settings
         async for batch in take_ready(stream, settings.batch_size, settings.batch_window):
             messages = [event.message for event in batch]
-            await self.resolve_schemas(messages)
+            await resolve_writer_schemas(self.parts, [m.value for m in messages])
 
             async def ack(batch: list[Any] = batch) -> None:
                 for event in batch:
@@ -139,11 +144,8 @@ class WorkerAgents:
         output = process_batch(
             messages,
             parts.processor,
-            decode=self.decode,
-            topics=self.batch_topics,
-            partition_for=self.partition_for,
-            changelog_partition=self.changelog_partition,
-            max_message_bytes=self.settings.max_message_bytes,
+            self.batch_context,
+            self.batch_topics,
             now=now,
             per_run_watermarks=self.settings.watermarks == "per_run",
         )
@@ -186,39 +188,12 @@ class WorkerAgents:
                 self.partitions[(topic, key)] = cached
         return cached
 
-    def changelog_partition(self, key: bytes, state: Any) -> int:
-        """Where a run's state is written: :meth:`RunsTable.changelog_tp`'s rule (its session
-        id's partition, else its run id's), through the partition cache."""
-        routing = state.session_id.encode() or key
-        return self.partition_for(self.batch_topics.changelog, routing)
-
     def delivery_failed(self, exc: BaseException) -> None:
         """A decision, state or watermark the producer gave up on: stop the worker rather
         than guard on past it (its supervisor restarts it from the last commit). A commit
         already under way may still take the events' offsets; Faust's own sends had no
         check at all."""
         self.crashing = asyncio.ensure_future(self.parts.app.crash(exc))
-
-    def decode(self, value: bytes) -> AgentEvent:
-        """Decode an event; an unknown writer schema (looked up before) is a CodecError."""
-        return decode_event(value, self.parts.registry, max_size=self.settings.max_message_bytes)
-
-    async def resolve_schemas(self, messages: list[Any]) -> None:
-        """Look up on the schemas topic the writer schemas of this batch not seen yet, so the
-        batch is decided without I/O. A fingerprint looked up in vain moments ago is not
-        looked up again: junk ids cost no thread hop and no broker round trip each
-        (streams/kafka/schema_topic.py); their messages are dead-lettered."""
-        registry = self.parts.registry
-        unknown = {
-            fingerprint
-            for message in messages
-            if (fingerprint := writer_fingerprint(message.value)) is not None
-            and fingerprint not in registry
-        }
-        schemas = self.parts.schema_topic if unknown else None
-        for fingerprint in unknown:
-            if schemas is not None and not schemas.known_missing(fingerprint):
-                await asyncio.to_thread(schemas.resolve, fingerprint)
 
     async def audit_decisions(self, stream: faust.StreamT) -> None:
         """Write every decision and run's progress to SQL in batches; retries until the

@@ -29,7 +29,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from streams.service.batch import OutRecord, TopicPartition
+from streams.service.records import OutRecord, TopicPartition
 
 log = logging.getLogger("loopguard.worker")
 

@@ -225,10 +225,16 @@ def build_worker(settings: Settings) -> faust.App:
     audit_never_holds_a_stop({settings.topics.control, settings.topics.deadletter})
     agents = WorkerAgents(parts)
     agents.register()
-    register_incidents(parts)  # loop incidents (issue 28), when the config turns them on
+    # Loop incidents (issue 28), when the config turns them on.
+    register_incidents(parts, agents.batch_context)
     # Loops between agents (issue 28): the send calls guard_runs forwards, in their own agent.
     AgentCycles(
-        app, settings, registry, configs.for_agent, commit_barrier, metrics.observe_decisions
+        app,
+        settings,
+        agents.batch_context,
+        configs.for_agent,
+        commit_barrier,
+        metrics.observe_decisions,
     ).register()
     # HTTP API, status page and /metrics, served with `loopguard worker --web-port`.
     register_views(

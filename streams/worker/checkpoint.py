@@ -14,7 +14,7 @@ from typing import Any, Protocol, TypeVar
 
 from faust.types import TP
 
-from streams.service.batch import OutRecord, TopicPartition
+from streams.service.records import OutRecord, Records, TopicPartition
 from streams.worker.batch_sends import BatchSends
 from streams.worker.exactly_once import (
     commit_batch,
@@ -22,7 +22,7 @@ from streams.worker.exactly_once import (
     drain_producer_buffer,
     source_transaction,
 )
-from streams.worker.settling import Records, Settling
+from streams.worker.settling import Settling
 
 
 class BatchWork(Protocol):

@@ -1,18 +1,7 @@
-"""Loop incidents in the worker (issue 28): the pure steps of :mod:`streams.core.incidents`
-over Faust tables, keyed so that one partition owns a signature.
-
-Data flow::
-
-    <prefix>.events  ──incident_failures──┐  (failed results)
-                                          ├─► <prefix>.incident-signals (key: signature,
-    <prefix>.control ──incident_decisions─┘    timestamp: the event time)
-                                                        │
-                        incident_windows: windowed table (tumbling, changelog-backed),
-                        open-incidents table; close_quiet_incidents timer
-                                                        │
-                                             <prefix>.incidents (key: signature)
-                                                        │
-                        record_incidents ──► SQL (incidents), webhook (once), metrics
+"""Loop incidents in the worker (issue 28): the per-batch steps of
+:mod:`streams.service.incidents` as Faust agents and a timer, over two tables keyed so that
+one partition owns a signature (``incident-tallies``: its recent windows' runs and agents;
+``incidents-open``: its open incident; both changelog-backed).
 
 The signals and incidents are sent by a plain producer outside any transaction (as re-keyed
 events are, streams/kafka/rekey.py): a signal or incident delivered twice changes nothing
@@ -25,11 +14,9 @@ time stops them counting, switching it on needs a restart.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
-from collections.abc import Sequence
-from datetime import timedelta
+from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import Any
 
@@ -39,42 +26,33 @@ from kafka import KafkaProducer
 from mode import CrashingSupervisor
 
 from streams.audit.incidents import record_incidents
-from streams.core.events import AgentEvent, Decision, ToolResult
 from streams.core.incident_config import IncidentConfig
-from streams.core.incidents import (
-    OPEN,
-    Incident,
-    Signal,
-    WindowTally,
-    apply_signal,
-    close,
-    decision_signal,
-    due_to_close,
-    failure_signal,
-    window_start,
-)
+from streams.core.incidents import OPEN, Incident
 from streams.observability.incident_metrics import IncidentMetrics
-from streams.settings import Settings
-from streams.wire.avro import decode_control, decode_event
-from streams.wire.errors import CodecError, UnknownSchemaError
-from streams.wire.incident_codec import (
-    decode_incident,
-    decode_signal,
-    encode_incident,
-    encode_signal,
+from streams.service.incidents import (
+    IncidentBatch,
+    IncidentClock,
+    IncidentTopics,
+    close_quiet,
+    decision_signals,
+    failure_signals,
+    track_signals,
 )
+from streams.service.records import BatchContext, OutRecord, Produced
+from streams.settings import Settings
+from streams.wire.errors import CodecError
+from streams.wire.incident_codec import decode_incident
 from streams.worker.crash_exit import CrashExit
 from streams.worker.exactly_once import commit_outside_batches
 from streams.worker.parts import WorkerParts
+from streams.worker.ready_batches import take_ready
+from streams.worker.writer_schemas import resolve_writer_schemas
 
 log = logging.getLogger("loopguard.incidents")
 
-# A signal may reach its partition this long after the wall clock passed its window's end
-# and still keep an incident open (gateways' clocks and the forwarding hop).
-LATENESS_MS = 2_000
 CLOSE_CHECK_SECONDS = 1.0
 FORWARD_BATCH = 500
-OutRecord = tuple[bytes, bytes, int | None]  # key, value, timestamp (ms; None: now)
+FORWARD_WITHIN = 0.05
 
 
 class PlainSender:
@@ -85,11 +63,11 @@ class PlainSender:
         self.settings = settings
         self.producer: KafkaProducer | None = None
 
-    async def send(self, topic: str, records: Sequence[OutRecord]) -> None:
+    async def send(self, records: Sequence[OutRecord]) -> None:
         if records:
-            await asyncio.to_thread(self.send_and_wait, topic, records)
+            await asyncio.to_thread(self.send_and_wait, records)
 
-    def send_and_wait(self, topic: str, records: Sequence[OutRecord]) -> None:
+    def send_and_wait(self, records: Sequence[OutRecord]) -> None:
         if self.producer is None:
             self.producer = KafkaProducer(
                 bootstrap_servers=self.settings.bootstrap_servers,
@@ -98,8 +76,10 @@ class PlainSender:
                 **self.settings.kafka_client_options(),
             )
         sent = [
-            self.producer.send(topic, key=key, value=value, timestamp_ms=ts)
-            for key, value, ts in records
+            self.producer.send(
+                r.topic, key=r.key, value=r.value, partition=r.partition, timestamp_ms=r.timestamp
+            )
+            for r in records
         ]
         for future in sent:
             future.get(timeout=60)
@@ -108,8 +88,9 @@ class PlainSender:
 class IncidentAgents:
     """The incident agents, tables and timer; :meth:`register` attaches them to the app."""
 
-    def __init__(self, parts: WorkerParts, startup: IncidentConfig) -> None:
+    def __init__(self, parts: WorkerParts, context: BatchContext) -> None:
         self.parts = parts
+        self.context = context
         settings = parts.settings
         app = parts.app
         raw: dict[str, Any] = {
@@ -120,32 +101,28 @@ class IncidentAgents:
         }
         self.signals_topic = app.topic(settings.topics.incident_signals, **raw)
         self.incidents_topic = app.topic(settings.topics.incidents, **raw)
+        self.topics = IncidentTopics(settings.topics.incident_signals, settings.topics.incidents)
         self.sender = PlainSender(settings)
         self.metrics = IncidentMetrics(parts.metrics.registry)
-        window = startup.window_seconds
-        # signature -> {"window": start ms, "runs": [...], "agents": [...]}, per tumbling
-        # window of the signals' timestamps (their event time); on the signal's partition.
-        self.windows = (
-            app.Table(
-                "incident-windows",
-                default=dict,
-                key_type=str,
-                partitions=settings.partitions,
-            )
-            .tumbling(window, expires=timedelta(seconds=3 * window))
-            .relative_to_stream()
-        )
+        self.clock = IncidentClock()
+        # signature (bytes) -> its recent windows' tallies (JSON), on the signature's partition
+        self.tallies = self.table("incident-tallies")
         # signature (bytes) -> the open incident (JSON), on the partition of its signature
-        self.opened = app.Table(
-            "incidents-open",
+        self.opened = self.table("incidents-open")
+
+    def table(self, name: str) -> Any:
+        settings, app = self.parts.settings, self.parts.app
+        table = app.Table(
+            name,
             default=None,
             key_type=bytes,
             value_type=bytes,
             use_partitioner=True,
             partitions=settings.partitions,
         )
-        setattr(self.opened, "key_serializer", "raw")  # noqa: B010 - not on TableT's type
-        setattr(self.opened, "value_serializer", "raw")  # noqa: B010
+        setattr(table, "key_serializer", "raw")  # noqa: B010 - not on TableT's type
+        setattr(table, "value_serializer", "raw")  # noqa: B010
+        return table
 
     def register(self) -> None:
         app, parts = self.parts.app, self.parts
@@ -164,139 +141,108 @@ class IncidentAgents:
         """The fleet's current settings (the global block's; run-time overrides included)."""
         return self.parts.processor.config_for("").incidents
 
+    async def batches(
+        self, stream: faust.StreamT, step: Callable[[list[Any]], Awaitable[Produced]]
+    ) -> None:
+        """Each batch of ``stream`` through ``step`` (messages in, records out); its records
+        sent and acknowledged, then its messages acked (at least once)."""
+        async for batch in take_ready(stream, FORWARD_BATCH, FORWARD_WITHIN):
+            output = await step([event.message for event in batch])
+            await self.sender.send(output.all_records())
+            for event in batch:
+                await stream.ack(event)
+
     # -- forwarding: re-key by signature -------------------------------------------------
 
     async def forward_failures(self, stream: faust.StreamT) -> None:
-        async for batch in stream.take(FORWARD_BATCH, within=0.05):
-            if not self.config().enabled:
-                continue
-            signals = []
-            for value in batch:
-                event = await self.decode(value)
-                if isinstance(event, ToolResult) and (signal := failure_signal(event)):
-                    signals.append(signal)
-            await self.forward(signals)
+        await self.batches(stream, self.failure_signals)
+
+    async def failure_signals(self, messages: list[Any]) -> Produced:
+        await resolve_writer_schemas(self.parts, [m.value for m in messages])
+        return failure_signals(messages, self.context, self.config(), self.topics.signals)
 
     async def forward_decisions(self, stream: faust.StreamT) -> None:
-        async for batch in stream.take(FORWARD_BATCH, within=0.05):
-            if not self.config().enabled:
-                continue
-            signals = []
-            for value in batch:
-                try:
-                    message = decode_control(value)
-                except CodecError:
-                    continue  # the audit agent logs it
-                if isinstance(message, Decision) and (signal := decision_signal(message)):
-                    signals.append(signal)
-            await self.forward(signals)
+        await self.batches(stream, self.decision_signals)
 
-    async def decode(self, value: bytes) -> AgentEvent | None:
-        """An event, or None for what the guarding agent dead-letters."""
-        parts, limit = self.parts, self.parts.settings.max_message_bytes
-        try:
-            return decode_event(value, parts.registry, max_size=limit)
-        except UnknownSchemaError as exc:
-            if parts.schema_topic.known_missing(exc.fingerprint):
-                return None
-            if not await asyncio.to_thread(parts.schema_topic.resolve, exc.fingerprint):
-                return None
-        except CodecError:
-            return None
-        try:
-            return decode_event(value, parts.registry, max_size=limit)
-        except CodecError:
-            return None
-
-    async def forward(self, signals: list[Signal]) -> None:
-        records: list[OutRecord] = [
-            (s.signature.encode(), encode_signal(s), s.event_time) for s in signals
-        ]
-        await self.sender.send(self.signals_topic.get_topic_name(), records)
+    async def decision_signals(self, messages: list[Any]) -> Produced:
+        return decision_signals(messages, self.context, self.config(), self.topics.signals)
 
     # -- the windows ---------------------------------------------------------------------
 
     async def track(self, stream: faust.StreamT) -> None:
         """Count each signal in its window; open, grow or close its signature's incident."""
-        async for event in stream.events():
-            try:
-                signal = decode_signal(event.value)
-            except CodecError as exc:
-                log.warning("skipping an unreadable incident signal: %s", exc)
-                continue
-            config = self.config()
-            if config.enabled:
-                await self.publish(self.apply(signal, config))
+        await self.batches(stream, self.track_batch)
 
-    def apply(self, signal: Signal, config: IncidentConfig) -> list[Incident]:
-        key = signal.signature
-        start = window_start(signal.event_time, config.window_ms)
-        stored = self.windows[key].value()
-        # A window of another size (windowSeconds changed at run time) starts afresh.
-        same = isinstance(stored, dict) and stored.get("window") == start
-        tally = (WindowTally.from_dict(stored) if same else WindowTally()).add(signal)
-        self.windows[key] = {"window": start, **tally.to_dict()}
-        current = self.load(key)
-        step = apply_signal(current, tally, signal, config)
-        if step.open is None and current is not None:
-            del self.opened[key.encode()]
-        elif step.open is not None and step.open != current:
-            self.opened[key.encode()] = json.dumps(step.open.to_dict()).encode()
-        return step.published
+    async def track_batch(self, messages: list[Any]) -> IncidentBatch:
+        output = track_signals(
+            messages,
+            self.tallies.get,
+            self.opened.get,
+            self.config(),
+            self.clock,
+            self.context,
+            self.topics,
+            now_ms(),
+        )
+        self.store(output)
+        self.log_published(output.published)
+        return output
 
-    def load(self, signature: str) -> Incident | None:
-        stored = self.opened.get(signature.encode())
-        return None if stored is None else Incident.from_dict(json.loads(stored))
+    def store(self, output: IncidentBatch) -> set[TP]:
+        """The batch's table writes, through the tables (their changelogs); the changelog
+        partitions written."""
+        written: set[TP] = set()
+        for table, writes in (
+            (self.tallies, output.tally_writes),
+            (self.opened, output.open_writes),
+        ):
+            changelog = table.changelog_topic.get_topic_name()
+            for key, value in writes.items():
+                written.add(TP(changelog, self.context.partition_for(changelog, key)))
+                if value is None:
+                    if key in table:
+                        del table[key]
+                else:
+                    table[key] = value
+        return written
 
-    async def publish(self, incidents: list[Incident]) -> None:
+    def log_published(self, incidents: list[Incident]) -> None:
         for incident in incidents:
             log.info(
-                "incident %s %s: %s (%s %s), %d runs of %d agents",
+                "incident %s %s: %s, %d runs of %d agents",
                 incident.incident_id,
                 incident.status,
-                incident.tool,
-                incident.kind,
-                incident.detail[:80],
+                incident.label[:120],
                 len(incident.runs),
                 len(incident.agents),
             )
-        records: list[OutRecord] = [
-            (i.signature.encode(), encode_incident(i), None) for i in incidents
-        ]
-        await self.sender.send(self.incidents_topic.get_topic_name(), records)
 
     async def close_quiet(self) -> None:
-        """Close the incidents whose quiet window has passed (wall clock, minus lateness),
-        on the signal partitions this worker owns (a standby copy is its owner's to close)."""
-        now = int(time.time() * 1000) - LATENESS_MS
-        owned = self.owned()
-        due = [
-            close(incident)
-            for key, value in list(self.opened.items())
-            if key in owned and due_to_close(incident := Incident.from_dict(json.loads(value)), now)
-        ]
-        if due:
-            app = self.parts.app
-            changelog = self.opened.changelog_topic.get_topic_name()
-            written = set()
+        """Close the incidents whose quiet window has passed (:class:`IncidentClock`), and
+        forget stale tallies, on the signal partitions this worker owns (a standby copy is
+        its owner's)."""
+        opened, tallies = self.owned(self.opened), self.owned(self.tallies)
+        output = close_quiet(
+            opened, tallies, self.config(), self.clock, self.context, self.topics, now_ms()
+        )
+        if output.open_writes or output.tally_writes:
             async with self.parts.commit_barrier:
-                for incident in due:
-                    key = incident.signature.encode()
-                    written.add(TP(changelog, app.producer.key_partition(changelog, key).partition))
-                    del self.opened[key]
-                await commit_outside_batches(app, written)
-            await self.publish(due)
-        self.metrics.set_open(len(owned) - len(due))
+                written = self.store(output)
+                await commit_outside_batches(self.parts.app, written)
+            self.log_published(output.published)
+            await self.sender.send(output.all_records())
+        self.metrics.set_open(len(opened) - len(output.published))
 
-    def owned(self) -> set[bytes]:
-        """Keys of the open-incidents table on signal partitions actively assigned here."""
-        app, topic = self.parts.app, self.signals_topic.get_topic_name()
+    def owned(self, table: Any) -> list[tuple[bytes, bytes]]:
+        """The items of ``table`` on signal partitions actively assigned here."""
+        app, topic = self.parts.app, self.topics.signals
         actives = app.assignor.assigned_actives()
-        return {
-            key
-            for key in list(self.opened.keys())
-            if TP(topic, app.producer.key_partition(topic, key).partition) in actives
-        }
+        partition_for = self.context.partition_for
+        return [
+            (key, value)
+            for key, value in list(table.items())
+            if TP(topic, partition_for(topic, key)) in actives
+        ]
 
     # -- the record ----------------------------------------------------------------------
 
@@ -318,13 +264,17 @@ class IncidentAgents:
                 await parts.webhooks.submit_incidents([i for i in incidents if i.status == OPEN])
 
 
-def register_incidents(parts: WorkerParts) -> IncidentAgents | None:
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def register_incidents(parts: WorkerParts, context: BatchContext) -> IncidentAgents | None:
     """The incident agents when the fleet's config turns incidents on, else None."""
     startup = parts.processor.config_for("").incidents
     if not startup.enabled:
         log.info("loop incidents off (tools.loopDetection.incidents.enabled is not true)")
         return None
-    agents = IncidentAgents(parts, startup)
+    agents = IncidentAgents(parts, context)
     agents.register()
     log.info(
         "loop incidents on: %d runs of %d agents sharing a signature within %d s",

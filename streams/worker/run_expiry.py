@@ -10,7 +10,7 @@ from collections import Counter
 from typing import Any
 
 from streams.core.run_state import ACTIVE
-from streams.service.batch import OutRecord, TopicPartition
+from streams.service.records import OutRecord, TopicPartition
 from streams.state.expiry import eviction_class
 from streams.worker.checkpoint import Checkpoint
 from streams.worker.parts import WorkerParts

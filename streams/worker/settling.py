@@ -22,18 +22,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from streams.service.batch import OutRecord, TopicPartition
+from streams.service.records import OutRecord, Records, TopicPartition
 
 log = logging.getLogger("loopguard.worker")
 
 # Batches waiting to be settled before the agent waits for room (a slow commit under a burst).
 MAX_UNSETTLED = 64
-
-Records = Mapping[TopicPartition, Sequence[OutRecord]]
 
 
 @dataclass(frozen=True, slots=True)

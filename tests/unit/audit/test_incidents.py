@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from streams.audit.incidents import list_incidents, record_incidents
+from streams.audit.incidents import ABANDONED_AFTER_MS, list_incidents, record_incidents
 from streams.audit.store import AuditStore
 from streams.core.incidents import CLOSED, OPEN, Incident
 from streams.wire.errors import CodecError
@@ -61,3 +61,20 @@ def test_the_codecs_round_trip_and_refuse_junk() -> None:
         decode_incident(b"junk")
     with pytest.raises(CodecError):
         decode_signal(b"{}")
+
+
+def test_an_incident_no_worker_closed_reads_as_closed_at_its_quiet_windows_end(
+    audit_store: AuditStore,
+) -> None:
+    """A worker that is gone (a demo's, a fleet taken down) closes nothing more: read as of
+    a wall-clock time, an incident still open a minute past its quiet window is closed."""
+    record_incidents(audit_store, [OPENED])
+    quiet_end = OPENED.closes_at
+    as_of = quiet_end + ABANDONED_AFTER_MS
+    (still,) = list_incidents(audit_store, open_only=True, now_ms=as_of - 1)
+    assert still.status == OPEN
+    assert list_incidents(audit_store, open_only=True, now_ms=as_of) == []
+    (shown,) = list_incidents(audit_store, now_ms=as_of)
+    assert (shown.status, shown.closed_at) == (CLOSED, quiet_end)
+    (stored,) = list_incidents(audit_store)  # the trail itself is left as the worker wrote it
+    assert stored.status == OPEN

@@ -13,6 +13,7 @@ from streams.core.incident_config import IncidentConfig
 from streams.core.incidents import (
     ARGS,
     CLOSED,
+    CYCLE,
     ERROR,
     OPEN,
     Incident,
@@ -244,3 +245,28 @@ def test_the_fleet_reads_incidents_from_the_global_block_only():
         fleet_from_document(agent)
     with pytest.raises(ConfigError, match="incidents are fleet-wide"):
         fleet_from_document({}).with_agent("x", {"incidents": {"enabled": True}})
+
+
+# -- labels ------------------------------------------------------------------------------
+
+
+def test_every_incident_has_a_human_label() -> None:
+    _, incident = opened_book()
+    assert incident.label == "web_fetch fails: upstream <n>"
+    repeated = Incident("i", "s", "process", ARGS, "process:" + "ab12" * 16, OPEN, 60, T0, T0)
+    assert repeated.label == "process called again and again with the same args (ab12ab12ab12)"
+    cycle = decision_signal(
+        decision(
+            detector="agent_cycle",
+            tool_name="sessions_send",
+            extra={"agents": '["reviewer", "planner", "researcher"]'},
+        )
+    )
+    assert cycle is not None and (cycle.kind, cycle.detail) == (
+        CYCLE,
+        "planner → researcher → reviewer",
+    )
+    looped = Incident("i", "s", "sessions_send", CYCLE, cycle.detail, OPEN, 60, T0, T0)
+    assert looped.label == (
+        "agents planner → researcher → reviewer → planner pass the same messages round"
+    )

@@ -4,7 +4,6 @@ records in order per partition, dead letters, re-keys, state writes once per run
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
 
 from core_helpers import Run, fleet, guard, text_result
 
@@ -18,6 +17,7 @@ from streams.service.batch import (
 )
 from streams.service.config_book import ConfigBook
 from streams.service.processor import EventProcessor
+from streams.service.records import BatchContext
 from streams.state.state_format import decode as decode_state
 from streams.wire.avro import (
     Decision,
@@ -85,11 +85,8 @@ class Worker:
         out = process_batch(
             messages,
             self.processor,
-            decode=partial(decode_event, registry=default_registry(), max_size=max_bytes),
-            topics=TOPICS,
-            partition_for=partition_for,
-            changelog_partition=changelog_partition,
-            max_message_bytes=max_bytes,
+            BatchContext(default_registry(), partition_for, max_bytes),
+            TOPICS,
             now=1_700_000_000.0,
             per_run_watermarks=self.per_run_watermarks,
         )

@@ -22,6 +22,7 @@ from faust.types import TP
 from streams.core.agent_cycles import cycle_key
 from streams.core.events import Action, Decision, Envelope, ToolCall
 from streams.core.fleet import FleetConfig
+from streams.service.records import BatchContext
 from streams.settings import Settings
 from streams.wire.avro import decode_control, encode_event
 from streams.wire.schema_registry import default_registry
@@ -166,10 +167,15 @@ def agent(
         reported.append(list(decisions))
 
     fleet = FleetConfig(config)
+
+    def partition_for(topic: str, key: bytes | None) -> int:  # the worker's: the producer's
+        return app.producer.key_partition(topic, key).partition
+
+    context = BatchContext(default_registry(), partition_for, settings.max_message_bytes)
     cycles = AgentCycles(
         app,  # type: ignore[arg-type]
         settings,
-        default_registry(),
+        context,
         fleet.for_agent,
         asyncio.Lock(),
         on_decisions,
@@ -230,7 +236,8 @@ def test_apply_batch_returns_its_records_keyed_by_run_and_by_graph_without_a_pro
         asked.append((topic, key))
         return murmur2(key)
 
-    out = cycles.apply_batch([event.message for event in triangle(2)], partition_for)
+    cycles.context = BatchContext(default_registry(), partition_for, 1 << 20)
+    out = cycles.apply_batch([event.message for event in triangle(2)])
     settings = cycles.settings
     assert {d.action for d in out.decisions} == {Action.WARN}
     assert {d.run_id for d in out.decisions} == {"run-alpha", "run-beta", "run-gamma"}
@@ -254,11 +261,11 @@ def test_under_compat_openclaw_the_agent_decides_nothing_unless_switched_on() ->
     """The reference has no rule across agents: compat switches it off in the worker too
     (the sends still reach it and change no graph); an explicit ``enabled`` brings it back."""
     compat, _ = agent([], "at_least_once", config={**CONFIG, "compat": "openclaw"})
-    out = compat.apply_batch([event.message for event in triangle(3)], lambda t, k: murmur2(k))
+    out = compat.apply_batch([event.message for event in triangle(3)])
     assert out.decisions == []
     on = {"compat": "openclaw", "agentCycles": {**CONFIG["agentCycles"], "enabled": True}}
     switched_on, _ = agent([], "at_least_once", config=on)
-    out = switched_on.apply_batch([e.message for e in triangle(3)], lambda t, k: murmur2(k))
+    out = switched_on.apply_batch([e.message for e in triangle(3)])
     assert {d.action for d in out.decisions} == {Action.WARN, Action.BLOCK}
 
 

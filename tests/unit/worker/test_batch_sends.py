@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from streams.service.batch import OutRecord
+from streams.service.records import OutRecord
 from streams.worker.batch_sends import BatchSends
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from streams.service.batch import OutRecord
+from streams.service.records import OutRecord
 from streams.worker.settling import Settling
 
 CHANGELOG = ("lg-runs-changelog", 2)

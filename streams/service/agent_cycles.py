@@ -1,0 +1,77 @@
+"""Loops between agents per batch (issue 28, :mod:`streams.core.agent_cycles`): forwarded send
+calls in; each graph's new state and the decisions' records out. No Faust, no I/O.
+
+The guarding agent forwards every agent-to-agent send call, its bytes unchanged, to the
+agent-sends topic keyed by its :func:`~streams.core.agent_cycles.cycle_key`, so one partition
+holds a key's whole graph. :func:`apply_sends` applies a batch of them: each decision goes to
+the control topic keyed by run id, each touched graph once to its changelog on the partition
+its sends came from; every record names that partition as its source, whose offsets it is
+committed with. The worker's adapter (:mod:`streams.worker.agent_cycles`) stores the graphs
+in its table and sends the records through its checkpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from streams.core.agent_cycles import ConfigFor, CycleGraph, apply_send, cycle_key
+from streams.core.events import Decision
+from streams.service.records import BatchContext, Message, OutRecord, Produced, TopicPartition
+from streams.wire.avro import encode_decision
+from streams.wire.errors import CodecError
+
+log = logging.getLogger("loopguard.worker")
+
+
+@dataclass(frozen=True)
+class CycleTopics:
+    """Where a batch of sends' records go."""
+
+    control: str
+    changelog: str  # the graphs table's
+
+
+@dataclass
+class CycleBatch(Produced):
+    """What one batch of forwarded sends produced: its records and offsets, the decisions
+    found, and each touched graph's bytes to store (the changelog records carry the same)."""
+
+    decisions: list[Decision] = field(default_factory=list)
+    graph_writes: dict[bytes, bytes] = field(default_factory=dict)
+
+
+def apply_sends(
+    messages: Sequence[Message],
+    load_graph: Callable[[bytes], bytes | None],
+    config_for: ConfigFor,
+    context: BatchContext,
+    topics: CycleTopics,
+) -> CycleBatch:
+    """Apply a batch's sends to their graphs (``load_graph``: a graph's stored bytes, None
+    when it has none) and return the records to produce: each decision on the control topic
+    by run id, then each touched graph once on its source partition's changelog."""
+    touched: dict[bytes, tuple[CycleGraph, TopicPartition]] = {}
+    out = CycleBatch()
+    control = topics.control
+    for message in messages:
+        source = out.consumed(message)
+        try:
+            event = context.decode(message.value or b"")
+        except CodecError as exc:  # the guarding agent decoded it: a bug, not input
+            log.warning("agent cycles: skipping an undecodable send: %s", exc)
+            continue
+        key = message.key or cycle_key(event).encode()
+        held = touched.get(key)
+        graph = held[0] if held else CycleGraph.decode(load_graph(key))
+        touched[key] = (graph, source)
+        for decision in apply_send(graph, event, config_for):
+            out.decisions.append(decision)
+            run_key = decision.run_id.encode()
+            partition = context.partition_for(control, run_key)
+            out.add(OutRecord(control, run_key, encode_decision(decision), partition, source))
+    for key, (graph, source) in touched.items():
+        value = out.graph_writes[key] = graph.encode()
+        out.add(OutRecord(topics.changelog, key, value, source[1], source))
+    return out
