@@ -165,3 +165,27 @@ def test_a_run_whose_start_is_missing_is_not_compared():
     ]
     result = per_rule_backtest(fleet(COMPAT), fleet(SHIPPED), events)
     assert result.skipped == ["failing"] and result.compared == 2
+
+
+def test_issue_44s_rules_alone_on_recorded_traffic():
+    """A failing command retried with jittered knobs and a session_status loop, recorded under
+    compat mode (each call new to exact hashing: warnings only): each of issue 44's switches
+    alone blocks its own loop and changes nothing in the other."""
+    lg = loop_guard(**COMPAT)
+    jitter = Run(lg, "jittered-exec", "coder")
+    for i in range(30):
+        args = {"command": "gog events --from today", "pty": i % 2 == 0, "timeout": 30 + i % 7}
+        jitter.cycle("exec", args, exec_result("error: unknown flag: --from", exit_code=1))
+    status = Run(lg, "status-loop", "coder", start_time=1_800_000_000_000)
+    for i in range(30):
+        card = f"🧮 Tokens: {94 + i}k in / {2 + i // 10}k out\n🧵 updated {i // 8}m ago"
+        status.cycle("session_status", {}, text_result(card))
+    result = per_rule_backtest(fleet(COMPAT), fleet(SHIPPED), jitter.events + status.events)
+    by_rule = {r.rule: r for r in result.rules}
+    for rule, run_id, before in (
+        ("deviations.ignoreExecutionKnobs", "jittered-exec", None),  # no args twice in 10
+        ("deviations.maskStatusResults", "status-loop", "warn"),  # the same args, new cards
+    ):
+        (run,) = by_rule[rule].runs
+        assert run.run_id == run_id and run.change == NEWLY_BLOCKED, rule
+        assert run.baseline.worst == before and run.candidate.stop_detector == "generic_repeat"
