@@ -9,13 +9,16 @@ it estimates the tokens that stop saved, by a stated, bounded method (docs/refer
     saved = tokens per call x calls not made
     tokens per call = the run's tokens / the calls it made, both at the stop
     calls not made = min(the calls it made,
-                         its pace x the time left until SAVINGS_HORIZON_MS after its start)
+                         its pace x the time left until SAVINGS_HORIZON_MS after its start,
+                         runBudget.calls - the calls it made)         (when the config has one)
     its pace = its calls / its event-time span (at least one second)
+    and saved <= runBudget.tokens - the run's tokens                    (when the config has one)
 
 that is, a stopped loop would have gone on as long again as it had run (the median guess for
-a process seen at an arbitrary point of its life), at its own pace, and never past one hour
-from the run's start. So an estimate never exceeds what the run had spent when it was stopped,
-and the fleet's total never exceeds what its stopped runs spent. Event times only, never the
+a process seen at an arbitrary point of its life), at its own pace, never past one hour from
+the run's start, nor past the budget the agent's own harness gives a run (streams/core/
+run_budget.py). So an estimate never exceeds what the run had spent when it was stopped, and
+the fleet's total never exceeds what its stopped runs spent. Event times only, never the
 worker's clock, so replay estimates the same. Pure and deterministic, like the rest of the core.
 """
 
@@ -52,14 +55,18 @@ def clean_cost(value: float | None) -> float:
     return 0.0
 
 
-def calls_not_made(calls: int, elapsed_ms: int) -> float:
+def calls_not_made(calls: int, elapsed_ms: int, budget_calls: int = 0) -> float:
     """The calls a run stopped after ``calls`` calls and ``elapsed_ms`` of event time would
-    still have made: as many again at most, at its pace, until the horizon (module doc)."""
+    still have made: as many again at most, at its pace, until the horizon, and never past
+    the agent's own call budget (``budget_calls``; 0: none known) (module doc)."""
     remaining = SAVINGS_HORIZON_MS - elapsed_ms
     if calls <= 0 or remaining <= 0:
         return 0.0
     at_pace = calls * remaining / max(_MIN_SPAN_MS, elapsed_ms)
-    return float(min(calls, at_pace))
+    most = float(min(calls, at_pace))
+    if budget_calls:
+        most = min(most, float(max(0, budget_calls - calls)))
+    return most
 
 
 @dataclass(slots=True)
@@ -114,14 +121,18 @@ class RunUsage:
         if enforced_block:
             self.blocked = True
 
-    def stop(self, event_time: int) -> int:
-        """loopguard stopped the run at ``event_time``: take the estimate (once); returns the
-        tokens it adds."""
+    def stop(self, event_time: int, budget_calls: int = 0, budget_tokens: int = 0) -> int:
+        """loopguard stopped the run at ``event_time``: take the estimate (once), within the
+        agent's own budget when its config names one (``runBudget``: 0, none known); returns
+        the tokens it adds."""
         if self.stopped or not self.loop_seq or not self.calls:
             return 0
         self.stopped = True
-        not_made = calls_not_made(self.calls, event_time - self.started_at)
-        self.saved_tokens = round(self.tokens / self.calls * not_made)
+        not_made = calls_not_made(self.calls, event_time - self.started_at, budget_calls)
+        saved = round(self.tokens / self.calls * not_made)
+        if budget_tokens:
+            saved = min(saved, max(0, budget_tokens - self.tokens))
+        self.saved_tokens = saved
         return self.saved_tokens
 
     def to_list(self) -> list[Any]:

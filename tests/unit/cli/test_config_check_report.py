@@ -115,3 +115,11 @@ def test_nothing_raised_says_nothing(tmp_path, capsys) -> None:
     assert code == EXIT_OK and "  raised: " not in out
     code, out, _ = check(tmp_path, capsys, "{tools: {loopDetection: {enabled: true}}}", "--json")
     assert json.loads(out)["raised"] == {"*": []}
+
+
+def test_the_report_shows_the_agents_run_budget(tmp_path, capsys) -> None:
+    text = "{tools: {loopDetection: {enabled: true, runBudget: {calls: 50}}}}"
+    code, out, _ = check(tmp_path, capsys, text)
+    assert code == EXIT_OK and "  runBudget: calls=50  tokens=null" in out.splitlines()
+    code, out, _ = check(tmp_path, capsys, text, "--json")
+    assert json.loads(out)["blocks"]["*"]["runBudget"] == {"calls": 50, "tokens": None}

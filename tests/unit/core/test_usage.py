@@ -102,17 +102,48 @@ def test_a_slow_short_run_is_capped_by_its_own_length() -> None:
     assert usage.saved_tokens == 30 * 1_000
 
 
+def test_the_agents_own_budget_caps_the_calls_and_tokens_not_made() -> None:
+    # A harness that ends runs at 30 calls: the demo-like run stopped at its 23rd call would
+    # have made 7 more, not 23 (OpenHands' runs end at their max_iterations).
+    usage = stopped_after(23, every_ms=30, per_call=1_000)
+    fresh = RunUsage.from_list(usage.to_list())
+    fresh.stopped, fresh.saved_tokens = False, 0
+    assert fresh.stop(1_700_000_000_000 + 22 * 30, budget_calls=30) == 7 * 1_000
+    again = RunUsage.from_list(usage.to_list())
+    again.stopped, again.saved_tokens = False, 0
+    assert again.stop(1_700_000_000_000 + 22 * 30, budget_tokens=25_000) == 2_000  # tokens
+    spent = RunUsage.from_list(usage.to_list())
+    spent.stopped, spent.saved_tokens = False, 0
+    assert spent.stop(1_700_000_000_000 + 22 * 30, budget_calls=20) == 0  # already past it
+
+
+def test_a_configured_budget_reaches_the_estimate_of_a_looping_run() -> None:
+    thresholds = {"warningThreshold": 2, "criticalThreshold": 3, "globalCircuitBreakerThreshold": 4}
+    saved = {}
+    for budget in (None, 7):
+        run = looping_run(**thresholds, **({"runBudget": {"calls": budget}} if budget else {}))
+        while not any(d.action is Action.ABORT for d in run.decisions):
+            cycle(run)
+        usage = run.lg.runs[run.run_id].usage
+        assert usage.stopped and usage.calls == 5  # aborted at its 5th call
+        saved[budget] = usage.saved_tokens
+    assert saved[None] == 5 * (IN + OUT)  # as many again
+    assert saved[7] == 2 * (IN + OUT)  # the harness would have ended it 2 calls later
+
+
 @given(
     calls=st.integers(min_value=1, max_value=100_000),
     tokens=st.integers(min_value=0, max_value=10**10),
     started=st.integers(min_value=1, max_value=2 * 10**12),
     elapsed=st.integers(min_value=0, max_value=3 * SAVINGS_HORIZON_MS),
+    budget_calls=st.integers(min_value=0, max_value=200_000),
+    budget_tokens=st.integers(min_value=0, max_value=2 * 10**10),
 )
 def test_an_estimate_never_exceeds_its_bounds(
-    calls: int, tokens: int, started: int, elapsed: int
+    calls: int, tokens: int, started: int, elapsed: int, budget_calls: int, budget_tokens: int
 ) -> None:
     usage = RunUsage(input_tokens=tokens, calls=calls, loop_seq=1, started_at=started)
-    saved = usage.stop(started + elapsed)
+    saved = usage.stop(started + elapsed, budget_calls, budget_tokens)
     assert saved == usage.saved_tokens >= 0
     assert saved <= tokens  # never above what the run had spent when it was stopped
     left = max(0, SAVINGS_HORIZON_MS - elapsed)
@@ -120,6 +151,10 @@ def test_an_estimate_never_exceeds_its_bounds(
     assert saved <= round(at_pace)
     if elapsed >= SAVINGS_HORIZON_MS:
         assert saved == 0
+    if budget_calls:  # never past the agent's own budget
+        assert saved <= round(tokens / calls * max(0, budget_calls - calls))
+    if budget_tokens:
+        assert saved <= max(0, budget_tokens - tokens)
 
 
 def test_an_older_workers_estimate_is_capped_at_the_runs_tokens_on_load() -> None:
