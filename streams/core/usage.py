@@ -33,7 +33,7 @@ SAVINGS_HORIZON_MS = 3_600_000
 # The method in a line, and where it is explained, for whatever shows an estimate.
 SAVINGS_METHOD = (
     "the calls the run would still have made, at most as many again as it had made, at its "
-    "pace, within an hour of its start: never more than it spent"
+    "pace, within an hour of its start and its agent's runBudget: never more than it spent"
 )
 SAVINGS_METHOD_DOC = 'docs/reference.md, "How the saved estimate is made"'
 _MIN_SPAN_MS = 1_000
