@@ -43,6 +43,7 @@ CORE_MODULES = [
     "streams/core/failures.py",
     "streams/core/outcome_memory.py",
     "streams/core/progress.py",
+    "streams/core/bursts.py",
     "streams/core/guard.py",
     "streams/core/decisions.py",
     "streams/core/reorder.py",

@@ -86,6 +86,11 @@ def describe(cfg: LoopDetectionConfig) -> dict[str, Any]:
             "warningThreshold": cfg.repeated_cycle_warning,
             "criticalThreshold": cfg.repeated_cycle_critical,
         },
+        "burstRepeat": {
+            "warningThreshold": cfg.burst_repeat_warning,
+            "criticalThreshold": cfg.burst_repeat_critical,
+            "repeatsPerCall": cfg.burst_repeats_per_call,
+        },
         "errorAcrossRuns": {
             "warningThreshold": cfg.error_across_runs_warning,
             "criticalThreshold": cfg.error_across_runs_critical,
@@ -99,6 +104,7 @@ def describe(cfg: LoopDetectionConfig) -> dict[str, Any]:
             "compactionStorm": d.compaction_storm,
             "unchangedOutcome": d.unchanged_outcome,
             "repeatedCycle": d.repeated_cycle,
+            "burstRepeat": d.burst_repeat,
             "errorAcrossRuns": d.error_across_runs,
         },
         "mode": cfg.mode,
@@ -107,10 +113,6 @@ def describe(cfg: LoopDetectionConfig) -> dict[str, Any]:
         "sessionGapSeconds": cfg.session_gap_ms // 1000,
         "compat": cfg.compat,
         "deviations": switch_values(cfg.deviations),
-        "runBudget": {  # issue 41: only the saved estimate reads it; null: none known
-            "calls": cfg.run_budget.calls or None,
-            "tokens": cfg.run_budget.tokens or None,
-        },
         "ignoredArgs": ignored_args(cfg),
         "statusResults": {"tools": status_tools(cfg)},
         "perTool": {

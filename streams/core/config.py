@@ -45,7 +45,6 @@ from streams.core.incident_config import (
     check_incidents,
     resolve_incidents,
 )
-from streams.core.run_budget import RUN_BUDGET, RunBudget, check_run_budget, resolve_run_budget
 from streams.core.tool_config import (
     PER_TOOL,
     ToolSettings,
@@ -77,6 +76,8 @@ DEFAULTS: dict[str, Any] = {
         # issue 38 (progress.py): loops whose rounds hold other calls
         "unchangedOutcome": True,
         "repeatedCycle": True,
+        # issue 44 (bursts.py): one assistant turn's parallel calls judged as a set
+        "burstRepeat": True,
         # issue 44 (session_failures.py): the same failure run after run of a session
         "errorAcrossRuns": True,
     },
@@ -97,6 +98,11 @@ DEFAULTS: dict[str, Any] = {
     # real agent runs (docs/detection-quality.md).
     "unchangedOutcome": {"warningThreshold": 5, "criticalThreshold": 8},
     "repeatedCycle": {"warningThreshold": 3, "criticalThreshold": 4},
+    # loopguard extension (issue 44, bursts.py): the repeats of one assistant turn's calls
+    # (calls made again in the same turn), counted while they are at least
+    # ``repeatsPerCall`` per repeated call; a burst cycling over 3 URLs is blocked at its
+    # 20th call, a turn reading 20 different files never.
+    "burstRepeat": {"warningThreshold": 8, "criticalThreshold": 16, "repeatsPerCall": 2},
     # loopguard extension (issue 44, session_failures.py): in session scope, the same call
     # failing the same way in this many runs of the session in a row (the 56-run failing
     # heartbeat is blocked at its 6th run).
@@ -129,6 +135,7 @@ VERSIONED_WHEN_SET = (
     "repeatedCycle",
     "errorAcrossRuns",
     "sessionGapSeconds",
+    "burstRepeat",
 )
 # loopguard's detectors added after versions were recorded: in the version only when off.
 VERSIONED_WHEN_OFF = (
@@ -136,6 +143,7 @@ VERSIONED_WHEN_OFF = (
     "unchangedOutcome",
     "repeatedCycle",
     "errorAcrossRuns",
+    "burstRepeat",
 )
 # sessionGapSeconds unset: a heartbeat every 30 minutes or an hourly check starts fresh even
 # when its RunStarted names no trigger, while a compaction's new run (seconds later) carries.
@@ -156,6 +164,7 @@ INT_BLOCKS = (
     "unchangedOutcome",
     "repeatedCycle",
     "errorAcrossRuns",
+    "burstRepeat",
 )
 MAX_HISTORY_SIZE = 100_000
 
@@ -170,6 +179,7 @@ class DetectorSwitches:
     compaction_storm: bool = True
     unchanged_outcome: bool = True
     repeated_cycle: bool = True
+    burst_repeat: bool = True
     error_across_runs: bool = True
 
 
@@ -194,6 +204,9 @@ class LoopDetectionConfig:
     unchanged_outcome_critical: int = 8
     repeated_cycle_warning: int = 3
     repeated_cycle_critical: int = 4
+    burst_repeat_warning: int = 8
+    burst_repeat_critical: int = 16
+    burst_repeats_per_call: int = 2
     error_across_runs_warning: int = 3
     error_across_runs_critical: int = 5
     mode: str = ENFORCE
@@ -216,9 +229,6 @@ class LoopDetectionConfig:
     incidents: IncidentConfig = field(default_factory=IncidentConfig)
     # issue 28 (agent_cycles_config.py): loops between agents, read per sending agent.
     agent_cycles: AgentCyclesConfig = field(default_factory=AgentCyclesConfig)
-    # issue 41 (run_budget.py): what the agent's harness lets a run spend; only the
-    # saved-tokens estimate reads it, so it is no part of ``version``.
-    run_budget: RunBudget = field(default_factory=RunBudget)
 
     @property
     def session_scope(self) -> bool:
@@ -241,10 +251,6 @@ class LoopDetectionConfig:
         return self.mode != OBSERVE
 
 
-# The blocks with a module of their own, known next to DEFAULTS' fields.
-BLOCKS = (PER_TOOL, INCIDENTS, AGENT_CYCLES, RUN_BUDGET)
-
-
 def check_block(block: Any, path: str) -> dict[str, Any]:
     """Validate one raw ``tools.loopDetection`` block (unknown fields, types, ranges).
 
@@ -258,12 +264,10 @@ def check_block(block: Any, path: str) -> dict[str, Any]:
         raise ConfigError(f"{path}: expected an object, got {type(block).__name__}")
     for key, value in block.items():
         where = f"{path}.{key}"
-        if key not in DEFAULTS and key not in BLOCKS:
-            raise unknown_field(where, key, [*DEFAULTS, *BLOCKS])
+        if key not in DEFAULTS and key not in (PER_TOOL, INCIDENTS, AGENT_CYCLES):
+            raise unknown_field(where, key, [*DEFAULTS, PER_TOOL, INCIDENTS, AGENT_CYCLES])
         if key == AGENT_CYCLES:
             check_agent_cycles(value, where)
-        elif key == RUN_BUDGET:
-            check_run_budget(value, where)
         elif key == INCIDENTS:
             check_incidents(value, where)
         elif key == PER_TOOL:
@@ -346,7 +350,6 @@ def resolve(block: dict[str, Any] | None, path: str = "tools.loopDetection") -> 
     incidents = {**INCIDENT_DEFAULTS, **(raw.pop(INCIDENTS, None) or {})}
     compat = raw.pop(COMPAT)
     cycles_block = own_agent_cycles(raw.pop(AGENT_CYCLES, None) or {}, compat)  # compat: off
-    run_budget = resolve_run_budget(raw.pop(RUN_BUDGET, None) or {})  # not in the version
     agent_cycles = resolve_agent_cycles({**CYCLE_DEFAULTS, **cycles_block})
     deviations = resolve_deviations(raw.pop(DEVIATIONS), compat)
     detectors = own_detectors(raw["detectors"], checked.get("detectors") or {}, compat)
@@ -361,6 +364,8 @@ def resolve(block: dict[str, Any] | None, path: str = "tools.loopDetection") -> 
     unchanged, cycles = raw["unchangedOutcome"], raw["repeatedCycle"]
     unchanged_critical = max(unchanged["criticalThreshold"], unchanged["warningThreshold"] + 1)
     cycles_critical = max(cycles["criticalThreshold"], cycles["warningThreshold"] + 1)
+    burst = raw["burstRepeat"]
+    burst_critical = max(burst["criticalThreshold"], burst["warningThreshold"] + 1)
     across = raw["errorAcrossRuns"]
     across_critical = max(across["criticalThreshold"], across["warningThreshold"] + 1)
     gap_default = SESSION_GAP_SECONDS if compat == LOOPGUARD else 0  # off under compat
@@ -376,6 +381,7 @@ def resolve(block: dict[str, Any] | None, path: str = "tools.loopDetection") -> 
         "consecutiveErrors": {**errors, "criticalThreshold": errors_critical},
         "unchangedOutcome": {**unchanged, "criticalThreshold": unchanged_critical},
         "repeatedCycle": {**cycles, "criticalThreshold": cycles_critical},
+        "burstRepeat": {**burst, "criticalThreshold": burst_critical},
         "errorAcrossRuns": {**across, "criticalThreshold": across_critical},
         "sessionFreshTriggers": list(fresh_triggers),
         # its default follows compat: in the version only when off that default
@@ -416,6 +422,7 @@ def resolve(block: dict[str, Any] | None, path: str = "tools.loopDetection") -> 
             compaction_storm=detectors["compactionStorm"],
             unchanged_outcome=detectors["unchangedOutcome"],
             repeated_cycle=detectors["repeatedCycle"],
+            burst_repeat=detectors["burstRepeat"],
             error_across_runs=detectors["errorAcrossRuns"],
         ),
         compaction_window_size=raw["postCompactionGuard"]["windowSize"],
@@ -428,6 +435,9 @@ def resolve(block: dict[str, Any] | None, path: str = "tools.loopDetection") -> 
         unchanged_outcome_critical=unchanged_critical,
         repeated_cycle_warning=cycles["warningThreshold"],
         repeated_cycle_critical=cycles_critical,
+        burst_repeat_warning=burst["warningThreshold"],
+        burst_repeat_critical=burst_critical,
+        burst_repeats_per_call=burst["repeatsPerCall"],
         error_across_runs_warning=across["warningThreshold"],
         error_across_runs_critical=across_critical,
         mode=raw["mode"],
@@ -440,7 +450,6 @@ def resolve(block: dict[str, Any] | None, path: str = "tools.loopDetection") -> 
         version=version,
         incidents=resolve_incidents(incidents),
         agent_cycles=agent_cycles,
-        run_budget=run_budget,
     )
     if not per_tool:
         return cfg
@@ -470,6 +479,7 @@ def tool_view(cfg: LoopDetectionConfig, entry: ToolSettings) -> LoopDetectionCon
             compaction_storm=on.compaction_storm,
             unchanged_outcome=on.unchanged_outcome and "unchangedOutcome" not in exempt,
             repeated_cycle=on.repeated_cycle and "repeatedCycle" not in exempt,
+            burst_repeat=on.burst_repeat and "burstRepeat" not in exempt,
             error_across_runs=on.error_across_runs and "errorAcrossRuns" not in exempt,
         ),
         per_tool={},

@@ -50,6 +50,7 @@ DETECTOR_SWITCHES = (
     "compactionStorm",
     "unchangedOutcome",  # issue 38: rules that see progress
     "repeatedCycle",
+    "burstRepeat",  # issue 44 (bursts.py): one turn's parallel calls as a set
     "errorAcrossRuns",  # issue 44: the same failure run after run of a session
 )
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from streams.core.bursts import TurnCalls
 from streams.core.call_identity import ignored_args
 from streams.core.call_record import CallRecord
 from streams.core.canonical import parse_json
@@ -95,6 +96,8 @@ class RunState:
     held: HeldCall | None = None
     # Each call's identical-outcome streak over the whole run (issue 38, progress.py).
     outcomes: OutcomeMemory = field(default_factory=OutcomeMemory)
+    # The current assistant turn's calls, judged as a set (issue 44, bursts.py).
+    turn: TurnCalls = field(default_factory=TurnCalls)
     # Session scope: the session's calls failing the same way run after run (issue 44,
     # session_failures.py), carried into every next run of the session.
     failing: FailingCalls = field(default_factory=FailingCalls)
@@ -192,8 +195,7 @@ class RunState:
             usage.decided(decision.seq, enforced and decision.action is Action.BLOCK)
             stopped = stopped or (enforced and decision.action is Action.ABORT)
         if stopped or (usage.blocked and isinstance(event, RunEnded)):
-            # loopguard stopped the loop: what did that save? (within the agent's budget)
-            usage.stop(event_time, cfg.run_budget.calls, cfg.run_budget.tokens)
+            usage.stop(event_time)  # loopguard stopped the loop: what did that save?
         return decisions
 
     def _evaluate(self, event: AgentEvent, cfg: LoopDetectionConfig) -> list[Decision]:
@@ -264,6 +266,14 @@ class RunState:
             hit = detect_across_runs(
                 hit,
                 self.failing,
+                CurrentCall(event.tool_name, sig, known_poll),
+                event.args_json,
+                cfg if view is None else view,
+            )
+        if event.turn_id is not None:  # one turn's calls as a set (issue 44, bursts.py)
+            hit = self.turn.judge(
+                hit,
+                event.turn_id,
                 CurrentCall(event.tool_name, sig, known_poll),
                 event.args_json,
                 cfg if view is None else view,
@@ -365,6 +375,8 @@ class RunState:
                     self.failing.succeeded(sig)
                 else:
                     self.failing.failed(sig, event.error, self.run_id)
+        if self.turn.turn_id is not None and outcome.result_hash and not outcome.loop_veto:
+            self.turn.answer(sig, outcome.result_hash)  # a result of the turn's calls
         if record is not None:
             self.history.attach_result(record, outcome)
         else:
@@ -528,6 +540,8 @@ class RunState:
             data["held"] = self.held.to_list()
         if self.outcomes.streaks or self.outcomes.changes:  # likewise (issue 38)
             data["outcomes"] = self.outcomes.to_list()
+        if self.turn.turn_id is not None:  # likewise (issue 44): runs without turn ids
+            data["turn"] = self.turn.to_list()
         if self.failing.entries:  # likewise (issue 44)
             data["failing"] = self.failing.to_list()
         if self.own_from:  # likewise (issue 44): a run seeded from its session's previous run
@@ -567,6 +581,9 @@ class RunState:
         outcomes = data.get("outcomes")  # states written before issue 38: none
         if outcomes:
             state.outcomes = OutcomeMemory.from_list(outcomes)
+        turn = data.get("turn")  # states written before issue 44, or without turns: none
+        if turn:
+            state.turn = TurnCalls.from_list(turn)
         failing = data.get("failing")  # states written before issue 44: none
         if failing:
             state.failing = FailingCalls.from_list(failing)

@@ -32,6 +32,7 @@ EXEMPTABLE = (
     "errorRepeat",
     "unchangedOutcome",
     "repeatedCycle",
+    "burstRepeat",
     "errorAcrossRuns",
     "postCompactionGuard",
 )

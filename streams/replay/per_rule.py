@@ -48,6 +48,7 @@ def rule_value(cfg: LoopDetectionConfig, rule: str) -> bool:
         "compactionStorm": detectors.compaction_storm,
         "unchangedOutcome": detectors.unchanged_outcome,
         "repeatedCycle": detectors.repeated_cycle,
+        "burstRepeat": detectors.burst_repeat,
         "errorAcrossRuns": detectors.error_across_runs,
     }[name]
 

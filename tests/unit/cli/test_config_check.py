@@ -150,10 +150,11 @@ def test_check_shows_every_field(tmp_path, capsys):
     assert (
         "  detectors: genericRepeat=true  knownPollNoProgress=true  pingPong=true  "
         "consecutiveErrors=false  errorRepeat=false  compactionStorm=false  "
-        "unchangedOutcome=false  repeatedCycle=false  errorAcrossRuns=false"
+        "unchangedOutcome=false  repeatedCycle=false  burstRepeat=false  errorAcrossRuns=false"
     ) in lines
     assert "  unchangedOutcome: warningThreshold=5  criticalThreshold=8" in lines
     assert "  repeatedCycle: warningThreshold=3  criticalThreshold=4" in lines
+    assert "  burstRepeat: warningThreshold=8  criticalThreshold=16  repeatsPerCall=2" in lines
     assert "  errorAcrossRuns: warningThreshold=3  criticalThreshold=5" in lines
     assert "  deviations: escalateBlocks=false  breakerCountsPingPong=false" in out
 

@@ -268,10 +268,11 @@ def test_every_switch_on_its_own_changes_verdicts_the_streams_reach():
     one of them (so the 100% above is not 100% of streams where nothing could differ)."""
     runs = [(ci, events, reference_run(CONFIGS[ci], events)) for ci, events in sample(True, 600)]
     unmoved = []
-    # repeatedCycle needs three identical rounds of a 3- or 4-call cycle and errorAcrossRuns
-    # several runs of a session in session scope, which the generated streams do not reach;
-    # test_progress.py and test_session_repeats.py switch them on over compat mode by hand.
-    unreached = ("repeatedCycle", "errorAcrossRuns")
+    # repeatedCycle needs three identical rounds of a 3- or 4-call cycle, burstRepeat calls
+    # with turn ids and errorAcrossRuns several runs of a session in session scope, which the
+    # generated streams do not reach; test_progress.py, test_bursts.py and
+    # test_session_repeats.py switch them on over compat mode by hand.
+    unreached = ("repeatedCycle", "burstRepeat", "errorAcrossRuns")
     for switch in [*SWITCHES, *(name for name in DETECTOR_SWITCHES if name not in unreached)]:
         moved = 0
         fleets = [compat_guard(block, **{switch: True}).fleet for block in CONFIGS]
