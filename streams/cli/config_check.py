@@ -113,6 +113,10 @@ def describe(cfg: LoopDetectionConfig) -> dict[str, Any]:
         "sessionGapSeconds": cfg.session_gap_ms // 1000,
         "compat": cfg.compat,
         "deviations": switch_values(cfg.deviations),
+        "runBudget": {  # issue 41: only the saved estimate reads it; null: none known
+            "calls": cfg.run_budget.calls or None,
+            "tokens": cfg.run_budget.tokens or None,
+        },
         "ignoredArgs": ignored_args(cfg),
         "statusResults": {"tools": status_tools(cfg)},
         "perTool": {

@@ -45,6 +45,7 @@ from streams.core.incident_config import (
     check_incidents,
     resolve_incidents,
 )
+from streams.core.run_budget import RUN_BUDGET, RunBudget, check_run_budget, resolve_run_budget
 from streams.core.tool_config import (
     PER_TOOL,
     ToolSettings,
@@ -229,6 +230,9 @@ class LoopDetectionConfig:
     incidents: IncidentConfig = field(default_factory=IncidentConfig)
     # issue 28 (agent_cycles_config.py): loops between agents, read per sending agent.
     agent_cycles: AgentCyclesConfig = field(default_factory=AgentCyclesConfig)
+    # issue 41 (run_budget.py): what the agent's harness lets a run spend; only the
+    # saved-tokens estimate reads it, so it is no part of ``version``.
+    run_budget: RunBudget = field(default_factory=RunBudget)
 
     @property
     def session_scope(self) -> bool:
@@ -251,6 +255,10 @@ class LoopDetectionConfig:
         return self.mode != OBSERVE
 
 
+# The blocks with a module of their own, known next to DEFAULTS' fields.
+BLOCKS = (PER_TOOL, INCIDENTS, AGENT_CYCLES, RUN_BUDGET)
+
+
 def check_block(block: Any, path: str) -> dict[str, Any]:
     """Validate one raw ``tools.loopDetection`` block (unknown fields, types, ranges).
 
@@ -264,10 +272,12 @@ def check_block(block: Any, path: str) -> dict[str, Any]:
         raise ConfigError(f"{path}: expected an object, got {type(block).__name__}")
     for key, value in block.items():
         where = f"{path}.{key}"
-        if key not in DEFAULTS and key not in (PER_TOOL, INCIDENTS, AGENT_CYCLES):
-            raise unknown_field(where, key, [*DEFAULTS, PER_TOOL, INCIDENTS, AGENT_CYCLES])
+        if key not in DEFAULTS and key not in BLOCKS:
+            raise unknown_field(where, key, [*DEFAULTS, *BLOCKS])
         if key == AGENT_CYCLES:
             check_agent_cycles(value, where)
+        elif key == RUN_BUDGET:
+            check_run_budget(value, where)
         elif key == INCIDENTS:
             check_incidents(value, where)
         elif key == PER_TOOL:
@@ -350,6 +360,7 @@ def resolve(block: dict[str, Any] | None, path: str = "tools.loopDetection") -> 
     incidents = {**INCIDENT_DEFAULTS, **(raw.pop(INCIDENTS, None) or {})}
     compat = raw.pop(COMPAT)
     cycles_block = own_agent_cycles(raw.pop(AGENT_CYCLES, None) or {}, compat)  # compat: off
+    run_budget = resolve_run_budget(raw.pop(RUN_BUDGET, None) or {})  # not in the version
     agent_cycles = resolve_agent_cycles({**CYCLE_DEFAULTS, **cycles_block})
     deviations = resolve_deviations(raw.pop(DEVIATIONS), compat)
     detectors = own_detectors(raw["detectors"], checked.get("detectors") or {}, compat)
@@ -450,6 +461,7 @@ def resolve(block: dict[str, Any] | None, path: str = "tools.loopDetection") -> 
         version=version,
         incidents=resolve_incidents(incidents),
         agent_cycles=agent_cycles,
+        run_budget=run_budget,
     )
     if not per_tool:
         return cfg

@@ -195,7 +195,8 @@ class RunState:
             usage.decided(decision.seq, enforced and decision.action is Action.BLOCK)
             stopped = stopped or (enforced and decision.action is Action.ABORT)
         if stopped or (usage.blocked and isinstance(event, RunEnded)):
-            usage.stop(event_time)  # loopguard stopped the loop: what did that save?
+            # loopguard stopped the loop: what did that save? (within the agent's budget)
+            usage.stop(event_time, cfg.run_budget.calls, cfg.run_budget.tokens)
         return decisions
 
     def _evaluate(self, event: AgentEvent, cfg: LoopDetectionConfig) -> list[Decision]:
