@@ -189,3 +189,24 @@ def test_issue_44s_rules_alone_on_recorded_traffic():
         (run,) = by_rule[rule].runs
         assert run.run_id == run_id and run.change == NEWLY_BLOCKED, rule
         assert run.baseline.worst == before and run.candidate.stop_detector == "generic_repeat"
+
+
+def test_bursts_alone_on_recorded_traffic():
+    """A 60-call burst of one assistant turn cycling over three URLs, recorded under compat
+    mode with its turn id (the results after the calls): only ``detectors.burstRepeat`` stops
+    it, on its 20th call."""
+    burst = Run(loop_guard(**COMPAT), "burst", "researcher")
+    urls = [f"https://docs.example/{name}" for name in "abc"] * 20
+    for n, url in enumerate(urls):
+        call = ToolCall(
+            burst.envelope(), "web_fetch", json.dumps({"url": url}), f"c{n}", turn_id="m"
+        )
+        burst.events.append(call)
+        burst.feed(call)
+    for n, url in enumerate(urls):
+        burst.result("web_fetch", {"url": url}, text_result(f"page {url}"), call_id=f"c{n}")
+    result = per_rule_backtest(fleet(COMPAT), fleet(SHIPPED), burst.events)
+    stopped = {r.rule for r in result.rules for run in r.runs if run.change == NEWLY_BLOCKED}
+    assert stopped == {"detectors.burstRepeat"}
+    (run,) = next(r for r in result.rules if r.rule == "detectors.burstRepeat").runs
+    assert run.candidate.stop_detector == "burst_repeat" and run.candidate.stop_seq == 20
