@@ -187,9 +187,9 @@ def track_signals(
             publish(out, incident, context, topics, source)
     for key, kept in tallies.items():
         out.tally_writes[key] = _dumps(kept.to_dict())
-        incident = opened[key]
-        if incident != stored[key]:
-            out.open_writes[key] = None if incident is None else _dumps(incident.to_dict())
+        now_open = opened[key]
+        if now_open != stored[key]:
+            out.open_writes[key] = None if now_open is None else _dumps(now_open.to_dict())
     return out
 
 

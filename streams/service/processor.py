@@ -11,12 +11,12 @@ under the right one.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, MutableMapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from streams.core.config import LoopDetectionConfig
-from streams.core.engine import hand_over
+from streams.core.engine import LoopGuard
 from streams.core.events import AgentEvent, Decision, Envelope, partition_key
 from streams.core.run_state import RunState
 from streams.core.session import SessionCarry
@@ -44,8 +44,77 @@ class TouchedRun:
     watermark: RunWatermark
 
 
+class BatchRuns(MutableMapping[str, RunState]):
+    """The runs table as one batch sees it: the states the batch touched, else the stored
+    ones (read, never copied); what is set here is the batch's to store."""
+
+    def __init__(self, load: Callable[[bytes], RunState | None]) -> None:
+        self.load = load
+        self.touched: dict[str, RunState] = {}
+
+    def get(self, run_id: str, default: Any = None) -> Any:  # type: ignore[override]
+        state = self.touched.get(run_id)
+        if state is None:
+            state = self.load(run_id.encode())
+        return default if state is None else state
+
+    def __getitem__(self, run_id: str) -> RunState:
+        state = self.get(run_id)
+        if state is None:
+            raise KeyError(run_id)
+        return state
+
+    def __setitem__(self, run_id: str, state: RunState) -> None:
+        self.touched[run_id] = state
+
+    def __delitem__(self, run_id: str) -> None:
+        del self.touched[run_id]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.touched)
+
+    def __len__(self) -> int:
+        return len(self.touched)
+
+
+class BatchSessions(MutableMapping[str, str]):
+    """The sessions table (session id -> its latest run id) as one batch sees it: the batch's
+    changes, else the stored value."""
+
+    def __init__(self, load: Callable[[bytes], bytes | None]) -> None:
+        self.load = load
+        self.changed: dict[str, str] = {}
+
+    def get(self, session_id: str, default: Any = None) -> Any:  # type: ignore[override]
+        run_id = self.changed.get(session_id)
+        if run_id is None:
+            stored = self.load(session_id.encode())
+            run_id = None if stored is None else stored.decode()
+        return default if run_id is None else run_id
+
+    def __getitem__(self, session_id: str) -> str:
+        run_id = self.get(session_id)
+        if run_id is None:
+            raise KeyError(session_id)
+        return run_id
+
+    def __setitem__(self, session_id: str, run_id: str) -> None:
+        self.changed[session_id] = run_id
+
+    def __delitem__(self, session_id: str) -> None:
+        del self.changed[session_id]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.changed)
+
+    def __len__(self) -> int:
+        return len(self.changed)
+
+
 class EventProcessor:
-    """Applies decoded events to per-run state, keeping the states it touched for one batch.
+    """Applies decoded events to per-run state through the core's one orchestration
+    (:class:`streams.core.engine.LoopGuard`, hosted over the tables as one batch sees them),
+    keeping the states it touched for one batch.
 
     ``load_state`` reads a run's stored state (the Faust table, a dict in tests);
     ``config_for`` resolves an agent's config; ``load_latest_run`` reads a session's latest
@@ -63,31 +132,32 @@ class EventProcessor:
         *,
         republish_duplicates: bool = True,
     ) -> None:
-        self.load_state = load_state
         self.config_for = config_for
         self.republish_duplicates = republish_duplicates
-        self.load_latest_run = load_latest_run or (lambda key: None)
-        self.sessions: dict[bytes, bytes] = {}  # session -> latest run, changed this batch
-        self.carries: dict[bytes, SessionCarry] = {}  # what a run was seeded from, this batch
-        self.touched: dict[bytes, RunState] = {}
-        self.envelopes: dict[bytes, Envelope] = {}  # the newest of each touched run
-        self.applied: dict[bytes, list[AgentEvent]] = {}  # this batch's events per run
-        self.before_batch: dict[bytes, dict[str, Any] | None] = {}  # run state at batch start
+        self.runs = BatchRuns(load_state)
+        self.sessions = BatchSessions(load_latest_run or (lambda key: None))
+        self.carries: dict[str, SessionCarry] = {}  # what a run was seeded from, this batch
+        self.guard = LoopGuard(
+            configs=config_for, runs=self.runs, sessions=self.sessions, carries=self.carries
+        )
+        self.envelopes: dict[str, Envelope] = {}  # the newest of each touched run
+        self.applied: dict[str, list[AgentEvent]] = {}  # this batch's events per run
+        self.before_batch: dict[str, dict[str, Any] | None] = {}  # run state at batch start
 
     def take_touched(self) -> list[TouchedRun]:
         """The runs changed since the last call, to be stored and announced once per batch."""
         touched = [
-            TouchedRun(key, state, self.watermark(state, self.envelopes[key]))
-            for key, state in self.touched.items()
+            TouchedRun(run_id.encode(), state, self.watermark(state, self.envelopes[run_id]))
+            for run_id, state in self.runs.touched.items()
         ]
-        self.touched, self.envelopes, self.applied, self.before_batch = {}, {}, {}, {}
-        self.carries = {}
+        self.runs.touched, self.envelopes, self.applied, self.before_batch = {}, {}, {}, {}
+        self.carries.clear()
         return touched
 
     def take_sessions(self) -> dict[bytes, bytes]:
         """Sessions whose latest run changed since the last call (session id -> run id)."""
-        sessions, self.sessions = self.sessions, {}
-        return sessions
+        sessions, self.sessions.changed = self.sessions.changed, {}
+        return {session.encode(): run.encode() for session, run in sessions.items()}
 
     @staticmethod
     def watermark(state: RunState, envelope: Envelope) -> RunWatermark:
@@ -121,22 +191,18 @@ class EventProcessor:
             return Outcome(
                 dead_letter=f"seq must be 1 or more (run sequences start at 1), got {envelope.seq}"
             )
-        run_key = envelope.run_id.encode()
-        route = partition_key(envelope).encode()
-        if key != route:
+        run_id = envelope.run_id
+        if key != partition_key(envelope).encode():
             # Keyed by something else: re-key so the run's state (and its session's runs)
             # live on one partition.
-            return Outcome(rekey=route)
+            return Outcome(rekey=partition_key(envelope).encode())
         cfg = self.config_for(envelope.agent_id)
-        state = self.touched.get(run_key)
-        if state is None:
-            state = self.load_state(run_key)
+        if run_id not in self.runs.touched:
             # As the run was before this batch: what a failed evaluation goes back to.
-            self.before_batch[run_key] = None if state is None else state.snapshot()
-            if state is None:
-                state = RunState(envelope.run_id, cfg.history_size)
-        self.touched[run_key] = state
-        self.envelopes[run_key] = envelope
+            stored = self.runs.get(run_id)
+            self.before_batch[run_id] = None if stored is None else stored.snapshot()
+        state = self.runs.touched[run_id] = self.guard.state_for(envelope, cfg)
+        self.envelopes[run_id] = envelope
         if state.is_duplicate(envelope.seq):
             # Redelivered (e.g. after a crash): publish again what this event decided, with
             # the same decision ids, in case the first publication died in the producer buffer.
@@ -144,11 +210,11 @@ class EventProcessor:
             return Outcome(decisions=decided if self.republish_duplicates else [], event=event)
         loop_before, saved_before = state.usage.loop_tokens, state.usage.saved_tokens
         try:
-            decisions = self.evaluate(run_key, route, state, event, cfg)
+            decisions = self.guard.apply(state, event, cfg)
         except Exception as exc:  # noqa: BLE001 - one event must never stop a partition
-            self.rebuild(run_key, envelope.run_id, cfg)
+            self.rebuild(run_id, cfg)
             return Outcome(dead_letter=f"evaluation failed: {type(exc).__name__}: {exc}")
-        self.applied.setdefault(run_key, []).append(event)
+        self.applied.setdefault(run_id, []).append(event)
         return Outcome(
             decisions=decisions,
             event=event,
@@ -156,44 +222,16 @@ class EventProcessor:
             saved_tokens=state.usage.saved_tokens - saved_before,
         )
 
-    def evaluate(
-        self,
-        run_key: bytes,
-        route: bytes,
-        state: RunState,
-        event: AgentEvent,
-        cfg: LoopDetectionConfig,
-    ) -> list[Decision]:
-        """The core's verdict on one event; an event with a session goes through session
-        scope exactly as :class:`streams.core.engine.LoopGuard` does."""
-        if route == run_key:
-            return state.apply(event, cfg)
-        latest = None
-        if not state.stats.events and cfg.session_scope:  # only a run's first event reads it
-            latest = self.sessions.get(route) or self.load_latest_run(route)
-        hand_over(state, event, cfg, None if latest is None else latest.decode(), self.run_state)
-        if state.predecessor is not None:
-            self.carries[run_key] = state.predecessor  # for rebuild, should the event fail
-        processed = state.stats.events
-        decisions = state.apply(event, cfg)
-        if processed == 0 and state.stats.events:  # its first event: the session's latest run
-            self.sessions[route] = run_key
-        return decisions
-
-    def run_state(self, run_id: str) -> RunState | None:
-        key = run_id.encode()
-        return self.touched.get(key) or self.load_state(key)
-
-    def rebuild(self, run_key: bytes, run_id: str, cfg: LoopDetectionConfig) -> None:
+    def rebuild(self, run_id: str, cfg: LoopDetectionConfig) -> None:
         """Put a run back as it was before the event that failed: its state at the start of
         the batch plus the batch's earlier events (they applied cleanly and do so again)."""
-        snapshot = self.before_batch.get(run_key)
+        snapshot = self.before_batch.get(run_id)
         state = (
             RunState(run_id, cfg.history_size) if snapshot is None else RunState.from_dict(snapshot)
         )
-        carry = self.carries.get(run_key)
+        carry = self.carries.get(run_id)
         if carry is not None and not state.stats.events:
             state.predecessor = carry  # seeded in this batch: seed the rebuilt state alike
-        for earlier in self.applied.get(run_key, []):
+        for earlier in self.applied.get(run_id, []):
             state.apply(earlier, cfg)
-        self.touched[run_key] = state
+        self.runs.touched[run_id] = state
