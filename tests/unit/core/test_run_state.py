@@ -117,7 +117,7 @@ def run_events(draw, run_id: str = "r1", max_ops: int = 50, distinct_results: bo
             tool, args = CALLS[draw(st.integers(0, len(CALLS) - 1))]
             if distinct_results:
                 unique += 1
-                result = text_result(f"{run_id}-orphan-{unique}")
+                result = text_result(f"{run_id}-orphan-{unique}", n=unique)
             else:
                 result = RESULTS[draw(st.integers(0, len(RESULTS) - 2))][0]
             run.make_result(tool, args, result)
