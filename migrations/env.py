@@ -10,7 +10,7 @@ from logging.config import fileConfig
 from alembic import context
 from sqlalchemy import pool
 
-from streams.audit.database import DEFAULT_URL, create_audit_engine
+from streams.audit.engines import DEFAULT_URL, create_audit_engine
 from streams.audit.models import Base
 
 # this is the Alembic Config object, which provides

@@ -18,7 +18,8 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.orm import Session
 
-from streams.audit.database import DEFAULT_URL, create_audit_engine, migrate
+from streams.audit.database import migrate
+from streams.audit.engines import DEFAULT_URL, create_audit_engine
 from streams.audit.models import Base, DeadLetter, DecisionRow, ProcessedEvent, RunUsageRow
 from streams.audit.observed import enforced_abort_exists, reported_status
 from streams.core.events import Action, Decision

@@ -17,6 +17,7 @@ from functools import cache
 from typing import Any
 
 from streams.core.events import EVENT_KINDS, Action, AgentEvent, Decision, Envelope
+from streams.wire.dead_letters import DeadLetterRecord, decode_dead_letter, encode_dead_letter
 from streams.wire.errors import (
     BadMarkerError,
     CodecError,
@@ -458,48 +459,3 @@ def _watermark_fingerprints() -> frozenset[bytes]:
             _previous_watermark_codec().schema.fingerprint,
         )
     )
-
-
-# ---------------------------------------------------------------------------- dead letters
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class DeadLetterRecord:
-    """A message a worker gave up on, kept byte for byte with the reason, for replay.
-
-    The wire form of the ``DeadLetter`` Avro record (the ORM row is
-    :class:`streams.audit.models.DeadLetter`).
-    """
-
-    source_topic: str
-    partition: int
-    offset: int
-    error: str
-    payload: bytes
-    event_time: int  # when it was dead-lettered, epoch milliseconds
-    key: bytes | None = None
-
-
-_DEAD_LETTER_FIELDS = tuple(f.name for f in dataclass_fields(DeadLetterRecord))
-
-
-def encode_dead_letter(letter: DeadLetterRecord, *, max_size: int = DEAD_LETTER_MAX_SIZE) -> bytes:
-    """Single-object Avro bytes for a dead letter."""
-    if not isinstance(letter, DeadLetterRecord):
-        raise EncodeError(f"not a DeadLetterRecord: {type(letter).__name__}")
-    datum = {name: getattr(letter, name) for name in _DEAD_LETTER_FIELDS}
-    for name in ("payload", "key"):
-        if isinstance(datum[name], bytearray | memoryview):
-            datum[name] = bytes(datum[name])
-    return own_codecs()["DeadLetter"].encode(datum, max_size)
-
-
-def decode_dead_letter(
-    data: bytes,
-    registry: SchemaRegistry | None = None,
-    *,
-    max_size: int = DEAD_LETTER_MAX_SIZE,
-) -> DeadLetterRecord:
-    """Decode a dead letter (larger default limit: it wraps a possibly oversized payload)."""
-    datum = own_codecs()["DeadLetter"].decode(data, registry, max_size)
-    return DeadLetterRecord(**{name: datum[name] for name in _DEAD_LETTER_FIELDS})

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from sqlalchemy import text
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
 
-from streams.audit.database import create_audit_engine
+from streams.audit.engines import create_audit_engine
 from streams.kafka.topics import ensure_topics, partition_counts, topic_specs
 from streams.settings import Settings, redact_url
 from streams.worker.faust_patches import PATCHED_AIOKAFKA, PATCHED_VERSION, patch_mismatches

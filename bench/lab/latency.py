@@ -13,11 +13,13 @@ import argparse
 import statistics
 import time
 
-from brokers import gateway_fetch_wait_ms
-from harness import GroupProgress, percentile
 from kafka import KafkaProducer
-from load_gen import Decisions, compaction_loop_run, make_plan, memory_per_run
 
+from bench.lab.brokers import gateway_fetch_wait_ms
+from bench.lab.harness import GroupProgress, percentile
+from bench.lab.heard import Decisions
+from bench.lab.run_memory import memory_per_run
+from bench.lab.run_plans import compaction_loop_run, make_plan
 from streams.gateway.client import GatewayClient
 from streams.settings import Settings
 from streams.wire.avro import encode_event

@@ -4,12 +4,8 @@ observed between two scrapes (e2e_bench's event-age line)."""
 from __future__ import annotations
 
 import math
-import sys
-from pathlib import Path
 
-sys.path.append(str(Path(__file__).resolve().parents[1].parent / "bench"))
-
-from harness import bucket_quantile, event_age_figures  # noqa: E402  (bench/ is not a package)
+from bench.lab.harness import bucket_quantile, event_age_figures
 
 BEFORE = {0.01: 90.0, 0.03: 95.0, 0.05: 100.0, math.inf: 100.0}
 

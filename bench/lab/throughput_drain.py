@@ -13,8 +13,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness import GroupProgress, assignment_complete, cpu_seconds, owned_partitions
-
+from bench.lab.harness import GroupProgress, assignment_complete, cpu_seconds, owned_partitions
 from streams.devtools.worker_process import WorkerProcess
 
 

@@ -9,29 +9,23 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from argparse import Namespace
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-
-from fleet_bench import (  # noqa: E402
+from bench.lab.fleet import leg_args, print_floor
+from bench.lab.fleet_agents import (
     Measurements,
     WorkerWindow,
     is_looping,
-    leg_args,
-    print_floor,
     reference_refusal,
     summary,
 )
-from fleet_typescript import fill_measurements, node_command, read_report  # noqa: E402
-from forwarders import echo_watermarks  # noqa: E402
-
-from streams.core.events import Envelope, RunStarted, ToolCall, ToolResult  # noqa: E402
-from streams.wire.avro import RunWatermarks, decode_control, encode_event  # noqa: E402
+from bench.lab.fleet_typescript import fill_measurements, node_command, read_report
+from bench.lab.forwarders import echo_watermarks
+from streams.core.events import Envelope, RunStarted, ToolCall, ToolResult
+from streams.wire.avro import RunWatermarks, decode_control, encode_event
 
 
 def looping_events(run_id: str, calls: int) -> list:

@@ -73,7 +73,7 @@ def start_workers(
     return workers
 
 
-FORWARDERS = Path(__file__).resolve().parent / "forwarders.py"
+FORWARDERS = Path(__file__).resolve().parents[1] / "forwarders.py"  # its launcher
 
 
 class ForwarderProcess(WorkerProcess):

@@ -10,7 +10,7 @@ import json
 import os
 from collections.abc import Iterable, Sequence
 
-from harness import load_average, mb
+from bench.lab.harness import load_average, mb
 
 BASELINES = {
     "aiokafka": "bare aiokafka loop",

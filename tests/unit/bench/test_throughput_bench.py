@@ -3,14 +3,9 @@ partitions check, each worker's events and CPU, N workers / one and the predicti
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.append(str(Path(__file__).resolve().parents[2] / "bench"))
-
-from throughput_report import (  # noqa: E402  (bench/ is not a package)
+from bench.lab.throughput_report import (
     check_contenders,
     contender_workers,
     per_worker,

@@ -6,11 +6,8 @@ benchmark takes ``--broker tansu|kafka`` and prints figures for either, measured
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from pathlib import Path
-
-TESTS = Path(__file__).resolve().parent.parent / "tests"
 
 
 @dataclass
@@ -33,8 +30,7 @@ class ClusterBroker:
 def start_broker(choice: str, workdir: Path):  # -> EmbeddedBroker | ClusterBroker
     """Start the chosen broker, ready for clients; the caller stops it."""
     if choice == "kafka":
-        sys.path.append(str(TESTS))
-        from kafka_cluster.cluster import KafkaCluster
+        from tests.kafka_cluster.cluster import KafkaCluster  # the tests' cluster tool
 
         cluster = KafkaCluster(nodes=3, base_port=0, data_dir=workdir / "kafka")
         cluster.start()

@@ -18,16 +18,13 @@ import subprocess
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
-from brokers import gateway_fetch_wait_ms
-
+from bench.lab.brokers import gateway_fetch_wait_ms
+from bench.lab.fleet_agents import Measurements
 from streams.wire.avro import decode_event
 
-if TYPE_CHECKING:
-    from fleet_bench import Measurements
-
-TS_DIR = Path(__file__).resolve().parent.parent / "clients" / "typescript"
+TS_DIR = Path(__file__).resolve().parents[2] / "clients" / "typescript"
 FLEET_SCRIPT = TS_DIR / "bench" / "fleet-agents.mjs"  # imports ../dist/index.js
 
 
