@@ -154,11 +154,7 @@ def run_worker(args: argparse.Namespace) -> int:
     except StartupError as exc:
         print(f"loopguard worker: {exc}", file=sys.stderr)
         return EXIT_ERROR
-    from streams.worker.shutdown import bound_shutdowns
-
-    # SIGTERM/SIGINT end the worker within LOOPGUARD_SHUTDOWN_TIMEOUT whatever its stop waits
-    # for (the database included); a second signal ends it at once (issue 26).
-    bound_shutdowns(settings.shutdown_timeout)
+    # SIGTERM/SIGINT end it within LOOPGUARD_SHUTDOWN_TIMEOUT (the app's Worker, bootstrap).
     sys.argv = ["loopguard", "worker", "-l", args.loglevel]
     if args.web_port:
         sys.argv += ["--web-port", str(args.web_port), "--web-bind", settings.web_bind]

@@ -20,7 +20,21 @@ from typing import Any
 
 from faust.transport import consumer as faust_consumer
 
+from streams.worker.patching import Patch, replace
+
 _original_wait_empty = faust_consumer.Consumer.wait_empty
+
+WAIT_EMPTY = Patch(
+    faust_consumer.Consumer,
+    "wait_empty",
+    _original_wait_empty,
+    "e4662fe24f094819",
+    fixes="a stop or a rebalance waited for every taken message to be acked, the audit "
+    "agents' too: with the database away SIGTERM left a worker that guarded nothing (issue 26)",
+    proof="tests/unit/worker/test_audit_release.py::"
+    "test_the_patched_wait_ends_while_an_audit_message_stays_unacknowledged",
+)
+PATCHES = (WAIT_EMPTY,)
 
 
 def release_audit_messages(
@@ -40,8 +54,8 @@ def release_audit_messages(
 
 
 def audit_never_holds_a_stop(audit_topics: Collection[str]) -> None:
-    """Patch ``Consumer.wait_empty`` (idempotent): the audit topics' messages are released
-    first (see the module's docstring)."""
+    """Patch ``Consumer.wait_empty``: the audit topics' messages are released first (see the
+    module's docstring)."""
     topics = frozenset(audit_topics)
     stopped: weakref.WeakSet[Any] = weakref.WeakSet()  # consumers whose stop waited once
 
@@ -55,4 +69,4 @@ def audit_never_holds_a_stop(audit_topics: Collection[str]) -> None:
             stopped.add(self)
         await _original_wait_empty(self)
 
-    faust_consumer.Consumer.wait_empty = wait_empty  # type: ignore[method-assign]
+    replace(WAIT_EMPTY, wait_empty)

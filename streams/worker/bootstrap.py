@@ -31,19 +31,11 @@ from streams.wire.schema_registry import default_registry
 from streams.worker import state_codec
 from streams.worker.agent_cycles import AgentCycles
 from streams.worker.agents import WorkerAgents
-from streams.worker.audit_release import audit_never_holds_a_stop
-from streams.worker.coordinator_retries import retry_cut_coordinator_lookups
-from streams.worker.exactly_once import exactly_once_commits
-from streams.worker.fast_failover import fast_failover
-from streams.worker.faust_patches import (
-    fast_message_handoff,
-    ordered_recovery_resume,
-    read_changelogs_to_their_end,
-    set_fetch_max_wait,
-)
+from streams.worker.faust_layer import install as install_faust_patches
 from streams.worker.gc_tuning import tune_collector
 from streams.worker.incidents import register_incidents
 from streams.worker.parts import WorkerParts
+from streams.worker.shutdown import worker_with_deadline
 from streams.worker.startup import check_faust_patches
 from streams.worker.tables import RunsTable
 
@@ -66,22 +58,10 @@ def broker_credentials(settings: Settings) -> Any:
 
 
 def apply_faust_patches(settings: Settings, commit_barrier: asyncio.Lock) -> None:
+    """The Faust layer (:mod:`streams.worker.faust_layer`), installed here and nowhere else,
+    once the installed Faust and aiokafka are the ones it was written for."""
     check_faust_patches()  # refuses (StartupError) a Faust the patches were not written for
-    set_fetch_max_wait(settings.fetch_max_wait_ms)
-    ordered_recovery_resume()  # never lose events that arrive while a worker restores its tables
-    if settings.processing_guarantee == "at_least_once":
-        read_changelogs_to_their_end(settings)  # not to the end offsets tansu reports
-    fast_failover()  # a promoted standby reads on where it was; recovery ends once read
-    retry_cut_coordinator_lookups()  # a broker restart never crashes a transaction's commit
-    if settings.fast_handoff:
-        fast_message_handoff()
-    # Exactly-once commits only between the guarding agent's batches, buffer flushed first
-    # (with immediate control delivery, commits are settled off the agent's path instead).
-    exactly_once_commits(
-        commit_barrier,
-        settings.transaction_retry_backoff_ms,
-        between_batches=settings.control_delivery == "transactional",
-    )
+    install_faust_patches(settings, commit_barrier)
 
 
 def build_app(settings: Settings) -> faust.App:
@@ -114,6 +94,9 @@ def build_app(settings: Settings) -> faust.App:
         web_bind=settings.web_bind,
         datadir=f"{settings.data_dir}/{{conf.name}}",
         producer_max_request_size=settings.max_message_bytes * 3,
+        # SIGTERM/SIGINT end the worker within LOOPGUARD_SHUTDOWN_TIMEOUT whatever its stop
+        # waits for (the database included); a second signal ends it at once (issue 26).
+        Worker=worker_with_deadline(settings.shutdown_timeout),
     )
 
 
@@ -221,8 +204,6 @@ def build_worker(settings: Settings) -> faust.App:
         metrics=metrics,
         webhooks=WebhookNotifier.from_settings(settings, audit, metrics),
     )
-    # A stop or a rebalance never waits for the audit agents' database writes (issue 26).
-    audit_never_holds_a_stop({settings.topics.control, settings.topics.deadletter})
     agents = WorkerAgents(parts)
     agents.register()
     # Loop incidents (issue 28), when the config turns them on.

@@ -21,12 +21,22 @@ from typing import Any
 from aiokafka.errors import KafkaConnectionError, KafkaError
 from aiokafka.producer.sender import Sender
 
+from streams.worker.patching import Patch, replace
+
 log = logging.getLogger("loopguard.worker")
 
 _original_find_coordinator = Sender._find_coordinator
-# What the patch wraps, fingerprinted in streams.worker.faust_patches.patch_mismatches: it
-# relies on the lookup raising KafkaError from the connection error it could not retry.
-REPLACED = {"Sender._find_coordinator": (_original_find_coordinator, "33001a36bf6a0ae0")}
+FIND_COORDINATOR = Patch(
+    Sender,
+    "_find_coordinator",
+    _original_find_coordinator,
+    "33001a36bf6a0ae0",
+    fixes="a coordinator lookup whose connection closed (its broker restarting) ended aiokafka's "
+    "sender and crashed the worker: 1 run in 12 of a rolling restart",
+    proof="tests/unit/worker/test_coordinator_retries.py::"
+    "test_a_lookup_cut_off_is_asked_again_after_a_metadata_refresh",
+)
+PATCHES = (FIND_COORDINATOR,)
 
 
 async def _find_coordinator_through_restarts(
@@ -44,4 +54,4 @@ async def _find_coordinator_through_restarts(
 
 
 def retry_cut_coordinator_lookups() -> None:
-    Sender._find_coordinator = _find_coordinator_through_restarts
+    replace(FIND_COORDINATOR, _find_coordinator_through_restarts)

@@ -99,6 +99,8 @@ from faust.transport import producer as faust_producer
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 
+from streams.worker.patching import Patch, replace
+
 log = logging.getLogger("loopguard.worker")
 
 _original_force_commit = faust_consumer.Consumer.force_commit
@@ -110,14 +112,52 @@ _original_settings_extra = faust_aiokafka.Producer._settings_extra
 # The guarding agent's batch lock (WorkerParts.commit_barrier), set by exactly_once_commits.
 _barrier: asyncio.Lock | None = None
 
-# Upstream sources these patches were read against (see faust_patches.patch_mismatches).
-REPLACED = {
-    "Consumer.force_commit": (_original_force_commit, "cc094614d22c70fb"),
-    "ProducerBuffer._send_pending": (_original_send_pending, "4a9d5f932b56bc68"),
-    "Consumer.on_partitions_revoked": (_original_on_partitions_revoked, "d04b7ae72c6fc206"),
-    "Producer.commit_transactions": (_original_commit_transactions, "70091e6f431974e9"),
-    "Producer._settings_extra": (_original_settings_extra, "a4c7bc41b6382223"),
-}
+SETTINGS_EXTRA = Patch(
+    faust_aiokafka.Producer,
+    "_settings_extra",
+    _original_settings_extra,
+    "a4c7bc41b6382223",
+    fixes="aiokafka's 100 ms retry backoff after CONCURRENT_TRANSACTIONS: a commit took "
+    "110-130 ms whenever the coordinator was still writing the previous markers",
+    proof="tests/unit/worker/test_exactly_once.py::test_exactly_once_producers_retry_quickly_and_the_others_as_before",
+)
+SEND_PENDING = Patch(
+    faust_producer.ProducerBuffer,
+    "_send_pending",
+    _original_send_pending,
+    "4a9d5f932b56bc68",
+    fixes="table writes left in Faust's producer buffer, never flushed by the transactional "
+    "commit: a run's changelog write landed after the commit of its events' offsets",
+    proof="tests/unit/worker/test_exactly_once.py::test_the_drain_waits_for_queued_and_in_flight_messages_and_keeps_their_order",
+)
+FORCE_COMMIT = Patch(
+    faust_consumer.Consumer,
+    "force_commit",
+    _original_force_commit,
+    "cc094614d22c70fb",
+    fixes="the commit timer committed in the middle of an agent's batch (decisions of "
+    "uncommitted events in a committed transaction: decided twice after a crash)",
+    proof="tests/unit/worker/test_exactly_once.py::test_an_exactly_once_commit_waits_for_the_batch_and_takes_its_writes_and_acks",
+)
+PARTITIONS_REVOKED = Patch(
+    faust_consumer.Consumer,
+    "on_partitions_revoked",
+    _original_on_partitions_revoked,
+    "d04b7ae72c6fc206",
+    fixes="on a rebalance Faust forgot the acked messages before its revocation commit, which "
+    "committed nothing and left transactions open across the rebalance",
+    proof="tests/unit/worker/test_exactly_once.py::test_a_rebalance_commits_the_acked_offsets_before_faust_forgets_them",
+)
+COMMIT_TRANSACTIONS = Patch(
+    faust_aiokafka.Producer,
+    "commit_transactions",
+    _original_commit_transactions,
+    "70091e6f431974e9",
+    fixes="a commit's partition transactions committed one after the other: one transaction's "
+    "round trips per partition",
+    proof="tests/unit/worker/test_exactly_once.py::test_the_partitions_transactions_are_committed_together",
+)
+PATCHES = (SETTINGS_EXTRA, SEND_PENDING, FORCE_COMMIT, PARTITIONS_REVOKED, COMMIT_TRANSACTIONS)
 
 
 class _InFlight:
@@ -298,8 +338,8 @@ def exactly_once_commits(
     every batch acks its events only once its records are sent (:mod:`settling`)."""
     global _barrier
     _barrier = barrier if between_batches else None
-    faust_aiokafka.Producer._settings_extra = _quick_transaction_retries(retry_backoff_ms)
-    faust_producer.ProducerBuffer._send_pending = _counted_send_pending
-    faust_consumer.Consumer.force_commit = _force_commit_between_batches
-    faust_consumer.Consumer.on_partitions_revoked = _commit_then_revoke
-    faust_aiokafka.Producer.commit_transactions = _commit_transactions_concurrently
+    replace(SETTINGS_EXTRA, _quick_transaction_retries(retry_backoff_ms))
+    replace(SEND_PENDING, _counted_send_pending)
+    replace(FORCE_COMMIT, _force_commit_between_batches)
+    replace(PARTITIONS_REVOKED, _commit_then_revoke)
+    replace(COMMIT_TRANSACTIONS, _commit_transactions_concurrently)

@@ -37,6 +37,18 @@ worker usually stays there as a standby. Its producer lived on, was fenced by th
 and when the partition came back (the other worker killed: failover) Faust reused the fenced
 producer and the worker crashed (ProducerFenced). Every producer of a partition that is not
 active here any more is stopped at each rebalance.
+
+Fetch snapshot (with the resume order of :mod:`streams.worker.faust_patches`): Faust hands its
+live set of active partitions to the consumer thread, and aiokafka reads an *empty* set as
+"every partition". When recovery paused the last active partition while a fetch was on its
+way (between "Done reading from changelog topics" and the stream partitions' resume), aiokafka
+handed over the paused partitions' records, Faust discarded them as inactive, and the
+consumer's position had already moved past them: lost events. The one replacement of
+``getmany`` fetches from the set as it was when Faust decided to fetch, and notes during
+recovery what the fetch handed over (for the end watcher above).
+
+Each patch is declared as a :class:`~streams.worker.patching.Patch` below; the inventory and
+the order they are installed in: :mod:`streams.worker.faust_layer`.
 """
 
 from __future__ import annotations
@@ -50,23 +62,70 @@ from faust.tables import recovery as faust_recovery
 from faust.transport import consumer as faust_consumer
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
+from streams.worker.patching import Patch, Reliance, replace
+
 log = logging.getLogger("loopguard.worker")
 
 _original_on_rebalance = faust_recovery.Recovery.on_rebalance
 _original_highwaters = faust_aiokafka.AIOKafkaConsumerThread._highwaters
 _original_transactions_rebalance = faust_consumer.TransactionManager.on_rebalance
 _original_build_offsets = faust_recovery.Recovery._build_offsets
+_original_thread_getmany = faust_aiokafka.AIOKafkaConsumerThread.getmany
 _slurp = faust_recovery.Recovery._slurp_changelogs
-# What the patches depend on, fingerprinted in streams.worker.faust_patches.patch_mismatches:
-# on_rebalance is wrapped; _slurp_changelogs is not replaced, but the end watcher relies on how
-# it takes events off the queue and moves the active offsets.
-REPLACED = {
-    "Recovery.on_rebalance": (_original_on_rebalance, "aa4d997a1795ceae"),
-    "AIOKafkaConsumerThread._highwaters": (_original_highwaters, "a7f4f97d9f32aca2"),
-    "Recovery._build_offsets": (_original_build_offsets, "27eec86be06cb51f"),
-    "TransactionManager.on_rebalance": (_original_transactions_rebalance, "2c190b35003af25c"),
-    "Recovery._slurp_changelogs": (getattr(_slurp, "fun", _slurp), "7825c7e50f766d5a"),
-}
+
+GETMANY = Patch(
+    faust_aiokafka.AIOKafkaConsumerThread,
+    "getmany",
+    _original_thread_getmany,
+    "26fc5fc9f3b667e1",
+    fixes="an emptied live partition set read by aiokafka as 'every partition' (paused "
+    "partitions' records dropped, positions moved past them); and recovery's end noticed "
+    "only after two 5 s timeouts (the fetches are noted for the end watcher)",
+    proof="tests/unit/worker/test_faust_patches.py::test_an_empty_partition_set_fetches_nothing",
+)
+ON_REBALANCE = Patch(
+    faust_recovery.Recovery,
+    "on_rebalance",
+    _original_on_rebalance,
+    "aa4d997a1795ceae",
+    fixes="a promoted standby recovered its partition from the changelog's start (the memory "
+    "store forgets the standby's offset), and kept partitions were read again at every rebalance",
+    proof="tests/unit/worker/test_fast_failover.py::test_a_promoted_standby_starts_where_it_stopped",
+)
+BUILD_OFFSETS = Patch(
+    faust_recovery.Recovery,
+    "_build_offsets",
+    _original_build_offsets,
+    "27eec86be06cb51f",
+    fixes="a partition kept active across a rebalance re-read everything the worker wrote since "
+    "it started",
+    proof="tests/unit/worker/test_fast_failover.py::test_a_kept_partition_starts_at_its_highwater",
+)
+HIGHWATERS = Patch(
+    faust_aiokafka.AIOKafkaConsumerThread,
+    "_highwaters",
+    _original_highwaters,
+    "a7f4f97d9f32aca2",
+    fixes="exactly once, a partition just assigned has no last stable offset yet (-1, 'nothing "
+    "to recover'): a replacement skipped recovery, a promoted standby crashed",
+    proof="tests/unit/worker/test_fast_failover.py::test_highwaters_are_the_listed_end_offsets",
+)
+TRANSACTIONS_REBALANCE = Patch(
+    faust_consumer.TransactionManager,
+    "on_rebalance",
+    _original_transactions_rebalance,
+    "2c190b35003af25c",
+    fixes="a revoked partition kept as a standby kept its transactional producer, fenced by "
+    "the new owner: on failover back, ProducerFenced crashed the worker",
+    proof="tests/unit/worker/test_fast_failover.py::"
+    "test_producers_of_partitions_gone_are_stopped_at_a_rebalance",
+)
+PATCHES = (GETMANY, ON_REBALANCE, BUILD_OFFSETS, HIGHWATERS, TRANSACTIONS_REBALANCE)
+# Not replaced, but the end watcher relies on how it takes events off the queue and moves
+# the active offsets.
+RELIED_ON = (
+    Reliance("Recovery._slurp_changelogs", getattr(_slurp, "fun", _slurp), "7825c7e50f766d5a"),
+)
 POLL_SECONDS = 0.05
 
 
@@ -196,24 +255,35 @@ async def _transactions_on_rebalance(
     await _original_transactions_rebalance(self, assigned, revoked, newly_assigned)
 
 
+async def _getmany(self: Any, active_partitions: Any, timeout: float) -> Any:
+    """Fetch from a snapshot of the partitions active now (an empty set fetches nothing, never
+    "all"); during recovery, note the positions right after the fetch and whether its records
+    are still being queued (the fetcher asks again only once they are)."""
+    _Fetches.handing_over = False  # the fetcher queued the last batch before asking again
+    started_at = time.monotonic()
+    records = await _fetch_snapshot(self, active_partitions, timeout)
+    if self.app.in_recovery:
+        positions = await self.call_thread(_positions, self._ensure_consumer())
+        _Fetches.positions, _Fetches.handing_over = positions, bool(records)
+        _Fetches.started_at = started_at
+    return records
+
+
+async def _fetch_snapshot(self: Any, active_partitions: Any, timeout: float) -> Any:
+    """Fetch from the partitions active now; never let a later-emptied set mean "all"."""
+    if active_partitions is not None:
+        active_partitions = frozenset(active_partitions)
+        if not active_partitions:
+            return {}
+    return await _original_thread_getmany(self, active_partitions, timeout)
+
+
 def fast_failover() -> None:
-    """Install all five: standby offsets kept on promotion, kept partitions not re-read,
-    recovery ended once read (fetches tracked by wrapping whatever getmany is installed now:
-    faust_patches' snapshot), listed highwaters, stale transactional producers stopped."""
-    inner = faust_aiokafka.AIOKafkaConsumerThread.getmany
-
-    async def getmany(self: Any, active_partitions: Any, timeout: float) -> Any:
-        _Fetches.handing_over = False  # the fetcher queued the last batch before asking again
-        started_at = time.monotonic()
-        records = await inner(self, active_partitions, timeout)
-        if self.app.in_recovery:
-            positions = await self.call_thread(_positions, self._ensure_consumer())
-            _Fetches.positions, _Fetches.handing_over = positions, bool(records)
-            _Fetches.started_at = started_at
-        return records
-
-    faust_aiokafka.AIOKafkaConsumerThread.getmany = getmany
-    faust_recovery.Recovery.on_rebalance = _on_rebalance
-    faust_recovery.Recovery._build_offsets = _build_offsets
-    faust_aiokafka.AIOKafkaConsumerThread._highwaters = _highwaters
-    faust_consumer.TransactionManager.on_rebalance = _transactions_on_rebalance
+    """Install all five: the fetch snapshot (and fetches noted for the recovery end watcher),
+    standby offsets kept on promotion, kept partitions not re-read, listed highwaters, stale
+    transactional producers stopped."""
+    replace(GETMANY, _getmany)
+    replace(ON_REBALANCE, _on_rebalance)
+    replace(BUILD_OFFSETS, _build_offsets)
+    replace(HIGHWATERS, _highwaters)
+    replace(TRANSACTIONS_REBALANCE, _transactions_on_rebalance)

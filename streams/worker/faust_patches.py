@@ -24,21 +24,15 @@ took over partitions while gateways kept publishing lost events for good (seen o
 replacement worker that "went quiet" after its first few events). :func:`ordered_recovery_resume`
 seeks first, empties the queues, and only then lets the stream partitions fetch again.
 
-Fetch snapshot: Faust hands its live set of active partitions to the consumer thread, and
-aiokafka reads an *empty* set as "every partition". When recovery paused the last active
-partition while a fetch was on its way (between "Done reading from changelog topics" and the
-stream partitions' resume), aiokafka handed over the paused partitions' records, Faust
-discarded them as inactive, and the consumer's position had already moved past them: lost
-events again. :func:`ordered_recovery_resume` makes the fetch use the set as it was when
-Faust decided to fetch.
+The fetch snapshot that goes with the resume order is :mod:`streams.worker.fast_failover`'s
+(one replacement of ``getmany`` for both). Each patch is declared as a
+:class:`~streams.worker.patching.Patch` below its code; the inventory and the order they are
+installed in: :mod:`streams.worker.faust_layer`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import importlib.metadata
-import inspect
 from collections.abc import Coroutine, Generator
 from typing import Any
 
@@ -49,56 +43,62 @@ from mode.services import WaitResults
 
 from streams.kafka.true_end import true_end_offsets
 from streams.settings import Settings
-from streams.worker import coordinator_retries, exactly_once, fast_failover
+from streams.worker.patching import Patch, replace
 
 _original = faust_aiokafka.AIOKafkaConsumerThread._create_worker_consumer
 _original_wait_first = faust_consumer.Consumer.wait_first
-_original_thread_getmany = faust_aiokafka.AIOKafkaConsumerThread.getmany
+_original_build_highwaters = faust_recovery.Recovery._build_highwaters
 _EVENT_WAIT = asyncio.Event.wait.__code__
 
-# The patches replace (or wrap) these methods as faust-streaming PATCHED_VERSION wrote them;
-# two are edited copies of the upstream bodies. A different Faust may have moved or fixed
-# them, so a worker refuses to start unless each source is the one the patches were read
-# against (sha256 of inspect.getsource, first 16 hex digits).
-PATCHED_VERSION = "0.15.3"
-PATCHED_AIOKAFKA = "0.14.0"  # streams.worker.coordinator_retries
-REPLACED = {
-    "AIOKafkaConsumerThread._create_worker_consumer": (_original, "c2701bfc3e6f6cad"),
-    "Consumer.wait_first": (_original_wait_first, "feade6a31f8a6789"),
-    "AIOKafkaConsumerThread.getmany": (_original_thread_getmany, "26fc5fc9f3b667e1"),
-    "Recovery.on_recovery_completed": (
-        faust_recovery.Recovery.on_recovery_completed,
-        "6ef567acf072e46d",
-    ),
-    "Recovery._resume_streams": (faust_recovery.Recovery._resume_streams, "d986a6710c1aca98"),
-    "Recovery._build_highwaters": (faust_recovery.Recovery._build_highwaters, "91b4cc0d3724ae7b"),
-}
-_original_build_highwaters = faust_recovery.Recovery._build_highwaters
-
-
-def source_fingerprint(function: Any) -> str:
-    return hashlib.sha256(inspect.getsource(function).encode()).hexdigest()[:16]
-
-
-def patch_mismatches() -> list[str]:
-    """Why the installed Faust is not the one the patches fit (empty when it is)."""
-    problems = []
-    installed = importlib.metadata.version("faust-streaming")
-    if installed != PATCHED_VERSION:
-        problems.append(f"faust-streaming {installed} is installed, not {PATCHED_VERSION}")
-    aiokafka = importlib.metadata.version("aiokafka")
-    if aiokafka != PATCHED_AIOKAFKA:
-        problems.append(f"aiokafka {aiokafka} is installed, not {PATCHED_AIOKAFKA}")
-    replaced = {
-        **REPLACED,
-        **exactly_once.REPLACED,
-        **fast_failover.REPLACED,
-        **coordinator_retries.REPLACED,
-    }
-    for name, (function, expected) in replaced.items():
-        if source_fingerprint(function) != expected:
-            problems.append(f"{name} differs from the source the patch was written against")
-    return problems
+FETCH_WAIT = Patch(
+    faust_aiokafka.AIOKafkaConsumerThread,
+    "_create_worker_consumer",
+    _original,
+    "c2701bfc3e6f6cad",
+    fixes="Faust hard-codes fetch_max_wait_ms=1500: on tansu, which holds an empty fetch for "
+    "the whole wait, a decision sat unseen for up to 1.5 s",
+    proof="tests/unit/worker/test_faust_patches.py::"
+    "test_the_worker_consumer_fetches_with_the_set_wait",
+)
+HANDOFF = Patch(
+    faust_consumer.Consumer,
+    "wait_first",
+    _original_wait_first,
+    "feade6a31f8a6789",
+    fixes="every fetched message handed over through four tasks and an asyncio.wait: a sixth "
+    "of a worker's CPU in a profile of bench/e2e_bench.py",
+    proof="tests/unit/worker/test_faust_patches.py::"
+    "test_a_delivery_that_never_waits_is_handed_over_without_the_slow_path",
+)
+RECOVERY_COMPLETED = Patch(
+    faust_recovery.Recovery,
+    "on_recovery_completed",
+    faust_recovery.Recovery.on_recovery_completed,
+    "6ef567acf072e46d",
+    fixes="faust-streaming #596: streams resumed before the seek and the queue reset, so "
+    "events fetched meanwhile were dropped and committed over (a replacement worker lost events)",
+    proof="tests/unit/worker/test_faust_patches.py::"
+    "test_stream_partitions_resume_only_after_the_seek_and_the_queue_reset",
+)
+RESUME_STREAMS = Patch(
+    faust_recovery.Recovery,
+    "_resume_streams",
+    faust_recovery.Recovery._resume_streams,
+    "d986a6710c1aca98",
+    fixes="faust-streaming #596 again, when there was nothing to restore",
+    proof="tests/unit/worker/test_faust_patches.py::test_a_new_rebalance_resumes_nothing",
+)
+TRUE_END = Patch(
+    faust_recovery.Recovery,
+    "_build_highwaters",
+    _original_build_highwaters,
+    "91b4cc0d3724ae7b",
+    fixes="tansu reports a topic's end as its last batch's first offset + 1: a recovered "
+    "table missed the newest states (at least once only)",
+    proof="tests/integration/test_reliability.py::"
+    "test_replacement_of_an_idle_worker_recovers_the_newest_state",
+)
+PATCHES = (FETCH_WAIT, HANDOFF, RECOVERY_COMPLETED, RESUME_STREAMS, TRUE_END)
 
 
 def set_fetch_max_wait(ms: int) -> None:
@@ -107,7 +107,7 @@ def set_fetch_max_wait(ms: int) -> None:
         consumer._fetch_max_wait_ms = ms
         return consumer
 
-    faust_aiokafka.AIOKafkaConsumerThread._create_worker_consumer = create_worker_consumer
+    replace(FETCH_WAIT, create_worker_consumer)
 
 
 class _Resumed:
@@ -155,7 +155,7 @@ async def _wait_first(self: Any, *coros: Any, timeout: Any = None) -> Any:
 
 
 def fast_message_handoff() -> None:
-    faust_consumer.Consumer.wait_first = _wait_first
+    replace(HANDOFF, _wait_first)
 
 
 async def _resume_stream_partitions(self: Any, generation_id: int) -> bool:
@@ -212,19 +212,9 @@ async def _resume_streams(self: Any, generation_id: int = 0) -> None:
     self.log.info("Worker ready")
 
 
-async def _getmany_snapshot(self: Any, active_partitions: Any, timeout: float) -> Any:
-    """Fetch from the partitions active now; never let a later-emptied set mean "all"."""
-    if active_partitions is not None:
-        active_partitions = frozenset(active_partitions)
-        if not active_partitions:
-            return {}
-    return await _original_thread_getmany(self, active_partitions, timeout)
-
-
 def ordered_recovery_resume() -> None:
-    faust_aiokafka.AIOKafkaConsumerThread.getmany = _getmany_snapshot
-    faust_recovery.Recovery.on_recovery_completed = _on_recovery_completed
-    faust_recovery.Recovery._resume_streams = _resume_streams
+    replace(RECOVERY_COMPLETED, _on_recovery_completed)
+    replace(RESUME_STREAMS, _resume_streams)
 
 
 def read_changelogs_to_their_end(settings: Settings) -> None:
@@ -249,4 +239,4 @@ def read_changelogs_to_their_end(settings: Settings) -> None:
                 )  # fmt: skip
                 destination[tp] = last
 
-    faust_recovery.Recovery._build_highwaters = build_highwaters
+    replace(TRUE_END, build_highwaters)

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
-import mode.worker
+import faust
 
 log = logging.getLogger("loopguard.worker")
 
@@ -84,17 +84,15 @@ class ShutdownDeadline:
         sys.stderr.flush()
 
 
-_original_install = mode.worker.Worker.install_signal_handlers
-
-
-def bound_shutdowns(seconds: float) -> ShutdownDeadline:
-    """Every mode/Faust worker started from now on layers a :class:`ShutdownDeadline` of
-    ``seconds`` over its signal handlers, right after it installs them."""
+def worker_with_deadline(seconds: float) -> type[faust.Worker]:
+    """Faust's worker class (the app's ``Worker`` setting) that layers a
+    :class:`ShutdownDeadline` of ``seconds`` over its signal handlers, right after it
+    installs them: a subclass, not a patch of mode's Worker."""
     deadline = ShutdownDeadline(seconds)
 
-    def install_signal_handlers(self: Any) -> None:
-        _original_install(self)
-        deadline.install()
+    class DeadlineWorker(faust.Worker):
+        def install_signal_handlers(self) -> None:
+            super().install_signal_handlers()
+            deadline.install()
 
-    mode.worker.Worker.install_signal_handlers = install_signal_handlers  # type: ignore[method-assign]
-    return deadline
+    return DeadlineWorker

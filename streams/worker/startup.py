@@ -19,7 +19,7 @@ from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
 from streams.audit.engines import create_audit_engine
 from streams.kafka.topics import ensure_topics, partition_counts, topic_specs
 from streams.settings import Settings, redact_url
-from streams.worker.faust_patches import PATCHED_AIOKAFKA, PATCHED_VERSION, patch_mismatches
+from streams.worker.faust_layer import PATCHED_AIOKAFKA, PATCHED_VERSION, mismatches
 
 log = logging.getLogger("loopguard.worker")
 
@@ -42,8 +42,8 @@ class StartupError(RuntimeError):
 
 
 def check_faust_patches() -> None:
-    """Refuse a Faust the patches in :mod:`faust_patches` were not written for."""
-    problems = patch_mismatches()
+    """Refuse a Faust the patches of :mod:`faust_layer` were not written for."""
+    problems = mismatches()
     if problems:
         raise StartupError(
             f"{'; '.join(problems)}: loopguard patches faust-streaming {PATCHED_VERSION}'s "

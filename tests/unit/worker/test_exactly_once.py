@@ -402,3 +402,18 @@ def test_committing_without_starting_a_new_transaction_begins_none() -> None:
         )
     )
     assert log == [("offsets", "lg-0-1", {"events-1": 3}, "lg"), ("commit", "lg-0-1")]
+
+
+def test_exactly_once_producers_retry_quickly_and_the_others_as_before(monkeypatch) -> None:
+    """aiokafka waits retry_backoff_ms (100 ms) after CONCURRENT_TRANSACTIONS; the
+    transactional producers of an exactly-once app wait 5 ms instead."""
+
+    def faust_settings_extra(self: Any) -> dict[str, Any]:
+        return {"acks": "all"}
+
+    monkeypatch.setattr(exactly_once, "_original_settings_extra", faust_settings_extra)
+    settings_extra = exactly_once._quick_transaction_retries(5)
+    transactional = SimpleNamespace(app=SimpleNamespace(in_transaction=True))
+    plain = SimpleNamespace(app=SimpleNamespace(in_transaction=False))
+    assert settings_extra(transactional) == {"acks": "all", "retry_backoff_ms": 5}
+    assert settings_extra(plain) == {"acks": "all"}

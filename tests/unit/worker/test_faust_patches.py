@@ -1,4 +1,5 @@
-"""The Faust patches of streams/worker/faust_patches.py, on stand-ins for Faust's objects.
+"""The Faust patches of streams/worker/faust_patches.py (and fast_failover's fetch snapshot), on
+stand-ins for Faust's objects.
 
 The end-to-end proof is tests/integration/test_reliability.py (a replacement worker restoring
 its table while gateways publish); these pin the two rules that make it hold.
@@ -7,6 +8,7 @@ its table while gateways publish); these pin the two rules that make it hold.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from types import SimpleNamespace
 from typing import Any
 
@@ -14,7 +16,7 @@ import faust
 import pytest
 from faust.types import Message
 
-from streams.worker import faust_patches
+from streams.worker import fast_failover, faust_layer, faust_patches
 from streams.worker.ready_batches import take_ready
 
 EVENTS = [("lg.events", p) for p in range(2)]
@@ -28,9 +30,9 @@ def test_fetch_gets_a_snapshot_of_the_active_partitions(monkeypatch) -> None:
         seen.append(active)
         return {"fetched": True}
 
-    monkeypatch.setattr(faust_patches, "_original_thread_getmany", original)
+    monkeypatch.setattr(fast_failover, "_original_thread_getmany", original)
     live = set(EVENTS)
-    assert asyncio.run(faust_patches._getmany_snapshot(None, live, 1.0)) == {"fetched": True}
+    assert asyncio.run(fast_failover._fetch_snapshot(None, live, 1.0)) == {"fetched": True}
     live.clear()  # Faust pausing partitions later must not change what was asked for
     assert seen == [frozenset(EVENTS)]
 
@@ -41,8 +43,8 @@ def test_an_empty_partition_set_fetches_nothing(monkeypatch) -> None:
     async def original(self: Any, active: Any, timeout: float) -> dict:
         raise AssertionError("must not fetch")
 
-    monkeypatch.setattr(faust_patches, "_original_thread_getmany", original)
-    assert asyncio.run(faust_patches._getmany_snapshot(None, set(), 1.0)) == {}
+    monkeypatch.setattr(fast_failover, "_original_thread_getmany", original)
+    assert asyncio.run(fast_failover._fetch_snapshot(None, set(), 1.0)) == {}
 
 
 def test_client_only_fetch_still_means_every_partition(monkeypatch) -> None:
@@ -52,8 +54,8 @@ def test_client_only_fetch_still_means_every_partition(monkeypatch) -> None:
         seen.append(active)
         return {}
 
-    monkeypatch.setattr(faust_patches, "_original_thread_getmany", original)
-    asyncio.run(faust_patches._getmany_snapshot(None, None, 1.0))
+    monkeypatch.setattr(fast_failover, "_original_thread_getmany", original)
+    asyncio.run(fast_failover._fetch_snapshot(None, None, 1.0))
     assert seen == [None]
 
 
@@ -115,7 +117,7 @@ def test_a_new_rebalance_resumes_nothing(generation: int) -> None:
 
 
 def test_the_installed_faust_is_the_one_the_patches_were_written_for() -> None:
-    assert faust_patches.patch_mismatches() == []
+    assert faust_layer.mismatches() == []
 
 
 def test_a_changed_upstream_method_is_refused(monkeypatch) -> None:
@@ -123,11 +125,13 @@ def test_a_changed_upstream_method_is_refused(monkeypatch) -> None:
         return None
 
     name = "Consumer.wait_first"
-    monkeypatch.setitem(
-        faust_patches.REPLACED, name, (edited_upstream, faust_patches.REPLACED[name][1])
-    )
-    monkeypatch.setattr(faust_patches, "PATCHED_VERSION", "0.0.1")
-    problems = faust_patches.patch_mismatches()
+    edited = [
+        dataclasses.replace(patch, upstream=edited_upstream) if patch.name == name else patch
+        for patch in faust_layer.INVENTORY
+    ]
+    monkeypatch.setattr(faust_layer, "INVENTORY", tuple(edited))
+    monkeypatch.setattr(faust_layer, "PATCHED_VERSION", "0.0.1")
+    problems = faust_layer.mismatches()
     assert problems[0].startswith("faust-streaming 0.15.3 is installed, not 0.0.1")
     assert problems[1:] == [f"{name} differs from the source the patch was written against"]
 
@@ -289,3 +293,22 @@ def test_a_stream_that_fails_raises_in_the_batch_loop() -> None:
 
     with pytest.raises(RuntimeError, match="processor failed"):
         asyncio.run(asyncio.wait_for(scenario(), 60))
+
+
+# -- fetch wait --------------------------------------------------------------------------
+
+
+def test_the_worker_consumer_fetches_with_the_set_wait(monkeypatch) -> None:
+    """Faust builds the worker's aiokafka consumer with fetch_max_wait_ms=1500 whatever the
+    broker: the patched builder sets LOOPGUARD_FETCH_MAX_WAIT_MS on it."""
+    from faust.transport.drivers import aiokafka as faust_aiokafka
+
+    def faust_create(self: Any, transport: Any) -> Any:
+        return SimpleNamespace(_fetch_max_wait_ms=1500)
+
+    thread = faust_aiokafka.AIOKafkaConsumerThread
+    monkeypatch.setattr(thread, "_create_worker_consumer", thread._create_worker_consumer)
+    monkeypatch.setattr(faust_patches, "_original", faust_create)
+    faust_patches.set_fetch_max_wait(5)
+    consumer = thread._create_worker_consumer(None, None)  # type: ignore[arg-type]
+    assert consumer._fetch_max_wait_ms == 5

@@ -1,0 +1,87 @@
+"""The failover patches of streams/worker/fast_failover.py, on stand-ins for Faust's recovery,
+consumer and transaction manager; each test fails on Faust's own method. End to end:
+tests/integration/test_kafka_failover.py and test_reliability.py."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+from typing import Any
+
+from faust.types import TP
+
+from streams.worker import fast_failover
+
+CHANGELOG = TP("lg-runs-changelog", 3)
+
+
+def recovery(**state: Any) -> Any:
+    """Faust's Recovery as on_rebalance and _build_offsets read it (the end watcher running)."""
+    values = dict(
+        in_recovery=False,
+        _recovery_ended_at=None,
+        active_tps=set(),
+        standby_offsets={},
+        active_offsets={},
+        active_highwaters={},
+        loopguard_end_watch="running",
+    )
+    return SimpleNamespace(**{**values, **state})
+
+
+def test_a_promoted_standby_starts_where_it_stopped(monkeypatch) -> None:
+    async def faust_on_rebalance(
+        self: Any, assigned: Any, revoked: Any, new: Any, gen: int
+    ) -> None:
+        self.active_tps = {CHANGELOG}  # promoted: Faust forgets how far the standby had read
+        self.active_offsets[CHANGELOG] = None
+
+    monkeypatch.setattr(fast_failover, "_original_on_rebalance", faust_on_rebalance)
+    state = recovery(standby_offsets={CHANGELOG: 41})
+    asyncio.run(fast_failover._on_rebalance(state, {CHANGELOG}, set(), {CHANGELOG}, 2))
+    assert state.active_offsets[CHANGELOG] == 41  # not None: the start of the changelog
+
+
+def test_a_kept_partition_starts_at_its_highwater(monkeypatch) -> None:
+    async def faust_build_offsets(self: Any, consumer: Any, tps: Any, dest: Any, title: str):
+        for tp in tps:
+            dest[tp] = 10  # where its last recovery stopped, not what the worker wrote since
+
+    monkeypatch.setattr(fast_failover, "_original_build_offsets", faust_build_offsets)
+    state = recovery(loopguard_kept={CHANGELOG}, active_highwaters={CHANGELOG: 99})
+    offsets: dict[TP, int] = {}
+    asyncio.run(fast_failover._build_offsets(state, None, {CHANGELOG}, offsets, "active"))
+    assert offsets == {CHANGELOG: 99}
+    standby: dict[TP, int] = {}
+    asyncio.run(fast_failover._build_offsets(state, None, {CHANGELOG}, standby, "standby"))
+    assert standby == {CHANGELOG: 10}
+
+
+def test_highwaters_are_the_listed_end_offsets() -> None:
+    """Faust took the last fetch response's stable offset: -1 for a partition just assigned."""
+
+    class Consumer:
+        async def end_offsets(self, partitions: Any) -> dict[TP, int]:
+            return {tp: 500 for tp in partitions}
+
+    thread = SimpleNamespace(_ensure_consumer=Consumer)
+    assert asyncio.run(fast_failover._highwaters(thread, [CHANGELOG])) == {CHANGELOG: 500}
+
+
+def test_producers_of_partitions_gone_are_stopped_at_a_rebalance(monkeypatch) -> None:
+    calls: list[Any] = []
+
+    async def faust_rebalance(self: Any, assigned: Any, revoked: Any, new: Any) -> None:
+        calls.append("faust")  # stops only producers of partitions that are no standby here
+
+    async def stop(tids: list[str]) -> None:
+        calls.append(("stopped", tids))
+
+    monkeypatch.setattr(fast_failover, "_original_transactions_rebalance", faust_rebalance)
+    manager = SimpleNamespace(
+        producer=SimpleNamespace(_transaction_producers={"lg-0-1": 1, "lg-0-3": 3}),
+        _tps_to_transactional_ids=lambda assigned: {f"lg-0-{tp.partition}" for tp in assigned},
+        _stop_transactions=stop,
+    )
+    asyncio.run(fast_failover._transactions_on_rebalance(manager, {TP("ev", 1)}, set(), set()))
+    assert calls == [("stopped", ["lg-0-3"]), "faust"]
