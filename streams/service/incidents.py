@@ -42,7 +42,12 @@ from streams.core.incidents import (
 from streams.service.records import BatchContext, Message, OutRecord, Produced, TopicPartition
 from streams.wire.avro import decode_control
 from streams.wire.errors import CodecError
-from streams.wire.incident_codec import decode_signal, encode_incident, encode_signal
+from streams.wire.incident_codec import (
+    decode_incident,
+    decode_signal,
+    encode_incident,
+    encode_signal,
+)
 
 log = logging.getLogger("loopguard.incidents")
 
@@ -231,6 +236,18 @@ def publish(
     key = incident.signature.encode()
     partition = context.partition_for(topics.incidents, key)
     out.add(OutRecord(topics.incidents, key, encode_incident(incident), partition, source))
+
+
+def read_incidents(values: Sequence[bytes | None]) -> list[Incident]:
+    """A batch of incidents-topic records, for the audit trail; an unreadable one is skipped
+    with a warning (the topic is the workers' own: a bug, not input)."""
+    incidents = []
+    for value in values:
+        try:
+            incidents.append(decode_incident(value or b""))
+        except CodecError as exc:
+            log.warning("skipping an unreadable incident record: %s", exc)
+    return incidents
 
 
 def _json(value: bytes | None) -> dict | None:

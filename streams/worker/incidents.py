@@ -36,12 +36,11 @@ from streams.service.incidents import (
     close_quiet,
     decision_signals,
     failure_signals,
+    read_incidents,
     track_signals,
 )
 from streams.service.records import BatchContext, OutRecord, Produced
 from streams.settings import Settings
-from streams.wire.errors import CodecError
-from streams.wire.incident_codec import decode_incident
 from streams.worker.crash_exit import CrashExit
 from streams.worker.exactly_once import commit_outside_batches
 from streams.worker.parts import WorkerParts
@@ -250,12 +249,7 @@ class IncidentAgents:
         """Incidents into SQL (idempotent), openings to the webhooks (once), the counter."""
         parts = self.parts
         async for batch in stream.take(100, within=0.2):
-            incidents = []
-            for value in batch:
-                try:
-                    incidents.append(decode_incident(value))
-                except CodecError as exc:
-                    log.warning("skipping an unreadable incident record: %s", exc)
+            incidents = read_incidents(batch)
             if not incidents:
                 continue
             new = await parts.audit.run("incidents", partial(record_incidents, incidents=incidents))

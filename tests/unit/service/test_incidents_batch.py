@@ -27,11 +27,17 @@ from streams.service.incidents import (
     close_quiet,
     decision_signals,
     failure_signals,
+    read_incidents,
     track_signals,
 )
 from streams.service.records import BatchContext, Produced
 from streams.wire.avro import encode_decision, encode_event
-from streams.wire.incident_codec import decode_incident, decode_signal, encode_signal
+from streams.wire.incident_codec import (
+    decode_incident,
+    decode_signal,
+    encode_incident,
+    encode_signal,
+)
 from streams.wire.schema_registry import default_registry
 
 CONFIG = IncidentConfig(enabled=True, window_seconds=60, min_runs=3, min_agents=2)
@@ -267,3 +273,9 @@ def test_a_switched_off_config_counts_nothing() -> None:
     )
     assert (out.records, out.tally_writes, out.open_writes) == ({}, {}, {})
     assert isinstance(out, Produced) and out.offsets == {(TOPICS.signals, 0): 1}
+
+
+def test_incident_records_are_read_back_and_an_unreadable_one_is_skipped() -> None:
+    tables, clock = Tables(), IncidentClock()
+    incident = opened(tables, clock)
+    assert read_incidents([encode_incident(incident), b"junk", None]) == [incident]
