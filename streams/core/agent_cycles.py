@@ -188,8 +188,8 @@ class CycleGraph:
         for run in [r for r, (_, t) in self.applied.items() if t < oldest]:
             del self.applied[run]
         if len(self.applied) > MAX_RUNS:
-            ordered = sorted(self.applied.items(), key=lambda item: (item[1][1], item[0]))
-            for run, _ in ordered[: len(self.applied) - MAX_RUNS]:
+            by_time = sorted(self.applied.items(), key=lambda item: (item[1][1], item[0]))
+            for run, _ in by_time[: len(self.applied) - MAX_RUNS]:
                 del self.applied[run]
         senders = {e.agent_id for e in self.edges.values()}
         for session in [s for s, agent in self.sessions.items() if agent not in senders]:
