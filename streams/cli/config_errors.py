@@ -13,7 +13,8 @@ import copy
 import re
 from typing import Any
 
-from streams.core.config import DEFAULTS, merge_blocks
+from streams.core.config import merge_blocks
+from streams.core.config_defaults import DEFAULTS
 from streams.core.config_error import ConfigError
 from streams.core.fleet import GLOBAL_KEY, FleetConfig, fleet_from_document
 from streams.core.tool_config import PER_TOOL

@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from streams.core.config import (
-    DEFAULTS,
     LoopDetectionConfig,
     check_block,
     config_warnings,
     merge_blocks,
     resolve,
 )
+from streams.core.config_defaults import DEFAULTS
 from streams.core.config_error import ConfigError, closest
 from streams.core.config_files import read_config_file
 from streams.core.incident_config import INCIDENTS, IncidentConfig

@@ -13,14 +13,12 @@ import pytest
 from core_helpers import Run, exec_result, guard, text_result
 
 from streams.core.config import (
-    DEFAULTS,
-    VERSIONED_WHEN_OFF,
-    VERSIONED_WHEN_SET,
     ConfigError,
     DetectorSwitches,
     config_warnings,
     resolve,
 )
+from streams.core.config_defaults import DEFAULTS, VERSIONED_WHEN_OFF, VERSIONED_WHEN_SET
 from streams.core.events import Action
 from streams.core.fleet import FleetConfig, fleet_from_document, fleet_warnings, load_fleet_config
 

@@ -13,7 +13,8 @@ from core_helpers import Run, fleet, guard, summary, text_result
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from streams.core.config import DEFAULTS, ConfigError, config_warnings, resolve
+from streams.core.config import ConfigError, config_warnings, resolve
+from streams.core.config_defaults import DEFAULTS
 from streams.core.engine import LoopGuard
 from streams.core.hashing import clear_memos
 from streams.core.run_state import RunState
