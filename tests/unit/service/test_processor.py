@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from core_helpers import Run, fleet, guard, text_result
 
+from streams.core.engine import LoopGuard
 from streams.core.run_state import RunState
 from streams.service.config_book import ConfigBook
 from streams.service.processor import EventProcessor
@@ -95,15 +96,18 @@ def test_an_event_whose_evaluation_fails_is_dead_lettered_and_the_run_kept_as_it
     bad_at = 15
     table: dict[bytes, RunState] = {}
     proc = processor(table)
-    original = RunState.apply
+    # Patched where the worker's (interpreted) processor calls the core: LoopGuard.apply. A
+    # patch of RunState.apply would be bypassed by the compiled core, whose LoopGuard calls it
+    # natively.
+    original = LoopGuard.apply
 
-    def apply(self, event, cfg):
+    def apply(self, state, event, cfg):
         if event is events[bad_at]:
-            self.history_size = -1  # a half-done change the rollback must undo
+            state.history_size = -1  # a half-done change the rollback must undo
             raise TypeError("boom")
-        return original(self, event, cfg)
+        return original(self, state, event, cfg)
 
-    monkeypatch.setattr(RunState, "apply", apply)
+    monkeypatch.setattr(LoopGuard, "apply", apply)
     decisions = []
     for i, event in enumerate(events):
         outcome = proc.apply(b"run-1", event)
