@@ -118,7 +118,3 @@ class OutcomeMemory:
         for sig, result_hash, count, first, last, changes in data[1]:
             memory.streaks[sig] = OutcomeStreak(result_hash, count, first, last, changes)
         return memory
-
-    def copy(self) -> OutcomeMemory:
-        """An independent copy (a session's next run carries it over)."""
-        return OutcomeMemory.from_list(self.to_list())
