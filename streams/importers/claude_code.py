@@ -32,7 +32,13 @@ from streams.importers.openclaw_shapes import (
     write_args,
 )
 from streams.importers.runs import CallLog, ImportedCall, ImportedRun, TrajectoryError
-from streams.importers.source_fields import as_int, epoch_ms, load_json_lines, text_of
+from streams.importers.source_fields import (
+    as_int,
+    epoch_ms,
+    load_json_lines,
+    text_of,
+    transcript_run,
+)
 
 NAME = "claude-code"
 SUFFIX = ".jsonl"
@@ -64,15 +70,7 @@ def read_claude_code(path: Path) -> list[ImportedRun]:
             for block in blocks:
                 if isinstance(block, dict) and block.get("type") == "tool_result":
                     answer(log, block, at)
-    times = [time for time in (epoch_ms(r.get("timestamp")) for r in records) if time is not None]
-    return [
-        ImportedRun(
-            path.stem,
-            tuple(log.calls),
-            started_at=min(times) if times else None,
-            ended_at=max(times) if times else None,
-        )
-    ]
+    return [transcript_run(path.stem, log, records)]
 
 
 def last_usage(lines: list[dict[str, Any]]) -> dict[Any, tuple[int | None, int | None]]:

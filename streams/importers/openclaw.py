@@ -18,7 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from streams.importers.runs import CallLog, ImportedCall, ImportedRun, TrajectoryError
-from streams.importers.source_fields import as_int, epoch_ms, load_json_lines, text_of
+from streams.importers.source_fields import (
+    as_int,
+    epoch_ms,
+    load_json_lines,
+    text_of,
+    transcript_run,
+)
 
 NAME = "openclaw"
 SUFFIX = ".jsonl"
@@ -42,15 +48,7 @@ def read_openclaw(path: Path) -> list[ImportedRun]:
             ask(log, message, at)
         elif message.get("role") == "toolResult":
             answer(log, message, at)
-    times = [time for time in (epoch_ms(r.get("timestamp")) for r in records) if time is not None]
-    return [
-        ImportedRun(
-            path.stem,
-            tuple(log.calls),
-            started_at=min(times) if times else None,
-            ended_at=max(times) if times else None,
-        )
-    ]
+    return [transcript_run(path.stem, log, records)]
 
 
 def active_branch(records: list[dict[str, Any]]) -> list[dict[str, Any]]:

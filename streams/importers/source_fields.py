@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from streams.importers.runs import TrajectoryError
+from streams.importers.runs import CallLog, ImportedRun, TrajectoryError
 
 
 def load_json(path: Path) -> Any:
@@ -57,6 +57,18 @@ def epoch_ms(value: Any) -> int | None:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     return int(moment.timestamp() * 1000)
+
+
+def transcript_run(run_id: str, log: CallLog, records: list[dict[str, Any]]) -> ImportedRun:
+    """A session transcript's run: its calls, from its earliest to its latest timestamped
+    record (Claude Code's and OpenClaw's JSON lines both stamp each record)."""
+    times = [time for time in (epoch_ms(r.get("timestamp")) for r in records) if time is not None]
+    return ImportedRun(
+        run_id,
+        tuple(log.calls),
+        started_at=min(times) if times else None,
+        ended_at=max(times) if times else None,
+    )
 
 
 def text_of(content: Any) -> str:
