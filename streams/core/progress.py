@@ -17,9 +17,8 @@ included. The thresholds were chosen on real agent runs (docs/detection-quality.
 
 from __future__ import annotations
 
-import json
-
 from streams.core.call_record import CallRecord
+from streams.core.canonical import parse_json
 from streams.core.config import LoopDetectionConfig
 from streams.core.detectors import CRITICAL, WARNING, CurrentCall, Detection
 from streams.core.history import RunHistory
@@ -35,10 +34,7 @@ QUOTE_CHARS = 80
 def describe_call(tool_name: str, args_json: str | None) -> str:
     """What an operator and a model recognise the call by: an exec's command, a file tool's
     path, else the tool's name. Only built when a rule fires."""
-    try:
-        params = json.loads(args_json) if args_json else None
-    except ValueError:
-        params = None
+    params = parse_json(args_json)  # bounded: hostile nesting is no crash here either
     if isinstance(params, dict):
         for key in ("command", "cmd", "path", "file_path", "url", "query"):
             value = params.get(key)

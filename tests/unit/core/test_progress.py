@@ -11,6 +11,7 @@ from core_helpers import Run, exec_result, loop_guard, summary, text_result
 
 from streams.core.engine import LoopGuard
 from streams.core.outcome_memory import MAX_SIGNATURES, OutcomeMemory
+from streams.core.progress import describe_call
 from streams.core.run_state import RunState
 
 RUN = {"command": "python3 reproduce.py"}
@@ -265,3 +266,11 @@ def test_a_three_call_cycle_is_caught_and_compat_keeps_it_off():
     for _ in range(6):
         three(run)
     assert ("block", 4) in rule_hits(run, "repeated_cycle")
+
+
+def test_a_reason_quotes_the_command_and_survives_hostile_args():
+    assert describe_call("exec", '{"command": "python3   reproduce.py"}') == (
+        "exec `python3 reproduce.py`"
+    )
+    assert describe_call("exec", "[" * 100_000 + "]" * 100_000) == "exec"  # no RecursionError
+    assert describe_call("read", None) == "read"
