@@ -249,3 +249,40 @@ class RunUsageRow(Base):
     loop_cost_usd: Mapped[float] = mapped_column(Float, server_default="0")
     loop_calls: Mapped[int] = mapped_column(BigInteger, server_default="0")
     saved_tokens: Mapped[int] = mapped_column(BigInteger, server_default="0")
+
+
+class OperatorReleaseRow(Base):
+    """An operator's release or abort of a run (issue 43, ``loopguard release``, the run
+    page's buttons, a held call's webhook), as the worker applied it: who and why, the window
+    of warnings only it opened, and the stop it lifted (rule, action, seq): labels for
+    ``loopguard quality``. ``(release_id, run_id)`` is unique: an ``--agent`` release is one
+    row per run, a redelivered one is kept once."""
+
+    __tablename__ = "operator_releases"
+    __table_args__ = (
+        UniqueConstraint("release_id", "run_id", name="uq_operator_releases_release_id_run_id"),
+        Index("ix_operator_releases_run_id", "run_id"),
+        Index("ix_operator_releases_agent_id", "agent_id"),
+        Index("ix_operator_releases_requested_at", "requested_at"),
+    )
+
+    id: Mapped[int] = mapped_column(_Id, primary_key=True, autoincrement=True)
+    release_id: Mapped[str] = mapped_column(String)
+    command: Mapped[str] = mapped_column(String(16))  # release | abort
+    scope: Mapped[str] = mapped_column(String(16))  # run | agent (loopguard release --agent)
+    run_id: Mapped[str] = mapped_column(String)
+    agent_id: Mapped[str] = mapped_column(String, server_default="")
+    calls: Mapped[int | None] = mapped_column(Integer, nullable=True)  # warnings only for N calls
+    until_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)  # ... or until then
+    reason: Mapped[str] = mapped_column(Text, server_default="")
+    released_by: Mapped[str] = mapped_column(String, server_default="")
+    source: Mapped[str] = mapped_column(String(16), server_default="")  # cli | web | hold
+    requested_at: Mapped[int] = mapped_column(BigInteger)  # epoch ms, the command's time
+    applied_seq: Mapped[int] = mapped_column(BigInteger)  # the run's seq it applied after
+    released_detector: Mapped[str] = mapped_column(String, server_default="")  # the stop lifted
+    released_action: Mapped[str] = mapped_column(String(16), server_default="")  # block | abort
+    released_seq: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    decision_id: Mapped[str] = mapped_column(String, server_default="")  # its decision's
+    recorded_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=func.now()
+    )

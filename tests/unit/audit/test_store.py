@@ -31,6 +31,7 @@ AUDIT_TABLES |= {"run_usage"}  # issue 28: tokens per run
 AUDIT_TABLES |= {"audit_quarantine"}  # issue 26: records the database refused for their data
 AUDIT_TABLES |= {"config_changes"}  # issue 26: every config change, with its sender
 AUDIT_TABLES |= {"incidents"}  # issue 28: loop incidents
+AUDIT_TABLES |= {"operator_releases"}  # issue 43: who released or aborted a run, and why
 DECISION_INDEXES = {
     "ix_decisions_run_id_seq",
     "ix_decisions_agent_id",
