@@ -34,6 +34,9 @@ from bench.lab.harness import (
     cpu_seconds,
     event_age_figures,
     histogram_buckets,
+    stage_age_buckets,
+    stage_age_figures,
+    stage_age_lines,
     start_workers,
 )
 from bench.lab.heard import sentinel_ids
@@ -191,10 +194,12 @@ def main() -> int:
         measured_from = next_at + args.warmup
         deadline = measured_from + args.seconds
         ages_before: dict[float, float] | None = None
+        stages_before: dict[str, dict[float, float]] = {}
         i = 0
         while time.perf_counter() < deadline:
             if ages_before is None and time.perf_counter() >= measured_from:
                 ages_before = histogram_buckets(web_port, AGE_METRIC)
+                stages_before = stage_age_buckets(web_port)
             run_id = f"lat-{i}"
             run_events = compaction_loop_run(run_id)
             for n, event in enumerate(run_events):
@@ -211,6 +216,7 @@ def main() -> int:
             arrived.wait_for(lambda: all(r in arrivals for r in sent_at), timeout=120)
         ages_after = histogram_buckets(web_port, AGE_METRIC)
         ages = event_age_figures(ages_before or ages_after, ages_after)
+        stages = stage_age_figures(stages_before, stage_age_buckets(web_port))
         warm = sorted(
             (arrivals[r] - sent_at[r]) * 1000
             for r in sent_at
@@ -267,6 +273,8 @@ def main() -> int:
         f"p99 <= {_ms(ages['event_age_p99_max_ms'])} (bucket bounds): "
         "the broker path before the worker"
     )
+    for line in stage_age_lines(stages):
+        print(line)
     if args.json:
         print(
             json.dumps(
@@ -287,6 +295,7 @@ def main() -> int:
                     "missing": lost,
                     "event_age_p50_max_ms": ages["event_age_p50_max_ms"],
                     "event_age_p99_max_ms": ages["event_age_p99_max_ms"],
+                    "stage_ages": stages,
                 }
             )
         )

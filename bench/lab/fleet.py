@@ -75,6 +75,7 @@ from bench.lab.harness import (
     AGE_METRIC,
     broker_pids,
     cpu_seconds,
+    stage_age_lines,
     start_forwarder,
     start_workers,
 )
@@ -175,6 +176,8 @@ def print_leg(result: dict[str, Any], args: argparse.Namespace) -> None:
             f"{r['event_age_p99_max_ms']:g} ms: the gateway's send and the broker, before the "
             "worker"
         )
+    for line in stage_age_lines(r.get("stage_ages", {})):
+        print(line)
     print(
         f"  CPU over the measured {args.seconds:g} s: worker {r['worker_cpu_s']:.1f} s, client "
         f"process {r['client_cpu_s']} s, broker {r['broker_cpu_s']} s"

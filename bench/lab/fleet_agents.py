@@ -20,6 +20,8 @@ from bench.lab.harness import (
     event_age_figures,
     histogram_buckets,
     percentile,
+    stage_age_buckets,
+    stage_age_figures,
 )
 from streams.core.engine import LoopGuard
 from streams.core.events import Action, AgentEvent, Decision, ToolCall
@@ -70,12 +72,14 @@ class WorkerWindow:
     cpu: dict[str, float] = field(default_factory=dict)
     broker_cpu: dict[str, float] = field(default_factory=dict)
     ages: dict[str, dict[float, float]] = field(default_factory=dict)
+    stages: dict[str, dict[str, dict[float, float]]] = field(default_factory=dict)
 
     def mark(self, name: str) -> None:
         self.cpu[name] = cpu_seconds(self.pid)
         self.broker_cpu[name] = sum(cpu_seconds(pid) for pid in self.broker_pids)
         if self.web_port is not None:
             self.ages[name] = histogram_buckets(self.web_port, AGE_METRIC)
+            self.stages[name] = stage_age_buckets(self.web_port)
 
     def figures(self) -> dict[str, Any]:
         ages = event_age_figures(self.ages.get("measuring", {}), self.ages.get("stopped", {}))
@@ -86,6 +90,9 @@ class WorkerWindow:
             ),
             "event_age_p50_max_ms": ages["event_age_p50_max_ms"],
             "event_age_p99_max_ms": ages["event_age_p99_max_ms"],
+            "stage_ages": stage_age_figures(
+                self.stages.get("measuring", {}), self.stages.get("stopped", {})
+            ),
         }
 
 

@@ -305,18 +305,70 @@ def scan_topic(bootstrap: str, topic: str, partitions: int, timeout: float = 300
 AGE_METRIC = "loopguard_event_age_seconds"  # a worker's event age at take (its /metrics)
 
 
+STAGE_METRIC = "loopguard_event_stage_age_seconds"  # its age at each stage, per fetch/batch
+STAGES = ("fetched", "handed", "taken", "decided", "published")  # in the order they happen
+
+
+def scrape_metrics(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        return response.read().decode()
+
+
 def histogram_buckets(port: int, name: str) -> dict[float, float]:
     """A worker's histogram ``name`` from its /metrics: cumulative count per upper bound."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
-        text = response.read().decode()
-    buckets: dict[float, float] = {}
+    return labelled_buckets(scrape_metrics(port), name).get("", {})
+
+
+def labelled_buckets(text: str, name: str, label: str = "") -> dict[str, dict[float, float]]:
+    """Histogram ``name`` in a /metrics text, per value of ``label`` ("" when unlabelled):
+    cumulative count per upper bound."""
+    series: dict[str, dict[float, float]] = {}
     for family in text_string_to_metric_families(text):
         if family.name != name:
             continue
         for sample in family.samples:
             if sample.name == f"{name}_bucket":
-                buckets[float(sample.labels["le"])] = sample.value
-    return buckets
+                key = sample.labels.get(label, "") if label else ""
+                series.setdefault(key, {})[float(sample.labels["le"])] = sample.value
+    return series
+
+
+def stage_age_buckets(port: int) -> dict[str, dict[float, float]]:
+    """A worker's :data:`STAGE_METRIC` per stage (empty when it has none)."""
+    return labelled_buckets(scrape_metrics(port), STAGE_METRIC, "stage")
+
+
+def stage_age_figures(
+    before: dict[str, dict[float, float]], after: dict[str, dict[float, float]]
+) -> dict[str, dict]:
+    """Per stage observed between two scrapes: p50 and p99 (bucket upper bounds, ms) and
+    how many observations (fetches or batches) that was."""
+    figures = {}
+    for stage in STAGES:
+        if stage not in after:
+            continue
+        p50, seen = bucket_quantile(before.get(stage, {}), after[stage], 0.5)
+        p99, _ = bucket_quantile(before.get(stage, {}), after[stage], 0.99)
+        if seen:
+            figures[stage] = {"p50_max_ms": p50 * 1000, "p99_max_ms": p99 * 1000, "seen": seen}
+    return figures
+
+
+def stage_age_lines(figures: dict[str, dict]) -> list[str]:
+    """The printed table of :func:`stage_age_figures`: one line per stage, in order."""
+    if not figures:
+        return []
+    lines = [
+        f"  event age by stage (its {STAGE_METRIC}, one observation per fetch or batch, "
+        "bucket bounds):",
+        f"    {'stage':<10} {'p50 <=':>10} {'p99 <=':>10} {'seen':>8}",
+    ]
+    for stage, row in figures.items():
+        lines.append(
+            f"    {stage:<10} {row['p50_max_ms']:>7g} ms {row['p99_max_ms']:>7g} ms "
+            f"{row['seen']:>8}"
+        )
+    return lines
 
 
 def bucket_quantile(before: dict[float, float], after: dict[float, float], q: float):

@@ -21,6 +21,10 @@ agent,tool,enforced}``                                    "false": observe-only 
 ``loopguard_event_processing_seconds``         histogram  one event: decode → decisions sent
 ``loopguard_event_age_seconds``                histogram  an event's timestamp → taken in by
                                                           the worker (the broker path's share)
+``loopguard_event_stage_age_seconds{stage}``   histogram  an event's age at each stage: fetched,
+                                                          handed, taken, decided, published (one
+                                                          observation per fetch or batch,
+                                                          :mod:`~streams.observability.stage_ages`)
 ``loopguard_gateway_wait_timeouts_total        counter    gateways that gave up waiting for a
 {gateway}``                                               decision (when they report it)
 ``loopguard_last_event_timestamp_seconds``     gauge      wall-clock time of the last event
@@ -84,6 +88,7 @@ METRIC_NAMES = (
     "loopguard_audit_quarantined",
     "loopguard_event_processing_seconds",
     "loopguard_event_age_seconds",
+    "loopguard_event_stage_age_seconds",
     "loopguard_gateway_wait_timeouts",
     "loopguard_last_event_timestamp_seconds",
     "loopguard_worker_start_time_seconds",
@@ -165,6 +170,16 @@ class MetricFamilies:
             "Time from an event's timestamp (its gateway's send, as the broker stored it) to the "
             "worker taking it into a batch: the broker path's share of decision latency (Kafka "
             "Streams' record-e2e-latency).",
+            buckets=AGE_BUCKETS,
+            registry=r,
+        )
+        self.stage_age = Histogram(
+            "loopguard_event_stage_age_seconds",
+            "An event's age (now - its broker timestamp) at each stage of the guarding path: "
+            "fetched by the consumer, handed to the stream, taken by the guarding agent, "
+            "decided, published; one observation per fetch (its oldest events record) or per "
+            "batch (its first event).",
+            ["stage"],
             buckets=AGE_BUCKETS,
             registry=r,
         )

@@ -30,6 +30,7 @@ from streams.observability.metric_labels import (
     BoundedLabels,
     dead_letter_kind,
 )
+from streams.observability.stage_ages import StageAges
 
 __all__ = [
     "CONTENT_TYPE",
@@ -59,6 +60,7 @@ class WorkerMetrics(MetricFamilies):
         self.started_at = time.time()
         self.started.set(self.started_at)
         self.last_event_at: float | None = None
+        self.stage_ages = StageAges(self.stage_age)  # loopguard_event_stage_age_seconds
 
     # -- called by the worker ---------------------------------------------------------------
 

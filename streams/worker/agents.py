@@ -123,9 +123,11 @@ class WorkerAgents:
         as soon as the batch is done, so a read-committed gateway sees its decisions and
         watermarks one commit after the batch, not on Faust's timer.
         """
-        settings = self.settings
+        settings, ages = self.settings, self.parts.metrics.stage_ages
         async for batch in take_ready(stream, settings.batch_size, settings.batch_window):
             messages = [event.message for event in batch]
+            first = messages[0].timestamp if messages else None  # the batch's stage ages
+            ages.observe("taken", first)
             await resolve_writer_schemas(self.parts, [m.value for m in messages])
 
             async def ack(batch: list[Any] = batch) -> None:
@@ -133,6 +135,7 @@ class WorkerAgents:
                     await stream.ack(event)
 
             await self.checkpoint.run(partial(self.guard_batch, messages), ack)
+            ages.observe("published", first)
 
     async def guard_batch(self, messages: list[Any]) -> BatchOutput:
         """Decide a batch (:func:`process_batch`) and keep what it changed: run states and
@@ -149,6 +152,8 @@ class WorkerAgents:
             now=now,
             per_run_watermarks=self.settings.watermarks == "per_run",
         )
+        if messages:
+            parts.metrics.stage_ages.observe("decided", messages[0].timestamp)
         runs, expiry = parts.runs, parts.expiry
         for write in output.state_writes:
             # Stored without the table's own changelog write (Faust's producer buffer sends

@@ -175,6 +175,9 @@ def build_worker(settings: Settings) -> faust.App:
     overrides.resolve = configs.resolve_uncached  # versions around each recorded change
     registry = default_registry()
     metrics = WorkerMetrics()
+    # Event age per stage: the consumer's fetches (streams.worker.fast_failover) note theirs.
+    metrics.stage_ages.watch_topic(settings.topics.events)
+    setattr(app, "loopguard_stage_ages", metrics.stage_ages)  # noqa: B010 - not on App's type
     audit = AuditWriter(settings.db_url, metrics=metrics)
     parts = WorkerParts(
         settings=settings,

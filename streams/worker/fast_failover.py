@@ -257,11 +257,18 @@ async def _transactions_on_rebalance(
 
 async def _getmany(self: Any, active_partitions: Any, timeout: float) -> Any:
     """Fetch from a snapshot of the partitions active now (an empty set fetches nothing, never
-    "all"); during recovery, note the positions right after the fetch and whether its records
-    are still being queued (the fetcher asks again only once they are)."""
+    "all"); the fetch, and the hand-over of the one before, noted for the stage-age metric
+    (:class:`streams.observability.stage_ages.StageAges`, when the app has one); during
+    recovery, note the positions right after the fetch and whether its records are still
+    being queued (the fetcher asks again only once they are)."""
     _Fetches.handing_over = False  # the fetcher queued the last batch before asking again
+    ages = getattr(self.app, "loopguard_stage_ages", None)  # set by the composition root
+    if ages is not None:
+        ages.fetching()  # the last fetch's records are all with the streams now
     started_at = time.monotonic()
     records = await _fetch_snapshot(self, active_partitions, timeout)
+    if ages is not None and records:
+        ages.fetched(records)
     if self.app.in_recovery:
         positions = await self.call_thread(_positions, self._ensure_consumer())
         _Fetches.positions, _Fetches.handing_over = positions, bool(records)

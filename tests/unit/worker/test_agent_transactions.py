@@ -322,6 +322,23 @@ def test_each_events_age_when_taken_in_is_observed() -> None:
     assert registry.get_sample_value("loopguard_event_age_seconds_bucket", {"le": "60.0"}) == 0
 
 
+def test_a_batch_is_one_decided_observation_of_its_first_events_age() -> None:
+    agents, _ = worker(BLOCK, "immediate")
+    events = session_run()
+
+    async def scenario() -> None:
+        await guard(agents, batch(events))
+        await agents.checkpoint.settling.settled()
+
+    asyncio.run(scenario())
+    registry = agents.parts.metrics.registry
+    decided = {"stage": "decided"}
+    assert registry.get_sample_value("loopguard_event_stage_age_seconds_count", decided) == 1
+    # the Run helper's timestamps are long past: the first event was old when decided
+    age = registry.get_sample_value("loopguard_event_stage_age_seconds_sum", decided)
+    assert age > 60
+
+
 class HeldCommits(BatchCommitter):
     """A commit that takes as long as the test says: the first one waits for ``release``."""
 
