@@ -34,6 +34,7 @@ from streams.core.config_defaults import (
     SESSION_GAP_SECONDS,
     VERSIONED_WHEN_OFF,
     VERSIONED_WHEN_SET,
+    WARNINGS_TO,
 )
 from streams.core.config_error import ConfigError, unknown_field
 from streams.core.deviations import (
@@ -134,6 +135,15 @@ class LoopDetectionConfig:
     # issue 41 (run_budget.py): what the agent's harness lets a run spend; only the
     # saved-tokens estimate reads it, so it is no part of ``version``.
     run_budget: RunBudget = field(default_factory=RunBudget)
+    # issue 43: "model" words each decision for the model too (model_notes.py); a run whose
+    # tokens while looping exceed ``max_loop_tokens`` is aborted (loop_spend.py; 0: never).
+    warnings: str = "log"
+    max_loop_tokens: int = 0
+
+    @property
+    def watches_loops(self) -> bool:
+        """Whether a run follows its current loop's start and spend (loop_spend.py)."""
+        return self.max_loop_tokens > 0 or self.warnings == "model"
 
     @property
     def session_scope(self) -> bool:
@@ -201,6 +211,14 @@ def check_block(block: Any, path: str) -> dict[str, Any]:
                 raise ConfigError(f'{where}: expected "run" or "session", got {value!r}')
         elif key == "sessionFreshTriggers":
             _check_triggers(value, where)
+        elif key == "warnings":
+            if value not in WARNINGS_TO:
+                raise ConfigError(f'{where}: expected "log" or "model", got {value!r}')
+        elif key == "maxLoopTokens":
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                raise ConfigError(f"{where}: expected a whole number of tokens, got {value!r}")
+            if value is not None and value < 1:
+                raise ConfigError(f"{where}: must be at least 1, got {value}")
         elif key == "sessionGapSeconds":
             if value is not None and (
                 isinstance(value, bool) or not isinstance(value, int) or value < 0
@@ -363,6 +381,8 @@ def resolve(block: dict[str, Any] | None, path: str = "tools.loopDetection") -> 
         incidents=resolve_incidents(incidents),
         agent_cycles=agent_cycles,
         run_budget=run_budget,
+        warnings=raw["warnings"],
+        max_loop_tokens=raw["maxLoopTokens"] or 0,
     )
     if not per_tool:
         return cfg

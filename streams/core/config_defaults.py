@@ -74,9 +74,17 @@ DEFAULTS: dict[str, Any] = {
     # ``deviations`` switches them one by one (an unset switch follows ``compat``).
     "compat": LOOPGUARD,
     "deviations": {},
+    # issue 43 (model_notes.py): "model" puts a note worded for the model on each of the
+    # agent's decisions, which gateways attach to the next tool result the model sees and
+    # use as a block's refusal text; "log" (the default) only logs warnings.
+    "warnings": "log",
+    # issue 43 (loop_spend.py): abort a run whose tokens spent while looping (from the first
+    # warning of its current loop) exceed this; unset: no budget.
+    "maxLoopTokens": None,
 }
 ENFORCE, OBSERVE = "enforce", "observe"
 MODES = (ENFORCE, OBSERVE)
+WARNINGS_TO = ("log", "model")
 SCOPES = ("run", "session")
 # Fields added after config versions were first recorded: left out of the version while at
 # their default, so a config that does not use them keeps the version it always had.
@@ -88,6 +96,8 @@ VERSIONED_WHEN_SET = (
     "errorAcrossRuns",
     "sessionGapSeconds",
     "burstRepeat",
+    "warnings",
+    "maxLoopTokens",
 )
 # loopguard's detectors added after versions were recorded: in the version only when off.
 VERSIONED_WHEN_OFF = (

@@ -88,6 +88,8 @@ def test_defaults_table_literal():
         "sessionGapSeconds": None,
         "compat": "loopguard",
         "deviations": {},
+        "warnings": "log",
+        "maxLoopTokens": None,
     }
 
 
