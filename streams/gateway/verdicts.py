@@ -33,6 +33,19 @@ TIMEOUT_LOG_INTERVAL = 10.0  # seconds between "had not processed" warnings
 ENDED_RUNS_KEPT = 1000  # ended runs whose decisions stay readable (the TypeScript default)
 
 
+# The decision's note for the model (``extra["model_note"]``, streams.core.model_notes: set
+# when its agent's config says ``warnings: "model"``); read here without importing the core's
+# wording, which the client distribution does not ship.
+MODEL_NOTE = "model_note"
+
+
+def model_note(decision: Decision) -> str:
+    """What the model should be told about ``decision``; "" when its agent's warnings go to
+    the log only."""
+    note = decision.extra.get(MODEL_NOTE)
+    return note if isinstance(note, str) else ""
+
+
 class RunAborted(RuntimeError):
     """loopguard aborted the run; the gateway must stop it and report ``decision.reason``."""
 
@@ -42,6 +55,8 @@ class RunAborted(RuntimeError):
         # Some reasons already start with their code; say it once.
         super().__init__(reason if reason.startswith(f"{code}:") else f"{code}: {reason}")
         self.decision = decision
+        # What to tell the model as the refused call's result ("" under warnings "log").
+        self.model_note = model_note(decision)
 
 
 OBSERVED_EFFECT = {
@@ -71,7 +86,13 @@ class Verdict:
     warnings: tuple[Decision, ...] = ()
     blocked_by: Decision | None = None
     timed_out: bool = False  # the guard had not caught up within the wait budget
-    reason: str = ""  # why the call is refused, when it is
+    reason: str = ""  # why the call is refused, when it is (its note for the model, if any)
+
+    @property
+    def model_note(self) -> str:
+        """The warnings' notes for the model (``warnings: "model"``), for the host to attach
+        to this call's tool result, the next one the model sees; "" when there are none."""
+        return "\n\n".join(note for note in map(model_note, self.warnings) if note)
 
 
 @dataclass
@@ -294,7 +315,7 @@ class ControlState:
                 if logged := self._timeout_log.admit():
                     held_back = self._timeout_log.take_held_back()
         if block is not None:
-            return Verdict(False, warnings, block, timed_out, block.reason)
+            return Verdict(False, warnings, block, timed_out, model_note(block) or block.reason)
         if logged:
             log.warning(
                 "run %s: loopguard had not processed seq %d within %.0f ms; failing %s%s",
