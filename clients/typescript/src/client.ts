@@ -41,6 +41,7 @@ import { decisionIdOf, decodeControl, encodeEvent } from './codec';
 import { ControlReader, type ControlRecord } from './controlReader';
 import { CodecError } from './errors';
 import { type Logger, RateLimitedLog, defaultLogger, safeLogger } from './logger';
+import { modelNote, modelNotes } from './modelNotes';
 import { pyJsonDumps } from './pyjson';
 import { eventSchemaJson, ownSchemas } from './schemas';
 import type { AgentEvent, AgentEventInput, Decision, RunWatermark, TurnUsage } from './types';
@@ -118,8 +119,16 @@ export interface Verdict {
   warnings: Decision[];
   /** The block decision that refused this call. */
   blockedBy?: Decision;
-  /** Why the call was refused (the block's reason, or that loopguard did not answer). */
+  /**
+   * Why the call was refused: the block's note for the model (`warnings: "model"`), else its
+   * reason, or that loopguard did not answer.
+   */
   reason?: string;
+  /**
+   * The warnings' notes for the model (issue 43, `warnings: "model"` in the agent's config):
+   * attach them to this call's tool result, the next one the model sees. Absent when none.
+   */
+  modelNote?: string;
   /** The wait for the worker ran out (the verdict is the fail mode's). */
   timedOut: boolean;
 }
@@ -172,9 +181,12 @@ export interface ClientStats {
 
 /** loopguard aborted the run; the gateway must stop it and report `decision.reason`. */
 export class RunAborted extends Error {
+  /** What to tell the model as the refused call's result ('' under `warnings: "log"`). */
+  readonly modelNote: string;
   constructor(readonly decision: Decision) {
     super(`${decision.errorCode || decision.detector}: ${decision.reason}`);
     this.name = 'RunAborted';
+    this.modelNote = modelNote(decision);
   }
 }
 
@@ -814,7 +826,7 @@ export class GatewayRun {
     const { warnings, block } = this.client.takeVerdict(this.runId, toolName, this.agentId); // throws RunAborted
     let verdict: Verdict;
     if (block) {
-      verdict = { allowed: false, warnings, blockedBy: block, reason: block.reason, timedOut };
+      verdict = { allowed: false, warnings, blockedBy: block, reason: modelNote(block) || block.reason, timedOut };
     } else if (timedOut && this.client.failMode === 'closed') {
       verdict = {
         allowed: false,
@@ -825,6 +837,8 @@ export class GatewayRun {
     } else {
       verdict = { allowed: true, warnings, timedOut };
     }
+    const notes = modelNotes(warnings);
+    if (notes) verdict.modelNote = notes;
     if (timedOut) this.client.noteTimeout(this.runId, this.lastGuardedSeq, !block && !verdict.allowed);
     const { turnId, ...usage } = options ?? {};
     // usage as before (`{}` too); options naming only the turn carry no usage

@@ -44,6 +44,7 @@ export {
   type EncodeOptions,
   type EventEncodeOptions,
 } from './codec';
+export { MODEL_NOTE, modelNote, modelNotes } from './modelNotes';
 export { ControlReader, type ControlRecord, type ControlReaderOptions } from './controlReader';
 export { crc64Avro, crc64AvroBytes } from './crc64';
 export * from './errors';
