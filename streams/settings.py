@@ -201,6 +201,9 @@ class Settings:
     def for_profile(cls, profile: str, **overrides: object) -> Settings:
         """The settings a broker profile implies, with explicit ``overrides`` on top."""
         try:
+    # issue 40: every gateway's signing keys (streams.wire.signing), a path or the JSON
+    # itself; "" accepts unsigned events and signs nothing (as before).
+    gateway_keys: str = ""
             chosen = PROFILES[profile]
         except KeyError:
             raise ValueError(
@@ -290,6 +293,7 @@ class Settings:
     def bootstrap_servers(self) -> list[str]:
         """``kafka://a:1;kafka://b:2`` → ``["a:1", "b:2"]`` for kafka-python/aiokafka."""
         return [part.split("://", 1)[-1] for part in re.split(r"[;,]", self.broker) if part]
+            gateway_keys=_env("GATEWAY_KEYS", ""),
 
     def kafka_client_options(self) -> dict[str, object]:
         """Security options in kafka-python's spelling (admin, gateway client, tools)."""
@@ -343,6 +347,8 @@ def _redact_query(query: str) -> str:
             value = REDACTED
         parts.append(f"{name}{sep}{value}")
     return "&".join(parts)
+        if data["gateway_keys"].lstrip().startswith("{"):  # the keys themselves, not a path
+            data["gateway_keys"] = "***"
 
 
 def redact_url(url: str) -> str:

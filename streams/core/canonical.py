@@ -10,93 +10,21 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
-import sys
-from types import FrameType
 from typing import Any
 
 import orjson
-from mypy_extensions import mypyc_attr
+
+from streams.core.json_depth import (
+    MAX_FALLBACK_DEPTH,
+    NestedTooDeepError,
+    load_json,
+    value_depth,
+    with_headroom,
+)
 
 # A payload that was not sent at all (distinct from JSON null).
 MISSING = object()
 _sha256 = hashlib.sha256
-
-
-# The standard library's JSON recurses and gives up at Python's recursion limit, which
-# counts the caller's frames too: whether a deeply nested value parsed or hashed would
-# depend on where it was called from (worker vs. replay). So the fallback paths refuse past
-# this fixed depth, and below it run with enough recursion headroom whatever the caller.
-MAX_FALLBACK_DEPTH = 400
-_HEADROOM = 2 * MAX_FALLBACK_DEPTH + 100
-
-
-def _with_headroom(fn: Any, *args: Any, **kwargs: Any) -> Any:
-    """Call a standard-library JSON function with room for MAX_FALLBACK_DEPTH levels."""
-    frames = 0
-    frame: FrameType | None = sys._getframe()
-    while frame is not None:
-        frames, frame = frames + 1, frame.f_back
-    limit = sys.getrecursionlimit()
-    if frames + _HEADROOM <= limit:
-        return fn(*args, **kwargs)
-    sys.setrecursionlimit(frames + _HEADROOM)
-    try:
-        return fn(*args, **kwargs)
-    finally:
-        sys.setrecursionlimit(limit)
-
-
-@mypyc_attr(native_class=False)  # builtin base: a plain Python class in the compiled build
-class NestedTooDeepError(RecursionError):
-    """JSON nested deeper than MAX_FALLBACK_DEPTH on the standard library path."""
-
-
-_JSON_SPECIALS = re.compile(r'[\[\]{}"\\]')
-
-
-def _text_depth(text: str) -> int:
-    """Deepest bracket nesting of JSON text (brackets inside strings do not count), or 0
-    when the text has too few brackets to pass MAX_FALLBACK_DEPTH at all.
-
-    Linear in the text: each bracket, quote and backslash is looked at once.
-    """
-    if text.count("[") + text.count("{") <= MAX_FALLBACK_DEPTH:
-        return 0
-    depth = deepest = 0
-    in_string = False
-    escaped_at = -1
-    for match in _JSON_SPECIALS.finditer(text):
-        char, at = match.group(), match.start()
-        if at == escaped_at:
-            continue
-        if in_string:
-            if char == "\\":
-                escaped_at = at + 1
-            elif char == '"':
-                in_string = False
-        elif char == '"':
-            in_string = True
-        elif char in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif char in "]}":
-            depth -= 1
-    return deepest
-
-
-def _value_depth(value: Any) -> int:
-    """Deepest list/dict nesting of a decoded value, without recursion."""
-    deepest = 0
-    stack = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict):
-            item = list(item.values())
-        if isinstance(item, list | tuple):
-            deepest = max(deepest, depth)
-            stack.extend((child, depth + 1) for child in item)
-    return deepest
 
 
 # -- numbers as JavaScript holds them ---------------------------------------------------
@@ -210,9 +138,9 @@ def canonical_json(value: Any) -> bytes:
     try:
         return orjson.dumps(value, option=_SORT)
     except (TypeError, orjson.JSONEncodeError):
-        if _value_depth(value) > MAX_FALLBACK_DEPTH:
+        if value_depth(value) > MAX_FALLBACK_DEPTH:
             raise NestedTooDeepError(f"JSON nested deeper than {MAX_FALLBACK_DEPTH}") from None
-        text = _with_headroom(
+        text = with_headroom(
             json.dumps,
             value,
             sort_keys=True,
@@ -242,10 +170,8 @@ def parse_json(text: str | None) -> Any:
         return orjson.loads(text)
     except orjson.JSONDecodeError:
         pass  # may still be JSON orjson refuses (NaN, lone surrogates, huge ints)
-    if _text_depth(text) > MAX_FALLBACK_DEPTH:
-        return text
     try:
-        return _with_headroom(json.loads, text)
+        return load_json(text)  # the standard library's path, as deep as it can go
     except (ValueError, RecursionError):
         return text
 

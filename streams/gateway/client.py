@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from kafka import KafkaProducer
@@ -59,6 +59,7 @@ from streams.kafka.schema_topic import publish_schema
 from streams.settings import Topics
 from streams.wire.avro import RunWatermark, encode_event, event_schema_json
 from streams.wire.schema_registry import default_registry
+from streams.wire.signing import KeyRing, gateway_keys_from_env
 
 # The run API and the verdict state live in run.py and verdicts.py; their names stay
 # importable from here, where gateways have always imported them.
@@ -98,11 +99,21 @@ class GatewayClient:
         on_watermark: Callable[[RunWatermark], None] | None = None,
         ended_runs_kept: int = ENDED_RUNS_KEPT,
         connect_timeout_ms: float = CONNECT_TIMEOUT_MS,
+        signing_keys: KeyRing | Mapping[str, str] | str | None = None,
         **kafka_options: Any,
     ) -> None:
         servers = parse_brokers(bootstrap_servers)  # BrokerAddressError before any connection
+        # issue 40: this gateway's own keys (default: LOOPGUARD_GATEWAY_KEY): its events go
+        # out signed, and only control records a worker signed for it are obeyed.
+        self.keys = gateway_keys_from_env() if signing_keys is None else KeyRing.of(signing_keys)
         self.control = ControlState(
-            gateway_id, wait_budget_ms, fail_mode, on_decision, on_watermark, ended_runs_kept
+            gateway_id,
+            wait_budget_ms,
+            fail_mode,
+            on_decision,
+            on_watermark,
+            ended_runs_kept,
+            keys=self.keys,
         )
         self.gateway_id = gateway_id
         self.topics = topics or Topics()
@@ -194,6 +205,12 @@ class GatewayClient:
         return self.control.other_runs
 
     @property
+    def forged(self) -> int:
+        """Control records about this gateway's runs that no worker signed for it (with
+        keys; issue 40): ignored."""
+        return self.control.forged
+
+    @property
     def duplicates(self) -> int:
         """Decisions delivered again (after a worker restart) and ignored."""
         return self.control.duplicates
@@ -205,7 +222,9 @@ class GatewayClient:
         self.control.track(event.envelope.run_id, ended=isinstance(event, RunEnded))
         # keyed by the session id when the run has one: a session's runs share a partition
         key = partition_key(event.envelope).encode()
-        self._producer.send(self.topics.events, key=key, value=encode_event(event))
+        value = encode_event(event)
+        headers = None if self.keys is None else self.keys.headers(value)
+        self._producer.send(self.topics.events, key=key, value=value, headers=headers)
 
     def watch(self, *run_ids: str) -> None:
         """Keep these runs' decisions and watermarks though this client does not publish

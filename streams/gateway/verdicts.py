@@ -24,9 +24,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from streams.core.events import Action, Decision
+from streams.core.events import RELEASE_DETECTOR, Action, Decision
 from streams.gateway.throttle import LogThrottle
 from streams.wire.avro import CodecError, RunWatermark, RunWatermarks, decode_control
+from streams.wire.signing import KeyRing
 
 log = logging.getLogger("loopguard.gateway")
 TIMEOUT_LOG_INTERVAL = 10.0  # seconds between "had not processed" warnings
@@ -127,6 +128,7 @@ class ControlState:
         on_decision: Callable[[Decision], None] | None = None,
         on_watermark: Callable[[RunWatermark], None] | None = None,
         ended_runs_kept: int = ENDED_RUNS_KEPT,
+        keys: KeyRing | None = None,
     ) -> None:
         if fail_mode not in ("open", "closed"):
             raise ValueError(f"fail_mode must be 'open' or 'closed', not {fail_mode!r}")
@@ -146,6 +148,11 @@ class ControlState:
         # (agent id, tool) -> a block for that agent's next call of that tool (agent_cycle)
         self._tool_blocks: dict[tuple[str, str], Decision] = {}
         self.duplicates = 0
+        # issue 40: with this gateway's keys, only control records a worker signed for it
+        # count; the others of its runs are counted here (and logged), never applied.
+        self.keys = keys
+        self.forged = 0
+        self._forged_log = LogThrottle(TIMEOUT_LOG_INTERVAL)
         self._lock = threading.Condition()
 
     def track(self, run_id: str, ended: bool = False) -> None:
@@ -175,12 +182,41 @@ class ControlState:
         except CodecError as exc:
             log.warning("skipping undecodable control message: %s", exc)
             return
+        if self.keys is not None:
+            refused = self.keys.check(getattr(record, "headers", None), record.value or b"")
+            if refused:
+                self._refuse(message, refused, record)
+                return
         if isinstance(message, RunWatermarks):
             self._on_watermarks(message.marks)
         elif isinstance(message, RunWatermark):
             self._on_watermarks((message,))
         else:
             self._on_decision(message)
+
+    def _refuse(self, message: Any, why: str, record: Any) -> None:
+        """A control record no worker signed for this gateway: another gateway's (counted in
+        ``other_runs``), or, when it names a run of ours, forged (``forged``, logged)."""
+        marks = message.marks if isinstance(message, RunWatermarks) else (message,)
+        with self._lock:
+            ours = any(mark.run_id in self._control for mark in marks)
+            if not ours:
+                self.other_runs += 1
+                return
+            self.forged += 1
+            logged = self._forged_log.admit()
+            held_back = self._forged_log.take_held_back() if logged else 0
+        if logged:
+            log.warning(
+                "ignoring a control record for run %s that no worker signed for this gateway "
+                "(%s, %s[%s]@%s)%s",
+                marks[0].run_id,
+                why,
+                getattr(record, "topic", "control"),
+                getattr(record, "partition", "?"),
+                getattr(record, "offset", "?"),
+                f" ({held_back} more since the last such line)" if held_back else "",
+            )
 
     def _on_watermarks(self, marks: Sequence[RunWatermark]) -> None:
         """A run's watermark, or a batch's (one lock for all): each wakes its run's waits."""
@@ -227,6 +263,8 @@ class ControlState:
         control.seen.add(decision.decision_id)
         control.decisions.append(decision)
         if decision.enforced and not only_tool:  # shadow mode's are only logged
+            if decision.detector == RELEASE_DETECTOR:  # an operator released the run
+                control.block = None  # (issue 43): its next call goes through
             if decision.action is Action.ABORT:
                 control.abort = decision
             elif decision.action is Action.BLOCK:

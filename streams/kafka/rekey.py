@@ -11,6 +11,7 @@ for its acknowledgement before the source offset can be committed.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
 from kafka import KafkaProducer
 
@@ -22,10 +23,15 @@ class Rekeyer:
         self.settings = settings
         self._producer: KafkaProducer | None = None
 
-    async def send(self, topic: str, key: bytes, value: bytes) -> None:
-        await asyncio.to_thread(self._send_and_wait, topic, key, value)
+    async def send(
+        self, topic: str, key: bytes, value: bytes, headers: Sequence[tuple[str, bytes]] = ()
+    ) -> None:
+        """Re-send with the message's headers (its gateway's signature, issue 40)."""
+        await asyncio.to_thread(self._send_and_wait, topic, key, value, list(headers))
 
-    def _send_and_wait(self, topic: str, key: bytes, value: bytes) -> None:
+    def _send_and_wait(
+        self, topic: str, key: bytes, value: bytes, headers: list[tuple[str, bytes]]
+    ) -> None:
         if self._producer is None:
             self._producer = KafkaProducer(
                 bootstrap_servers=self.settings.bootstrap_servers,
@@ -33,4 +39,4 @@ class Rekeyer:
                 max_request_size=self.settings.max_message_bytes * 3,
                 **self.settings.kafka_client_options(),
             )
-        self._producer.send(topic, key=key, value=value).get(timeout=60)
+        self._producer.send(topic, key=key, value=value, headers=headers).get(timeout=60)

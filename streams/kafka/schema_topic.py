@@ -11,7 +11,15 @@ its offsets (a lookup reads only what was published since the last one: one ``Li
 request and, when there is something new, one short fetch), concurrent lookups share one
 catch-up, and fingerprints that were not found are cached negatively (bounded LRU, retried
 after ``retry_after`` seconds, so junk ids cost a dictionary look-up, and a schema published
-later is still found: any later catch-up registers it, whoever asked).
+later is still found: any later catch-up notes where it is, whoever asked).
+
+What a flood of the topic can cost is bounded too (issue 40: 30,000 schemas held a looping
+run's abort for 21 s and grew the worker by 244 MB): a catch-up parses only the schema it
+was asked for (the record keyed by its fingerprint's hex, as gateways publish) and notes where
+the others are (a bounded index: fingerprint -> partition and offset), so one asked later
+is fetched alone; the registry keeps the most recently used schemas only
+(:data:`~streams.wire.schema_registry.MAX_WRITER_SCHEMAS`); and lookups are shared out per
+producer (:mod:`streams.kafka.lookup_quota`).
 """
 
 from __future__ import annotations
@@ -25,10 +33,12 @@ from typing import Any
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaError
 
+from streams.kafka.lookup_quota import LookupQuota
 from streams.kafka.reader import group_less_consumer
 from streams.kafka.topics import all_partitions
+from streams.wire.envelope_peek import UNKNOWN_PRODUCER
 from streams.wire.errors import CodecError
-from streams.wire.schema_registry import SchemaRegistry
+from streams.wire.schema_registry import SchemaRegistry, parse_schema_text
 
 log = logging.getLogger("loopguard.schemas")
 
@@ -40,6 +50,9 @@ MAX_MISSED = 10_000
 CATCH_UP_DEADLINE_S = 2.0
 FETCH_WAIT_MS = 50
 POLL_MS = 200  # one poll; records below the end offset are there, so it returns at once
+# Schemas read but not asked for, remembered by where they are (~150 bytes each: 15 MB at
+# most); the oldest noted is forgotten first (found again by a catch-up from the start).
+MAX_INDEXED = 100_000
 
 
 def publish_schema(
@@ -72,10 +85,17 @@ class SchemaTopic:
         retry_after: float = RETRY_AFTER_S,
         max_missed: int = MAX_MISSED,
         catch_up_deadline: float = CATCH_UP_DEADLINE_S,
+        quota: LookupQuota | None = None,
+        max_indexed: int = MAX_INDEXED,
         **kafka_options: Any,
     ) -> None:
         self.topic = topic
         self.registry = registry
+        self.quota = quota or LookupQuota()
+        self.max_indexed = max(int(max_indexed), 1)
+        # fingerprint -> (partition, offset) of its newest record read and not registered
+        self._index: OrderedDict[bytes, tuple[int, int]] = OrderedDict()
+        self._wanted: bytes | None = None  # the fingerprint the catch-up under way is for
         self.retry_after = retry_after
         self.max_missed = max(int(max_missed), 1)
         self.catch_up_deadline = catch_up_deadline
@@ -95,8 +115,9 @@ class SchemaTopic:
 
     # -- lookups ---------------------------------------------------------------------------
 
-    def resolve(self, fingerprint: bytes) -> bool:
-        """Make ``fingerprint`` known if any gateway published it; False if none did."""
+    def resolve(self, fingerprint: bytes, producer: str = UNKNOWN_PRODUCER) -> bool:
+        """Make ``fingerprint`` known if any gateway published it; False if none did, or if
+        ``producer`` (the gateway the event names) has no lookup left just now."""
         if fingerprint in self.registry:
             return True
         asked_at = self._catch_ups
@@ -104,15 +125,27 @@ class SchemaTopic:
             self.lookups += 1
             if fingerprint in self.registry:  # a catch-up while we waited found it
                 return True
-            if self._catch_ups > asked_at:
-                # A catch-up started after we asked has read everything published before the
-                # event we hold: its answer is ours, no need to fetch again.
+            if fingerprint not in self._index:
+                if self._catch_ups > asked_at:
+                    # A catch-up started after we asked has read everything published before
+                    # the event we hold: its answer is ours, no need to fetch again.
+                    return self._miss(fingerprint)
+                missed_at = self._missed.get(fingerprint)
+                if missed_at is not None and time.monotonic() - missed_at < self.retry_after:
+                    self._missed.move_to_end(fingerprint)
+                    return False  # junk ids must not turn every bad message into a fetch
+            if not self.quota.take(producer):
+                # Answered as a miss (its event is dead-lettered, replayable), and remembered
+                # as one for ``retry_after``: the flood's next ids cost a look-up each.
+                log.warning(
+                    "%s: schema lookups of producer %r over quota: %s not looked up",
+                    self.topic, producer, fingerprint.hex(),
+                )  # fmt: skip
                 return self._miss(fingerprint)
-            missed_at = self._missed.get(fingerprint)
-            if missed_at is not None and time.monotonic() - missed_at < self.retry_after:
-                self._missed.move_to_end(fingerprint)
-                return False  # junk ids must not turn every bad message into a fetch
-            self._catch_up()
+            if fingerprint not in self._index:
+                self._catch_up(fingerprint)
+            if fingerprint in self._index:  # read before, or just now, and not parsed
+                self._fetch_indexed(fingerprint)
             if fingerprint in self.registry:
                 self._missed.pop(fingerprint, None)
                 return True
@@ -136,9 +169,14 @@ class SchemaTopic:
         return len(self._missed)
 
     def refresh(self) -> int:
-        """Read what was published since the last read and register it; schemas added."""
+        """Read what was published since the last read and note where each schema is;
+        records read."""
         with self._lock:
-            return self._catch_up()
+            return self._catch_up(None)
+
+    def indexed(self) -> int:
+        """Schemas read and not registered, noted by where they are (``max_indexed`` at most)."""
+        return len(self._index)
 
     def close(self) -> None:
         """Close the consumer (the worker's shutdown); a later lookup opens a new one."""
@@ -147,10 +185,11 @@ class SchemaTopic:
 
     # -- reading ---------------------------------------------------------------------------
 
-    def _catch_up(self) -> int:
+    def _catch_up(self, wanted: bytes | None) -> int:
         self._catch_ups += 1
         if time.monotonic() < self._unavailable_until:
             return 0
+        self._wanted = wanted
         try:
             return self._read_new()
         except KafkaError as exc:  # broker restart: go on later from the offsets reached
@@ -158,6 +197,8 @@ class SchemaTopic:
             self._close()
             self._unavailable_until = time.monotonic() + self.retry_after
             return 0
+        finally:
+            self._wanted = None
 
     def _open(self) -> KafkaConsumer | None:
         if self._consumer is not None:
@@ -196,7 +237,7 @@ class SchemaTopic:
             for tp in tps
             if self._position(consumer, tp) < end[tp] and end[tp] != self._settled.get(tp.partition)
         }
-        added = 0
+        read = 0
         deadline = time.monotonic() + self.catch_up_deadline
         while behind and time.monotonic() < deadline:
             self.fetches += 1
@@ -204,7 +245,7 @@ class SchemaTopic:
             for tp, records in batches.items():
                 for record in records:
                     self._next[tp.partition] = record.offset + 1
-                    added += self._register(record.value)
+                    read += self._note(record.key, record.value, tp.partition, record.offset)
             if not any(batches.values()):
                 # Nothing more to give below the end offset (compacted away, or a broker
                 # that reports the end past its last record): do not ask again for this end.
@@ -212,23 +253,77 @@ class SchemaTopic:
                     self._settled[tp.partition] = end[tp]
                 break
             behind = {tp for tp in behind if self._position(consumer, tp) < end[tp]}
-        if added:
-            log.info("registered %d writer schema(s) from %s", added, self.topic)
-        return added
+        return read
 
     def _position(self, consumer: KafkaConsumer, tp: TopicPartition) -> int:
         position = consumer.position(tp)
         self._next[tp.partition] = position
         return position
 
-    def _register(self, value: bytes | None) -> int:
-        if value is None:
+    def _note(self, key: bytes | None, value: bytes | None, partition: int, offset: int) -> int:
+        """A record read: registered when it is the schema asked for, else noted by where it
+        is. Keyed otherwise than by a fingerprint's hex (gateways key it so): ignored."""
+        fingerprint = _fingerprint_of_key(key)
+        if fingerprint is None or value is None:
+            if value is not None:
+                log.warning("ignoring a schema on %s not keyed by its fingerprint", self.topic)
             return 0
         self.records_read += 1
+        if fingerprint == self._wanted:
+            self._index.pop(fingerprint, None)
+            self._register(fingerprint, value)
+        elif fingerprint not in self.registry:
+            self._index[fingerprint] = (partition, offset)
+            self._index.move_to_end(fingerprint)
+            while len(self._index) > self.max_indexed:
+                self._index.popitem(last=False)
+        return 1
+
+    def _fetch_indexed(self, fingerprint: bytes) -> None:
+        """Read the one record noted for ``fingerprint`` (a consumer of its own: the topic's
+        reader stays where it is) and register it."""
+        partition, offset = self._index.pop(fingerprint)
+        tp = TopicPartition(self.topic, partition)
+        consumer = group_less_consumer(self.bootstrap_servers, **self.kafka_options)
         try:
-            before = len(self.registry)
-            self.registry.register(value.decode())
-            return len(self.registry) - before
+            consumer.assign([tp])
+            consumer.seek(tp, offset)
+            deadline = time.monotonic() + self.catch_up_deadline
+            while time.monotonic() < deadline:
+                self.fetches += 1
+                for records in consumer.poll(timeout_ms=POLL_MS, max_records=1).values():
+                    record = records[0]
+                    if record.offset == offset and _fingerprint_of_key(record.key) == fingerprint:
+                        self._register(fingerprint, record.value)
+                    return  # compacted away since: a catch-up notes its newer copy
+        except KafkaError as exc:
+            log.warning("%s: cannot read a schema: %s", self.topic, exc)
+        finally:
+            consumer.close()
+
+    def _register(self, fingerprint: bytes, value: bytes | None) -> None:
+        if value is None:
+            return
+        try:
+            schema = parse_schema_text(value.decode())
         except (CodecError, UnicodeDecodeError) as exc:
             log.warning("ignoring invalid schema on %s: %s", self.topic, exc)
-            return 0
+            return
+        if schema.fingerprint != fingerprint:
+            log.warning(
+                "ignoring a schema on %s keyed %s: its fingerprint is %s",
+                self.topic, fingerprint.hex(), schema.fingerprint.hex(),
+            )  # fmt: skip
+            return
+        self.registry.add(schema)
+        log.info("registered writer schema %s from %s", fingerprint.hex(), self.topic)
+
+
+def _fingerprint_of_key(key: bytes | None) -> bytes | None:
+    """The fingerprint a schemas-topic key names (16 hex digits), None for any other key."""
+    if key is None or len(key) != 16:
+        return None
+    try:
+        return bytes.fromhex(key.decode("ascii"))
+    except (UnicodeDecodeError, ValueError):
+        return None

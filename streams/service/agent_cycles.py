@@ -70,7 +70,9 @@ def apply_sends(
             out.decisions.append(decision)
             run_key = decision.run_id.encode()
             partition = context.partition_for(control, run_key)
-            out.add(OutRecord(control, run_key, encode_decision(decision), partition, source))
+            value = encode_decision(decision)
+            headers = context.sign(decision.gateway_id, value)  # issue 40
+            out.add(OutRecord(control, run_key, value, partition, source, headers=headers))
     for key, (graph, source) in touched.items():
         value = out.graph_writes[key] = graph.encode()
         out.add(OutRecord(topics.changelog, key, value, source[1], source))

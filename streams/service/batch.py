@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from streams.core.agent_cycles import cycle_key, is_send_call
@@ -69,6 +69,7 @@ class Rekey:
 
 
 @dataclass(frozen=True)
+    headers: tuple[tuple[str, bytes], ...] = ()  # its signature goes along
 class BatchTopics:
     """Where the batch's records go."""
 
@@ -143,21 +144,26 @@ def process_batch(
         out.event_kinds[event_kind(event)] += 1
         outcome = processor.apply(message.key, event)
         if outcome.dead_letter is not None:
-            out.dead_letter_kinds["invalid_event"] += 1
+            out.dead_letter_kinds[outcome.dead_letter_kind] += 1
             dead_letter(out, message, outcome.dead_letter, topics, partition_for,
                         max_message_bytes, now)  # fmt: skip
+        refused = unsigned(context, event.envelope.gateway_id, message, value)
+        if refused:  # issue 40: not its gateway's, by its signature
+            out.dead_letter_kinds[refused.split(":", 1)[0]] += 1
+            dead_letter(out, message, refused, topics, partition_for, max_message_bytes, now)
+            continue
         elif outcome.rekey is not None:
-            out.rekeys.append(Rekey(outcome.rekey, value, source))
+            out.rekeys.append(Rekey(outcome.rekey, value, source, headers_of(message)))
         else:
             event_time = event.envelope.event_time
             if event_time > newest:
                 newest = event_time
             for decision in outcome.decisions:
-                key = decision.run_id.encode()
+                key, encoded = decision.run_id.encode(), encode_decision(decision)
                 out.add(
                     OutRecord(
-                        control, key, encode_decision(decision), partition_for(control, key),
-                        source,
+                        control, key, encoded, partition_for(control, key), source,
+                        headers=context.sign(decision.gateway_id, encoded),
                     )
                 )  # fmt: skip
             out.decisions.extend(outcome.decisions)
@@ -169,7 +175,9 @@ def process_batch(
                 out.add(OutRecord(topics.agent_sends, key, value, partition, source))
     if newest >= 0:
         out.newest_event_time_ms = newest
-    marks: dict[tuple[int, TopicPartition], list[RunWatermark]] = {}
+    # Signed, a batch's watermarks go out per gateway too: each record under its gateway's key.
+    signing = context.keys is not None
+    marks: dict[tuple[int, TopicPartition, str], list[RunWatermark]] = {}
     for run in processor.take_touched():
         # The state goes to its events' partition (streams.worker.tables): an applied event
         # came from there (else it was re-keyed), and so goes the watermark, after the run's
@@ -182,12 +190,15 @@ def process_batch(
         destination = partition_for(control, run.key)
         if per_run_watermarks:
             value = encode_watermark(run.watermark)
-            out.add(OutRecord(control, run.key, value, destination, source))
+            headers = context.sign(run.watermark.gateway_id, value)
+            out.add(OutRecord(control, run.key, value, destination, source, headers=headers))
         else:
-            marks.setdefault((destination, source), []).append(run.watermark)
-    for (destination, source), batch_marks in marks.items():
+            gateway = run.watermark.gateway_id if signing else ""
+            marks.setdefault((destination, source, gateway), []).append(run.watermark)
+    for (destination, source, gateway), batch_marks in marks.items():
         for value in encode_watermark_chunks(batch_marks, max_size=max_message_bytes):
-            out.add(OutRecord(control, None, value, destination, source))
+            headers = context.sign(gateway, value)
+            out.add(OutRecord(control, None, value, destination, source, headers=headers))
     out.sessions = processor.take_sessions()
     return out
 

@@ -22,6 +22,7 @@ from streams.core.run_state import RunState
 from streams.core.session import SessionCarry
 from streams.wire.avro import RunWatermark
 
+from streams.wire.signing import FOREIGN_RUN
 
 @dataclass
 class Outcome:
@@ -30,6 +31,7 @@ class Outcome:
     decisions: list[Decision] = field(default_factory=list)
     dead_letter: str | None = None  # the reason, when the message is parked
     rekey: bytes | None = None  # the key (session or run id) the message must be re-sent under
+    dead_letter_kind: str = "invalid_event"  # its metric kind
     event: AgentEvent | None = None  # the decoded event, when it was applied
     loop_tokens: int = 0  # tokens the event added to its run's loop (issue 28, /metrics)
     saved_tokens: int = 0  # the saved-tokens estimate it took, when it stopped its run
@@ -198,6 +200,15 @@ class EventProcessor:
             return Outcome(rekey=partition_key(envelope).encode())
         cfg = self.config_for(envelope.agent_id)
         if run_id not in self.runs.touched:
+        owner = self.owner_of(run_id)
+        if owner and envelope.gateway_id != owner:
+            # issue 40: a run belongs to the gateway that started it; another gateway's event
+            # for it (an injected call, an injected RunEnded) is refused, never applied.
+            return Outcome(
+                dead_letter=f"run {run_id} belongs to gateway {owner!r}; an event from "
+                f"gateway {envelope.gateway_id!r} is refused",
+                dead_letter_kind=FOREIGN_RUN,
+            )
             # As the run was before this batch: what a failed evaluation goes back to.
             stored = self.runs.get(run_id)
             self.before_batch[run_id] = None if stored is None else stored.snapshot()
@@ -224,6 +235,12 @@ class EventProcessor:
 
     def rebuild(self, run_id: str, cfg: LoopDetectionConfig) -> None:
         """Put a run back as it was before the event that failed: its state at the start of
+    def owner_of(self, run_id: str) -> str:
+        """The gateway a run belongs to: the one its first event named ("" for a run not
+        started yet, or started without a gateway id)."""
+        state = self.runs.get(run_id)
+        return "" if state is None else state.gateway_id
+
         the batch plus the batch's earlier events (they applied cleanly and do so again)."""
         snapshot = self.before_batch.get(run_id)
         state = (

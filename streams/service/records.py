@@ -16,6 +16,7 @@ from typing import Protocol
 from streams.core.events import AgentEvent
 from streams.wire.avro import decode_event
 from streams.wire.schema_registry import SchemaRegistry
+from streams.wire.signing import GatewayKeys
 
 # (topic, partition): a message's partition (a record's source) or a record's destination.
 TopicPartition = tuple[str, int]
@@ -43,6 +44,8 @@ class OutRecord:
     partition: int
     source: TopicPartition
     timestamp: int | None = None
+    # Record headers: a control record's signature (streams.wire.signing) when keys are set.
+    headers: tuple[tuple[str, bytes], ...] = ()
 
 
 Records = Mapping[TopicPartition, Sequence[OutRecord]]
@@ -85,11 +88,17 @@ class Partitioner(Protocol):
 class BatchContext:
     """What a per-batch function needs from the worker: the registry events decode with
     (unknown writer schemas are looked up before the batch), the message limit, and the
-    producer's partitioner."""
+    producer's partitioner; with ``keys`` (issue 40) an event must be signed by its gateway
+    and a control record is signed for the gateway it is about."""
 
     registry: SchemaRegistry
     partition_for: Partitioner
     max_message_bytes: int
+    keys: GatewayKeys | None = None
+
+    def sign(self, gateway_id: str, value: bytes) -> tuple[tuple[str, bytes], ...]:
+        """A control record's headers: signed for ``gateway_id`` when keys are set."""
+        return () if self.keys is None else self.keys.headers_for(gateway_id, value)
 
     def decode(self, value: bytes) -> AgentEvent:
         """An event; :class:`~streams.wire.errors.CodecError` for bad input (an unknown

@@ -17,6 +17,7 @@ from functools import cache
 from typing import Any
 
 from streams.core.events import EVENT_KINDS, Action, AgentEvent, Decision, Envelope
+from streams.core.json_depth import load_json
 from streams.wire.dead_letters import DeadLetterRecord, decode_dead_letter, encode_dead_letter
 from streams.wire.errors import (
     BadMarkerError,
@@ -240,6 +241,9 @@ def decode_event(
 # ------------------------------------------------------------------------------ decisions
 
 _DECISION_FIELDS = tuple(f.name for f in dataclass_fields(Decision) if f.name != "extra")
+# A decision's extra values are the detectors' small facts; deeper JSON is refused on read
+# (issue 40: 50,000 nested lists ended every worker). Their size is the message limit's.
+MAX_EXTRA_DEPTH = 64
 
 
 def _encode_extra(extra: Mapping[str, Any]) -> dict[str, str]:
@@ -252,7 +256,7 @@ def _encode_extra(extra: Mapping[str, Any]) -> dict[str, str]:
             raise EncodeError(f"Decision.extra keys must be str, got {type(key).__name__}")
         try:
             out[key] = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, RecursionError) as exc:
             raise EncodeError(f"Decision.extra[{key!r}] is not JSON: {one_line(exc)}") from exc
     return out
 
@@ -287,8 +291,8 @@ def decode_decision(
     if not datum["run_id"]:
         raise MissingRunIdError("Decision")
     try:
-        extra = {key: json.loads(text) for key, text in datum["extra"].items()}
-    except ValueError as exc:
+        extra = {key: load_json(text, MAX_EXTRA_DEPTH) for key, text in datum["extra"].items()}
+    except (ValueError, RecursionError) as exc:  # NestedTooDeepError is a RecursionError
         raise InvalidDatumError(f"Decision.extra holds invalid JSON: {one_line(exc)}") from exc
     values = {name: datum[name] for name in _DECISION_FIELDS}
     values["action"] = Action(values["action"])

@@ -12,11 +12,13 @@ from functools import cache
 from typing import Any
 
 from streams.core.incidents import Incident, Signal
-from streams.wire.errors import EncodeError, InvalidDatumError, one_line
+from streams.core.json_depth import load_json
+from streams.wire.errors import EncodeError, InvalidDatumError, PayloadTooLargeError, one_line
 from streams.wire.schema_registry import SCHEMA_DIR, parse_schema_text
 from streams.wire.single_object import DEFAULT_MAX_MESSAGE_SIZE, SchemaCodec
 
 INCIDENT_SCHEMA = SCHEMA_DIR / "internal" / "Incident.avsc"
+MAX_SIGNAL_DEPTH = 8  # a signal is a flat object with a few short lists
 
 
 @cache
@@ -32,7 +34,10 @@ def encode_incident(incident: Incident, *, max_size: int = DEFAULT_MAX_MESSAGE_S
 
 def decode_incident(data: bytes, *, max_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> Incident:
     datum = incident_codec().decode(data, None, max_size)
-    return Incident.from_dict(datum)
+    try:
+        return Incident.from_dict(datum)
+    except (ValueError, TypeError, KeyError) as exc:
+        raise InvalidDatumError(f"not an incident: {one_line(exc)}") from exc
 
 
 def encode_signal(signal: Signal) -> bytes:
@@ -40,9 +45,13 @@ def encode_signal(signal: Signal) -> bytes:
     return json.dumps(signal.to_dict(), separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def decode_signal(data: bytes) -> Signal:
+def decode_signal(data: bytes, *, max_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> Signal:
+    """A signal; :class:`InvalidDatumError` for anything else (over ``max_size`` bytes, JSON
+    nested deeper than a signal's few levels, missing or mistyped fields)."""
+    if len(data) > max_size:
+        raise PayloadTooLargeError(len(data), max_size)
     try:
-        values: Any = json.loads(data)
+        values: Any = load_json(data, MAX_SIGNAL_DEPTH)
         return Signal.from_dict(values)
-    except (ValueError, TypeError, KeyError) as exc:
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:
         raise InvalidDatumError(f"not an incident signal: {one_line(exc)}") from exc

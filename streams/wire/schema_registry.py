@@ -15,6 +15,7 @@ into a ``datetime`` (which also could not hold the full ``long`` range).
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cache
@@ -25,18 +26,21 @@ import fastavro
 import fastavro.schema
 
 import schemas
+from streams.core.json_depth import load_json
 from streams.wire.errors import (
     InvalidSchemaError,
     SchemaMismatchError,
     UnknownSchemaError,
     one_line,
 )
+from streams.wire.schema_shape import MAX_SCHEMA_BYTES, MAX_SCHEMA_JSON_DEPTH, check_schema_shape
 
 if TYPE_CHECKING:
     import avro.schema
 
 __all__ = [
     "SCHEMA_DIR",
+    "MAX_WRITER_SCHEMAS",
     "SCHEMA_NAMES",
     "ParsedSchema",
     "SchemaRegistry",
@@ -56,6 +60,10 @@ SCHEMA_NAMES = ("AgentEvent", "Decision", "RunWatermark", "RunWatermarks", "Dead
 # bytes written with them read without a schemas-topic lookup (and, for RunWatermark, the
 # version the worker still writes for runs without usage, which older gateways read).
 PREVIOUS_DIR = SCHEMA_DIR / "previous"
+# Writer schemas registered at run time that a registry keeps (the least recently used goes
+# first): a fleet runs a handful of schema versions; a parsed schema costs ~8 KB (measured in
+# docs/hardening.md), so the bound is ~2 MB whatever is published on the schemas topic.
+MAX_WRITER_SCHEMAS = 256
 
 
 # --------------------------------------------------------------- canonical form + fingerprint
@@ -131,9 +139,15 @@ class ParsedSchema:
 
 
 def parse_schema_text(schema_json: str) -> ParsedSchema:
-    """Parse and fingerprint one schema; raises :class:`InvalidSchemaError`."""
+    """Parse and fingerprint one schema; raises :class:`InvalidSchemaError`, also for a
+    schema over MAX_SCHEMA_BYTES or MAX_SCHEMA_JSON_DEPTH, or of a shape a datum could abuse
+    (:mod:`streams.wire.schema_shape`)."""
+    if len(schema_json) > MAX_SCHEMA_BYTES:
+        raise InvalidSchemaError(
+            f"invalid Avro schema: {len(schema_json)} characters, over {MAX_SCHEMA_BYTES}"
+        )
     try:
-        data = json.loads(schema_json)
+        data = load_json(schema_json, MAX_SCHEMA_JSON_DEPTH)
         compact = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
         # The fingerprint is taken from the schema as published, logical types and all.
         fingerprint = _fingerprint_of_pcf(
@@ -143,6 +157,7 @@ def parse_schema_text(schema_json: str) -> ParsedSchema:
         parsed = fastavro.parse_schema(_strip_logical_types(data), named)
     except Exception as exc:  # boundary: schema text can come from other processes
         raise InvalidSchemaError(f"invalid Avro schema: {one_line(exc)}") from exc
+    check_schema_shape(parsed, named)
     if isinstance(parsed, dict):
         fullname = str(parsed.get("name") or parsed.get("type"))
     else:
@@ -201,67 +216,84 @@ def load_schemas() -> dict[str, avro.schema.Schema]:
 
 
 class SchemaRegistry:
-    """Fingerprint -> writer schema, plus the writer schema resolved per (writer, reader) pair.
+    """Fingerprint -> writer schema.
 
-    Pre-loaded with the project's schemas and their previous versions; :meth:`register` adds
-    others (e.g. a newer gateway's schema taken from a schemas topic). Not locked: meant for
-    one asyncio worker thread.
+    Pre-loaded with the project's schemas and their previous versions (kept for good);
+    :meth:`register` adds others (a newer gateway's schema taken from a schemas topic), at
+    most ``max_schemas`` of them: the least recently used goes first (issue 40: 30,000
+    schemas on the topic grew a worker by 244 MB), and a schema evicted is looked up again
+    when a message needs it. Not locked: meant for one asyncio worker thread.
     """
 
-    def __init__(self, schema_texts: Iterable[str] | None = None) -> None:
-        self._entries: dict[bytes, ParsedSchema] = {}
-        self._pairs: dict[tuple[bytes, bytes], ParsedSchema] = {}
+    def __init__(
+        self, schema_texts: Iterable[str] | None = None, max_schemas: int = MAX_WRITER_SCHEMAS
+    ) -> None:
+        self._pinned: dict[bytes, ParsedSchema] = {}
+        self._entries: OrderedDict[bytes, ParsedSchema] = OrderedDict()
+        self.max_schemas = max(int(max_schemas), 1)
+        self.evicted = 0  # schemas dropped for the bound (a metric, and tests)
         if schema_texts is None:
             for schema in [*own_schemas().values(), *previous_schemas().values()]:
-                self._entries.setdefault(schema.fingerprint, schema)
+                self._pinned.setdefault(schema.fingerprint, schema)
         else:
             for text in schema_texts:
                 self.register(text)
 
     def register(self, schema_json: str) -> bytes:
         """Add a writer schema; returns its 8-byte fingerprint. Idempotent."""
-        schema = parse_schema_text(schema_json)
-        # Same fingerprint = same binary layout; keep the first text seen.
-        self._entries.setdefault(schema.fingerprint, schema)
-        return schema.fingerprint
+        return self.add(parse_schema_text(schema_json))
+
+    def add(self, schema: ParsedSchema) -> bytes:
+        """Add a parsed writer schema (same fingerprint = same binary layout: the first
+        text seen is kept); the least recently used goes past ``max_schemas``."""
+        fingerprint = schema.fingerprint
+        if fingerprint in self._pinned:
+            return fingerprint
+        if fingerprint in self._entries:
+            self._entries.move_to_end(fingerprint)
+            return fingerprint
+        self._entries[fingerprint] = schema
+        while len(self._entries) > self.max_schemas:
+            self._entries.popitem(last=False)
+            self.evicted += 1
+        return fingerprint
 
     def __contains__(self, fingerprint: object) -> bool:
-        return fingerprint in self._entries
+        return fingerprint in self._pinned or fingerprint in self._entries
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self._pinned) + len(self._entries)
 
     def __repr__(self) -> str:
-        return f"SchemaRegistry({len(self._entries)} schemas)"
+        return f"SchemaRegistry({len(self)} schemas)"
 
     def fingerprints(self) -> list[bytes]:
-        return list(self._entries)
+        return [*self._pinned, *self._entries]
+
+    def _get(self, fingerprint: bytes) -> ParsedSchema:
+        entry = self._pinned.get(fingerprint)
+        if entry is None:
+            entry = self._entries.get(fingerprint)
+            if entry is None:
+                raise UnknownSchemaError(fingerprint)
+            self._entries.move_to_end(fingerprint)
+        return entry
 
     def schema_json(self, fingerprint: bytes) -> str:
         """Compact JSON of a registered writer schema; raises :class:`UnknownSchemaError`."""
-        entry = self._entries.get(fingerprint)
-        if entry is None:
-            raise UnknownSchemaError(fingerprint)
-        return entry.json_text
+        return self._get(fingerprint).json_text
 
     def writer_for(self, fingerprint: bytes, reader: ParsedSchema) -> ParsedSchema:
-        """The registered writer schema for messages to be read as ``reader`` (cached per pair).
+        """The registered writer schema for messages to be read as ``reader``.
 
         Raises :class:`UnknownSchemaError`, or :class:`SchemaMismatchError` when the writer is
         another record altogether (say a Decision sent to the events topic).
         """
-        key = (fingerprint, reader.fingerprint)
-        writer = self._pairs.get(key)
-        if writer is not None:
-            return writer
-        writer = self._entries.get(fingerprint)
-        if writer is None:
-            raise UnknownSchemaError(fingerprint)
+        writer = self._get(fingerprint)
         if writer.fullname != reader.fullname:
             raise SchemaMismatchError(
                 f"message was written with schema {writer.fullname}, expected {reader.fullname}"
             )
-        self._pairs[key] = writer
         return writer
 
 

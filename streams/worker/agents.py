@@ -33,6 +33,7 @@ from streams.observability.metrics import unread_records
 from streams.service.batch import BatchOutput, BatchTopics, process_batch
 from streams.service.records import BatchContext
 from streams.wire.avro import CodecError, control_messages
+from streams.wire.signing import check_control
 from streams.worker.checkpoint import Checkpoint
 from streams.worker.config_audit import start_config_audit
 from streams.worker.crash_exit import CrashExit
@@ -58,6 +59,8 @@ class WorkerAgents:
         self.crashing: asyncio.Future | None = None  # held: a task nobody keeps can vanish
         self.partitions: dict[tuple[str, bytes], int] = {}  # see partition_for
         self.config_audit: ConfigChangeRecorder | None = None  # started by announce
+        self.forged_records = 0  # control records the audit agent refused (issue 40)
+        self.forged_logged = 0.0
 
     def register(self) -> None:
         app, parts = self.parts.app, self.parts
@@ -110,7 +113,10 @@ class WorkerAgents:
         """What every batch function needs from this worker: its registry, the message
         limit and the producer's partitioner (cached per key)."""
         return BatchContext(
-            self.parts.registry, self.partition_for, self.settings.max_message_bytes
+            self.parts.registry,
+            self.partition_for,
+            self.settings.max_message_bytes,
+            keys=self.parts.keys,  # issue 40: signed events in, signed control records out
         )
 
     async def guard_runs(self, stream: faust.StreamT) -> None:
@@ -165,7 +171,9 @@ class WorkerAgents:
         for session_key, run_key in output.sessions.items():
             parts.sessions[session_key] = run_key
         for rekey in output.rekeys:  # acknowledged before the batch's offsets are committed
-            await parts.rekeyer.send(self.settings.topics.events, rekey.key, rekey.value)
+            await parts.rekeyer.send(
+                self.settings.topics.events, rekey.key, rekey.value, rekey.headers
+            )
         self.count_batch(output, len(messages), time.perf_counter() - started)
         return output
 
@@ -203,14 +211,21 @@ class WorkerAgents:
     async def audit_decisions(self, stream: faust.StreamT) -> None:
         """Write every decision and run's progress to SQL in batches; retries until the
         database takes them."""
-        async for batch in stream.take(self.settings.audit_batch, within=0.2):
+        keys = self.parts.keys
+        async for batch in stream.take_events(self.settings.audit_batch, within=0.2):
             decisions, watermarks = [], []
-            for value in batch:
+            for event in batch:
+                value = event.value
                 try:
                     messages = control_messages(value)
                 except CodecError as exc:
                     log.warning("skipping undecodable control message: %s", exc)
                     continue
+                if keys is not None:  # issue 40: only what a worker signed is a decision
+                    refused = check_control(keys, event.message.headers, value, messages)
+                    if refused:
+                        self.forged_control(event.message, refused)
+                        continue
                 for message in messages:
                     if isinstance(message, Decision):
                         decisions.append(message)
@@ -224,6 +239,23 @@ class WorkerAgents:
                 except RecordRefused as exc:  # the outbox refused them: the trail goes on
                     log.error("webhook outbox refused %d notices: %s", len(stored), exc.error)
             await self.parts.audit.write_progress(watermarks)  # `loopguard runs` shows it
+
+    def forged_control(self, message: Any, why: str) -> None:
+        """A control record no worker signed: kept out of the audit trail, one line each
+        (at most one a second, the rest counted)."""
+        self.forged_records += 1
+        now = time.monotonic()
+        if now - self.forged_logged >= 1.0:
+            log.warning(
+                "audit: ignoring a control record no worker signed (%s) at %s[%s]@%s; "
+                "%d such records so far",
+                why,
+                message.topic,
+                message.partition,
+                message.offset,
+                self.forged_records,
+            )
+            self.forged_logged = now
 
     async def audit_dead_letters(self, stream: faust.StreamT) -> None:
         async for event in stream.events():

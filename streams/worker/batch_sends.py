@@ -109,14 +109,25 @@ class BatchSends:
         try:
             builder = kafka.create_batch()
             for record in records:
-                if builder.append(key=record.key, value=record.value, timestamp=None) is None:
+                if self.append(builder, record) is None:
                     await self.submit(kafka, builder, topic, partition, deliveries)
                     builder = kafka.create_batch()  # an empty batch takes any one record
-                    builder.append(key=record.key, value=record.value, timestamp=None)
+                    self.append(builder, record)
             await self.submit(kafka, builder, topic, partition, deliveries)
         finally:
             if lock is not None:
                 lock.release()
+
+    @staticmethod
+    def append(builder: Any, record: OutRecord) -> Any:
+        """Add ``record`` to ``builder`` (with its headers when it has any: a control record's
+        signature, issue 40); None when the batch is full."""
+        if record.headers:
+            headers = list(record.headers)
+            return builder.append(
+                key=record.key, value=record.value, timestamp=None, headers=headers
+            )
+        return builder.append(key=record.key, value=record.value, timestamp=None)
 
     async def submit(
         self,

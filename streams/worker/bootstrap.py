@@ -8,6 +8,7 @@ state codec before the table, topics and services before the agents that use the
 from __future__ import annotations
 
 import asyncio
+import logging
 import ssl
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from streams.web import register_views
 from streams.web.access import WebAccess
 from streams.webhooks.notifier import WebhookNotifier
 from streams.wire.schema_registry import default_registry
+from streams.wire.signing import GatewayKeys, KeysError
 from streams.worker import state_codec
 from streams.worker.agent_cycles import AgentCycles
 from streams.worker.agents import WorkerAgents
@@ -36,8 +38,10 @@ from streams.worker.gc_tuning import tune_collector
 from streams.worker.incidents import register_incidents
 from streams.worker.parts import WorkerParts
 from streams.worker.shutdown import worker_with_deadline
-from streams.worker.startup import check_faust_patches
+from streams.worker.startup import StartupError, check_faust_patches
 from streams.worker.tables import RunsTable
+
+log = logging.getLogger("loopguard.worker")
 
 
 def broker_credentials(settings: Settings) -> Any:
@@ -98,6 +102,19 @@ def build_app(settings: Settings) -> faust.App:
         # waits for (the database included); a second signal ends it at once (issue 26).
         Worker=worker_with_deadline(settings.shutdown_timeout),
     )
+
+
+def load_gateway_keys(settings: Settings) -> GatewayKeys | None:
+    """Every gateway's signing keys (``LOOPGUARD_GATEWAY_KEYS``, issue 40), or None when
+    unset; a file that cannot be used stops the start with one line."""
+    if not settings.gateway_keys:
+        return None
+    try:
+        keys = GatewayKeys.load(settings.gateway_keys)
+    except KeysError as exc:
+        raise StartupError(f"LOOPGUARD_GATEWAY_KEYS: {exc}") from None
+    log.info("signed events required: keys for %d gateways", len(keys.rings))
+    return keys
 
 
 def build_worker(settings: Settings) -> faust.App:
@@ -206,6 +223,7 @@ def build_worker(settings: Settings) -> faust.App:
         rekeyer=Rekeyer(settings),
         metrics=metrics,
         webhooks=WebhookNotifier.from_settings(settings, audit, metrics),
+        keys=load_gateway_keys(settings),
     )
     agents = WorkerAgents(parts)
     agents.register()

@@ -20,6 +20,7 @@ from streams.settings import Settings
 from streams.state.expiry import RunExpiry
 from streams.webhooks.notifier import WebhookNotifier
 from streams.wire.schema_registry import SchemaRegistry
+from streams.wire.signing import GatewayKeys
 
 
 @dataclass
@@ -42,6 +43,7 @@ class WorkerParts:
     rekeyer: Rekeyer
     metrics: WorkerMetrics
     webhooks: WebhookNotifier | None = None  # block/abort notifications, when URLs are set
+    keys: GatewayKeys | None = None  # every gateway's signing keys (issue 40), when set
     fleet: FleetConfig | None = None  # the --config file, recorded as a config change
     # Held while a batch is applied and published; exactly-once commits wait for it
     # (streams.worker.exactly_once).

@@ -21,25 +21,27 @@ from services import ENABLED, IN_TIME_BUDGET_MS
 
 from streams.audit.store import AuditStore
 from streams.core.events import CompactionRetry, Envelope, ToolCall, ToolResult
+from streams.kafka.lookup_quota import LookupQuota
 from streams.kafka.schema_topic import SchemaTopic, publish_schema
 from streams.wire.avro import encode_event
-from streams.wire.schema_registry import SchemaRegistry
+from streams.wire.schema_registry import ParsedSchema, SchemaRegistry
 
 pytestmark = pytest.mark.integration
 
 JUNK = 200
+NO_QUOTA = LookupQuota(producer_burst=1e9, fleet_burst=1e9)
 
 
 class CountingRegistry(SchemaRegistry):
-    """A real registry that counts the schema records handed to it (one per record read)."""
+    """A real registry that counts the schemas parsed and handed to it."""
 
     def __init__(self) -> None:
         super().__init__()
         self.registered = 0
 
-    def register(self, schema_json: str) -> bytes:
+    def add(self, schema: ParsedSchema) -> bytes:
         self.registered += 1
-        return super().register(schema_json)
+        return super().add(schema)
 
 
 def _schema(i: int) -> str:
@@ -67,25 +69,34 @@ def test_unknown_fingerprints_read_the_schemas_topic_once_not_once_each(
 
     registry = CountingRegistry()
     schemas = SchemaTopic(
-        pipeline.broker.bootstrap.split(","), topic, registry, retry_after=600, max_missed=50
+        pipeline.broker.bootstrap.split(","),
+        topic,
+        registry,
+        retry_after=600,
+        max_missed=50,
+        quota=NO_QUOTA,  # the reads are what this test counts, not who may ask
     )
     try:
         junk = [os.urandom(8) for _ in range(JUNK)]
         assert not any(schemas.resolve(fp) for fp in junk)
-        # Every record of the topic was read once, whatever the number of lookups.
-        assert registry.registered == 30
+        # Every record of the topic was read once, whatever the number of lookups; none
+        # was parsed, since none was asked for (issue 40).
+        assert schemas.records_read == 30 and registry.registered == 0
         assert schemas.missed() == 50  # the negative cache is bounded: the newest 50
         assert schemas.known_missing(junk[-1]) and not schemas.known_missing(junk[0])
         # The newest junk again: answered from the negative cache, no fetch at all.
         fetches = schemas.fetches
         assert not any(schemas.resolve(fp) for fp in junk[-20:])
-        assert registry.registered == 30 and schemas.fetches == fetches
+        assert schemas.records_read == 30 and schemas.fetches == fetches
 
         # A schema published later is found: the next lookup reads only the new record.
         fingerprint = published.register(_schema(99))
         publish_schema(producer, topic, published, _schema(99))
         assert schemas.resolve(fingerprint)
-        assert registry.registered == 31
+        assert schemas.records_read == 31 and registry.registered == 1
+        # One read before and not asked for then is fetched alone when it is.
+        assert schemas.resolve(published.register(_schema(7)))
+        assert schemas.records_read == 31 and registry.registered == 2
     finally:
         schemas.close()
         producer.close()

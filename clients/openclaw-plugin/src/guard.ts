@@ -29,6 +29,9 @@ import type {
   SessionContext,
   SessionEndEvent,
   ToolContext,
+  ToolResultMiddlewareContext,
+  ToolResultMiddlewareEvent,
+  ToolResultMiddlewareResult,
 } from './openclaw-types.js';
 
 // -- the loopguard client surface the plugin uses (structurally @loopguard/client) ------------
@@ -42,7 +45,22 @@ export interface DecisionLike {
   errorCode?: string;
   toolName?: string;
   count?: number;
+  /** Detector details; `model_note` is the decision worded for the model (issue 43). */
+  extra?: Record<string, unknown>;
 }
+
+/**
+ * A decision's note for the model (`extra.model_note`: the agent's loopguard config says
+ * `warnings: "model"`; worded by the worker, read as @loopguard/client's `modelNote` reads it);
+ * '' when its warnings go to the log only.
+ */
+export function noteOf(decision: DecisionLike | undefined): string {
+  const note = decision?.extra?.model_note;
+  return typeof note === 'string' ? note : '';
+}
+
+/** Notes waiting for their call's tool result at most (a call refused by OpenClaw never has one). */
+const PENDING_NOTES_KEPT = 1000;
 
 export interface VerdictLike {
   allowed: boolean;
@@ -50,6 +68,8 @@ export interface VerdictLike {
   blockedBy?: DecisionLike;
   reason?: string;
   timedOut: boolean;
+  /** The warnings' notes for the model (issue 43; absent when none). */
+  modelNote?: string;
 }
 
 export interface RunLike {
@@ -221,6 +241,8 @@ export class LoopguardGuard {
   private readonly sessionRuns = new Map<string, string>();
   /** Keys of recently ended runs (insertion order, bounded): activity after the end is reported. */
   private readonly endedKeys = new Set<string>();
+  /** toolCallId -> the warnings' note for the model, attached to that call's tool result. */
+  private readonly pendingNotes = new Map<string, string>();
   private unsubscribe?: () => void;
   private subscribed = false;
   private readonly now: () => number;
@@ -459,7 +481,7 @@ export class LoopguardGuard {
 
   private async handleAbort(entry: RunEntry, decision: DecisionLike, ctx: ToolContext | undefined): Promise<BeforeToolCallResult> {
     const errorCode = decision.errorCode || decision.detector || 'aborted';
-    const reason = `loopguard aborted this run (${errorCode}): ${decision.reason}`;
+    const reason = noteOf(decision) || `loopguard aborted this run (${errorCode}): ${decision.reason}`;
     const first = !entry.aborted;
     entry.aborted = { reason, errorCode };
     if (first) {
@@ -526,19 +548,61 @@ export class LoopguardGuard {
       }
       if (!verdict.allowed) {
         if (toolCallId) entry.refused.add(toolCallId);
-        const reason = verdict.blockedBy
-          ? `loopguard blocked this call: ${verdict.reason ?? verdict.blockedBy.reason}`
-          : `loopguard refused this call: ${verdict.reason ?? 'no verdict'}`;
+        // worded for the model when its agent says so (issue 43): the note is the refusal text
+        const note = noteOf(verdict.blockedBy);
+        const reason = note
+          ? note
+          : verdict.blockedBy
+            ? `loopguard blocked this call: ${verdict.reason ?? verdict.blockedBy.reason}`
+            : `loopguard refused this call: ${verdict.reason ?? 'no verdict'}`;
         this.trace({ ...base, outcome: verdict.blockedBy ? 'blocked' : 'refused_fail_closed', reason, warnings, timedOut: verdict.timedOut });
         return this.refuse(reason);
       }
-      this.trace({ ...base, outcome: verdict.timedOut ? 'allowed_fail_open' : 'allowed', warnings, timedOut: verdict.timedOut });
+      const modelNote = verdict.modelNote || (verdict.warnings ?? []).map(noteOf).filter(Boolean).join('\n\n');
+      if (modelNote && toolCallId) this.keepNote(toolCallId, modelNote);
+      this.trace({
+        ...base,
+        outcome: verdict.timedOut ? 'allowed_fail_open' : 'allowed',
+        warnings,
+        timedOut: verdict.timedOut,
+        ...(modelNote ? { modelNote } : {}),
+      });
       return undefined;
     } catch (error) {
       this.log.error(`loopguard: before_tool_call failed (${errorText(error)}); failing ${this.config.failMode}`);
       const result = this.failModeVerdict('plugin error');
       this.trace({ event: 'before_tool_call', toolName: event?.toolName, outcome: result ? 'refused_fail_closed' : 'allowed_fail_open', reason: errorText(error) });
       return result;
+    }
+  }
+
+  private keepNote(toolCallId: string, note: string): void {
+    this.pendingNotes.set(toolCallId, note);
+    for (const oldest of this.pendingNotes.keys()) {
+      if (this.pendingNotes.size <= PENDING_NOTES_KEPT) break;
+      this.pendingNotes.delete(oldest);
+    }
+  }
+
+  /**
+   * OpenClaw's tool-result middleware (before the result goes back to the model): a call
+   * whose verdict carried warnings worded for the model (`warnings: "model"`, issue 43) gets
+   * their note appended to its result, as one more text block. Every other result is left as
+   * it is. Never throws: a failure leaves the result unchanged.
+   */
+  toolResultForModel(event: ToolResultMiddlewareEvent, ctx: ToolResultMiddlewareContext | undefined): ToolResultMiddlewareResult | undefined {
+    try {
+      const toolCallId = event?.toolCallId;
+      const note = toolCallId ? this.pendingNotes.get(toolCallId) : undefined;
+      if (!toolCallId || note === undefined) return undefined;
+      this.pendingNotes.delete(toolCallId);
+      const result = event.result ?? { content: [] };
+      const content = Array.isArray(result.content) ? result.content : [];
+      this.trace({ event: 'model_note', runId: baseRunId(ctx?.runId) ?? null, toolName: event.toolName, toolCallId, note });
+      return { result: { ...result, content: [...content, { type: 'text', text: note }] } };
+    } catch (error) {
+      this.log.error(`loopguard: attaching a note to a tool result failed: ${errorText(error)}`);
+      return undefined;
     }
   }
 

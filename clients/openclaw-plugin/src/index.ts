@@ -13,7 +13,7 @@ import { resolveConfig, type LoopguardPluginConfig } from './config.js';
 import { type ClientLike, type ConnectOptions, type GuardDeps, LoopguardGuard } from './guard.js';
 import type { PluginApi, PluginLogger } from './openclaw-types.js';
 
-export { LoopguardGuard, IN_RUN_COMPACTION_TRIGGER, agentIdFromSessionKey, jsonSafe } from './guard.js';
+export { LoopguardGuard, IN_RUN_COMPACTION_TRIGGER, agentIdFromSessionKey, jsonSafe, noteOf } from './guard.js';
 export type { ClientLike, ConnectOptions, DecisionLike, GuardDeps, RunLike, VerdictLike } from './guard.js';
 export { resolveConfig, DEFAULTS } from './config.js';
 export type { LoopguardPluginConfig, FailMode } from './config.js';
@@ -114,6 +114,12 @@ export function registerHooks(api: PluginApi, guard: LoopguardGuard): void {
   api.on('gateway_start', () => guard.ensureConnecting());
   api.on('gateway_stop', () => guard.close('gateway_stop'));
   guard.subscribe(api.runtime?.events?.onAgentEvent);
+  // Warnings worded for the model (issue 43) go on the next tool result before the model sees it.
+  try {
+    api.registerAgentToolResultMiddleware?.((event, ctx) => guard.toolResultForModel(event, ctx), { runtimes: ['openclaw'] });
+  } catch (error) {
+    guard.log.warn(`loopguard: cannot register the tool-result middleware; warnings for the model reach the log only (${String(error)})`);
+  }
 }
 
 export interface CreatePluginOptions {

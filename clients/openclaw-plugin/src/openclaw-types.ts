@@ -122,6 +122,44 @@ export interface AgentEventPayload {
   agentId?: string;
 }
 
+/**
+ * Tool-result middleware (`api.registerAgentToolResultMiddleware`, openclaw@2026.9.6
+ * dist/plugin-entry-*.d.ts `AgentToolResultMiddleware*`): runs after a tool and before its
+ * result goes back to the model; an installed plugin needs `contracts.agentToolResultMiddleware`
+ * in its manifest for each runtime it names.
+ */
+export interface ToolResultContent {
+  type: string;
+  text?: string;
+  [key: string]: unknown;
+}
+
+export interface AgentToolResult {
+  content: ToolResultContent[];
+  details?: unknown;
+  [key: string]: unknown;
+}
+
+export interface ToolResultMiddlewareEvent {
+  toolCallId: string;
+  toolName: string;
+  args?: Record<string, unknown>;
+  isError?: boolean;
+  result: AgentToolResult;
+}
+
+export interface ToolResultMiddlewareContext {
+  runtime?: string;
+  agentId?: string;
+  sessionId?: string;
+  sessionKey?: string;
+  runId?: string;
+}
+
+export interface ToolResultMiddlewareResult {
+  result: AgentToolResult;
+}
+
 export interface HookOptions {
   priority?: number;
   timeoutMs?: number;
@@ -134,6 +172,10 @@ export interface PluginApi {
   pluginConfig?: Record<string, unknown>;
   logger?: PluginLogger;
   on(hookName: string, handler: (event: any, ctx: any) => unknown, opts?: HookOptions): void;
+  registerAgentToolResultMiddleware?(
+    handler: (event: ToolResultMiddlewareEvent, ctx: ToolResultMiddlewareContext) => ToolResultMiddlewareResult | undefined | Promise<ToolResultMiddlewareResult | undefined>,
+    options?: { runtimes?: string[]; matcher?: string[] },
+  ): void;
   runtime?: {
     events?: { onAgentEvent?: (listener: (event: AgentEventPayload) => void) => () => void };
   };

@@ -87,6 +87,7 @@ export async function loadIntoHookRunner({ config = {}, connect, abortRun, mode 
   openclaw.hookRuntime.resetGlobalHookRunner?.();
   const logger = memoryLogger();
   const registry = { plugins: [{ id: 'loopguard', status: 'loaded' }], hooks: [], typedHooks: [], trustedToolPolicies: [] };
+  const middlewares = []; // api.registerAgentToolResultMiddleware(handler, options)
   const entry = plugin.createLoopguardPlugin({ connect, abortRun });
   const api = {
     id: 'loopguard',
@@ -96,12 +97,15 @@ export async function loadIntoHookRunner({ config = {}, connect, abortRun, mode 
     on(hookName, handler, opts = {}) {
       registry.typedHooks.push({ pluginId: 'loopguard', hookName, handler, priority: opts.priority ?? 0, source: 'test', ...(opts.timeoutMs ? { timeoutMs: opts.timeoutMs } : {}) });
     },
+    registerAgentToolResultMiddleware(handler, options = {}) {
+      middlewares.push({ handler, options });
+    },
     runtime: { events: { onAgentEvent: openclaw.harnessRuntime.onAgentEvent } },
   };
   entry.register(api);
   openclaw.hookRuntime.initializeGlobalHookRunner(registry);
   const runner = openclaw.pluginRuntime.getGlobalHookRunner();
-  return { runner, registry, logger };
+  return { runner, registry, logger, middlewares };
 }
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));

@@ -136,6 +136,7 @@ def worker(block: dict, delivery: str = "transactional") -> tuple[WorkerAgents, 
             runs.get, configs.for_agent, sessions.get, republish_duplicates=False
         ),
         registry=default_registry(),
+        keys=None,  # unsigned (issue 40)
         metrics=WorkerMetrics(),
         expiry=RunExpiry(idle_ttl=60.0, ended_grace=0.0),
         commit_barrier=asyncio.Lock(),

@@ -13,12 +13,13 @@ class Builder:
     """aiokafka's BatchBuilder: takes records until it holds ``size`` (then append says None)."""
 
     def __init__(self, size: int) -> None:
-        self.size, self.records = size, []
+        self.size, self.records, self.headers = size, [], []
 
-    def append(self, *, key, value, timestamp):
+    def append(self, *, key, value, timestamp, headers=()):
         if len(self.records) >= self.size:
             return None
         self.records.append((key, value))
+        self.headers.append(list(headers))  # a control record's signature (issue 40)
         return True
 
 
