@@ -49,11 +49,13 @@ CORE_MODULES = [
     "streams/core/loop_spend.py",
     "streams/core/model_notes.py",
     "streams/core/loop_watch.py",
+    "streams/core/release_window.py",
     "streams/core/reorder.py",
     "streams/core/recent_decisions.py",
     "streams/core/session.py",
     "streams/core/usage.py",
     "streams/core/run_state.py",
+    "streams/core/operator_release.py",
     "streams/core/engine.py",
 ]
 # mypyc type-checks what it compiles: orjson's own type hints in the build environment, and

@@ -22,6 +22,7 @@ from streams.audit.database import migrate
 from streams.audit.engines import DEFAULT_URL, create_audit_engine
 from streams.audit.models import Base, DeadLetter, DecisionRow, ProcessedEvent, RunUsageRow
 from streams.audit.observed import enforced_abort_exists, reported_status
+from streams.audit.releases import record_releases
 from streams.core.events import Action, Decision
 
 if TYPE_CHECKING:
@@ -172,6 +173,7 @@ class AuditStore:
         )
         with self.engine.begin() as conn:
             result = conn.execute(stmt, [_decision_values(d) for d in decisions])
+            record_releases(conn, self._insert, decisions)  # an operator's (issue 43)
             return len(result.all())
 
     def record_decision(self, decision: Decision) -> bool:

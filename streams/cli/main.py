@@ -26,6 +26,7 @@ from streams.cli.doctor_command import add_doctor_parser, run_doctor
 from streams.cli.import_command import add_import_parser, run_import
 from streams.cli.incidents_command import add_incidents_parser, run_incidents
 from streams.cli.query_commands import add_query_parsers, run_history, run_migrate, run_runs
+from streams.cli.release_command import add_release_parsers, run_release
 from streams.cli.replay_commands import (
     add_export_parser,
     add_replay_parser,
@@ -85,6 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_export_parser(sub)
     add_import_parser(sub)
     add_config_parser(sub)
+    add_release_parsers(sub)
     return parser
 
 
@@ -107,6 +109,8 @@ COMMANDS = {
     "runs": run_runs,
     "incidents": run_incidents,
     "migrate": run_migrate,
+    "release": run_release,
+    "abort": run_release,
 }
 
 

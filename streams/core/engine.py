@@ -15,6 +15,7 @@ from streams.core import history
 from streams.core.config import LoopDetectionConfig
 from streams.core.events import AgentEvent, Decision, Envelope
 from streams.core.fleet import FleetConfig
+from streams.core.operator_release import OperatorCommand, apply_command
 from streams.core.run_state import RunState
 from streams.core.session import SessionCarry, wants_predecessor
 
@@ -103,10 +104,21 @@ class LoopGuard:
             self.sessions[session_id] = state.run_id
         return decisions
 
-    def process(self, event: AgentEvent) -> list[Decision]:
+    def process(self, event: AgentEvent | OperatorCommand) -> list[Decision]:
+        if isinstance(event, OperatorCommand):
+            return self.command(event)
         cfg = self.config_for(event.envelope.agent_id)
         return self.apply(self.state_for(event.envelope, cfg), event, cfg)
 
-    def process_all(self, events: Iterable[AgentEvent]) -> Iterator[Decision]:
+    def command(self, command: OperatorCommand) -> list[Decision]:
+        """An operator's release or abort of a run this guard holds (none for another run:
+        it ended and expired, or never was)."""
+        state = self.runs.get(command.envelope.run_id)
+        if state is None:
+            return []
+        cfg = self.config_for(state.agent_id or command.envelope.agent_id)
+        return apply_command(state, command, cfg.enforced)
+
+    def process_all(self, events: Iterable[AgentEvent | OperatorCommand]) -> Iterator[Decision]:
         for event in events:
             yield from self.process(event)

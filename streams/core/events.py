@@ -159,6 +159,12 @@ def event_from_dict(data: dict[str, Any]) -> AgentEvent:
     return cls(envelope=envelope, **{name: data[name] for name in names if name in data})
 
 
+# The detectors of an operator's decisions (issue 43, operator_release.py): gateways (whose
+# client ships this module alone) lift a pending block on a release and end a held call.
+RELEASE_DETECTOR = "operator_release"
+ABORT_DETECTOR = "operator_abort"
+
+
 class Action(StrEnum):
     """What the gateway must do; ordered by severity."""
 

@@ -53,6 +53,7 @@ from streams.core.outcome_memory import CHANGING_TOOLS, OutcomeMemory
 from streams.core.outcomes import Outcome
 from streams.core.progress import detect_progress
 from streams.core.recent_decisions import keep_recent, recent_decision_dict
+from streams.core.release_window import ReleaseWindow
 from streams.core.reorder import gap_expired
 from streams.core.session import SessionCarry, keep_loop_streaks, resumes_late, starts_fresh
 from streams.core.session_failures import FailingCalls, detect_across_runs, remembers_failures
@@ -102,6 +103,10 @@ class RunState:
     # session_failures.py), carried into every next run of the session.
     failing: FailingCalls = field(default_factory=FailingCalls)
     own_from: int = 0  # session scope: the index of its own first call (after a carried window)
+    # An operator's release: warnings only while it lasts (issue 43, release_window.py).
+    release: ReleaseWindow | None = None
+    # The ids of the last operator commands applied, so a redelivered one applies once.
+    commands: list[str] = field(default_factory=list)
     # Session scope: the previous run of the session, to seed from on the first event
     # processed (streams.core.session); handed in by the engine, never stored.
     predecessor: SessionCarry | None = field(default=None, repr=False, compare=False)
@@ -176,7 +181,18 @@ class RunState:
     # -- processing ------------------------------------------------------------------
 
     def _process(self, event: AgentEvent, cfg: LoopDetectionConfig) -> list[Decision]:
+        window = self.release
+        if window is not None and not window.covers(event.envelope.event_time):
+            window = self.release = None  # the release is over: the guard resumes
+        status, blocks = self.status, self.blocks
         decisions = self._evaluate(event, cfg)
+        if window is not None:  # released by an operator: warnings only (issue 43)
+            decisions = window.soften(decisions)
+            if self.status == ABORTED and status != ABORTED:
+                self.status = status
+            self.blocks = blocks
+            if isinstance(event, ToolCall):
+                window.took_call()
         usage = self.usage
         event_time = event.envelope.event_time
         if not usage.started_at:
@@ -547,6 +563,10 @@ class RunState:
             data["failing"] = self.failing.to_list()
         if self.own_from:  # likewise (issue 44): a run seeded from its session's previous run
             data["own_from"] = self.own_from
+        if self.release is not None:  # likewise (issue 43): a run an operator released
+            data["release"] = self.release.to_list()
+        if self.commands:  # likewise (issue 43)
+            data["commands"] = list(self.commands)
         return data
 
     @classmethod
@@ -589,6 +609,10 @@ class RunState:
         if failing:
             state.failing = FailingCalls.from_list(failing)
         state.own_from = data.get("own_from", 0)  # states written before issue 44: 0
+        release = data.get("release")  # states written before issue 43, or never released
+        if release:
+            state.release = ReleaseWindow.from_list(release)
+        state.commands = list(data.get("commands", []))
         for seq, decisions in data.get("recent", []):
             kept = [d if isinstance(d, Decision) else Decision.from_dict(d) for d in decisions]
             keep_recent(state.recent, seq, kept)

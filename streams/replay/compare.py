@@ -13,6 +13,7 @@ from dataclasses import fields as dataclass_fields
 from typing import Any
 
 from streams.core.events import AgentEvent, Decision
+from streams.core.operator_release import OperatorCommand
 from streams.replay.sources import ReadStats, Selection
 
 # Fields a replayed decision must reproduce; ``config_version`` is reported separately.
@@ -42,6 +43,9 @@ def replay_events(guard: Any, events: Iterable[AgentEvent]) -> dict[str, RunRepl
         run = runs.get(env.run_id)
         if run is None:
             run = runs[env.run_id] = RunReplay(env.run_id)
+        if isinstance(event, OperatorCommand):  # an operator's, in its place (issue 43)
+            run.decisions.extend(guard.process(event))
+            continue
         run.events += 1
         run.agent_id = run.agent_id or env.agent_id
         run.session_id = run.session_id or env.session_id or ""

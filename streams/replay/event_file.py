@@ -15,9 +15,18 @@ from pathlib import Path
 from typing import TextIO
 
 from streams.core.events import AgentEvent, event_to_dict
+from streams.core.operator_release import (
+    COMMAND_KIND,
+    OperatorCommand,
+    command_from_dict,
+    command_to_dict,
+)
+
+# What an export line holds: a gateway's event, or an operator's command (issue 43).
+Input = AgentEvent | OperatorCommand
 
 
-def parse_event_line(text: str) -> AgentEvent:
+def parse_event_line(text: str) -> Input:
     """One export line → event; ``ValueError`` says what is wrong with it."""
     try:
         data = json.loads(text)
@@ -25,22 +34,27 @@ def parse_event_line(text: str) -> AgentEvent:
         raise ValueError(f"not valid JSON ({exc.msg} at column {exc.colno})") from None
     if not isinstance(data, dict):
         raise ValueError(f"expected a JSON object, got {type(data).__name__}")
+    if data.get("kind") == COMMAND_KIND:  # an operator's release or abort (issue 43)
+        return command_from_dict(data)
     # Deferred: the codec (fastavro) loads only when a file is really read.
     from streams.wire.avro import event_from_dict_checked
 
     return event_from_dict_checked(data)  # checked as the codec checks what it writes
 
 
-def write_event_lines(events: Iterable[AgentEvent], out: TextIO) -> set[str]:
+def write_event_lines(events: Iterable[Input], out: TextIO) -> set[str]:
     """Write events as JSON lines; returns the run ids written."""
     runs: set[str] = set()
     for event in events:
         runs.add(event.envelope.run_id)
-        out.write(json.dumps(event_to_dict(event), ensure_ascii=False) + "\n")
+        data = (
+            command_to_dict(event) if isinstance(event, OperatorCommand) else event_to_dict(event)
+        )
+        out.write(json.dumps(data, ensure_ascii=False) + "\n")
     return runs
 
 
-def write_events_atomically(path: Path, events: Iterable[AgentEvent]) -> set[str]:
+def write_events_atomically(path: Path, events: Iterable[Input]) -> set[str]:
     """:func:`write_event_lines` to ``path`` through a temporary file, renamed when complete,
     so a failed export never leaves a half-written file behind."""
     directory = path.resolve().parent

@@ -144,6 +144,7 @@ class TopicSource:
 
     def events(self, stats: ReadStats, selection: Selection) -> Iterator[AgentEvent]:
         from streams.wire.avro import CodecError, decode_event
+        from streams.wire.operator_codec import decode_command, is_command
 
         for record in self.reader.records():
             stats.tick()
@@ -151,8 +152,10 @@ class TopicSource:
             if not record.value:
                 stats.bad(where, "empty message")
                 continue
+            # an operator's release or abort (issue 43) is replayed in its place too
+            decode = decode_command if is_command(record.value) else decode_event
             try:
-                event = decode_event(record.value, max_size=self.max_message_bytes)
+                event = decode(record.value, max_size=self.max_message_bytes)
             except CodecError as exc:
                 stats.bad(where, str(exc))
                 continue

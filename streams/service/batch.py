@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from streams.core.agent_cycles import cycle_key, is_send_call
 from streams.core.events import Decision, event_kind
+from streams.core.operator_release import COMMAND_KIND
 from streams.core.run_state import RunState
 from streams.service.processor import EventProcessor
 from streams.service.records import (
@@ -43,6 +44,8 @@ from streams.wire.avro import (
     encode_watermark_chunks,
 )
 from streams.wire.errors import CodecError
+from streams.wire.operator_codec import decode_command, is_command
+from streams.wire.signing import BAD_SIGNATURE, UNKNOWN_GATEWAY, UNSIGNED
 from streams.wire.single_object import HEADER_SIZE, MARKER
 
 log = logging.getLogger("loopguard.worker")
@@ -66,10 +69,10 @@ class Rekey:
     key: bytes
     value: bytes
     source: TopicPartition
+    headers: tuple[tuple[str, bytes], ...] = ()  # its signature goes along
 
 
 @dataclass(frozen=True)
-    headers: tuple[tuple[str, bytes], ...] = ()  # its signature goes along
 class BatchTopics:
     """Where the batch's records go."""
 
@@ -135,11 +138,19 @@ def process_batch(
     for message in messages:
         source = out.consumed(message)
         value = message.value or b""
+        if is_command(value):  # an operator's release or abort (issue 43)
+            take_command(out, message, source, processor, context, topics, now)
+            continue
         try:
             event = context.decode(value)
         except CodecError as exc:
             out.dead_letter_kinds[exc.kind] += 1
             dead_letter(out, message, str(exc), topics, partition_for, max_message_bytes, now)
+            continue
+        refused = unsigned(context, event.envelope.gateway_id, message, value)
+        if refused:  # issue 40: not its gateway's, by its signature
+            out.dead_letter_kinds[refused.split(":", 1)[0]] += 1
+            dead_letter(out, message, refused, topics, partition_for, max_message_bytes, now)
             continue
         out.event_kinds[event_kind(event)] += 1
         outcome = processor.apply(message.key, event)
@@ -147,11 +158,6 @@ def process_batch(
             out.dead_letter_kinds[outcome.dead_letter_kind] += 1
             dead_letter(out, message, outcome.dead_letter, topics, partition_for,
                         max_message_bytes, now)  # fmt: skip
-        refused = unsigned(context, event.envelope.gateway_id, message, value)
-        if refused:  # issue 40: not its gateway's, by its signature
-            out.dead_letter_kinds[refused.split(":", 1)[0]] += 1
-            dead_letter(out, message, refused, topics, partition_for, max_message_bytes, now)
-            continue
         elif outcome.rekey is not None:
             out.rekeys.append(Rekey(outcome.rekey, value, source, headers_of(message)))
         else:
@@ -201,6 +207,66 @@ def process_batch(
             out.add(OutRecord(control, None, value, destination, source, headers=headers))
     out.sessions = processor.take_sessions()
     return out
+
+
+def headers_of(message: Message) -> tuple[tuple[str, bytes], ...]:
+    """A consumed message's headers as pairs (a fake message in tests may have none)."""
+    headers = getattr(message, "headers", None) or ()
+    pairs = headers.items() if isinstance(headers, Mapping) else headers
+    return tuple((str(name), bytes(raw)) for name, raw in pairs if isinstance(raw, bytes))
+
+
+def unsigned(context: BatchContext, gateway_id: str, message: Message, value: bytes) -> str:
+    """With keys set, why an event is not its gateway's ("kind: reason"); "" when it is."""
+    if context.keys is None:
+        return ""
+    kind = context.keys.check(gateway_id, getattr(message, "headers", None), value)
+    if not kind:
+        return ""
+    return f"{kind}: event of gateway {gateway_id!r} refused ({REFUSALS[kind]})"
+
+
+REFUSALS = {
+    UNSIGNED: "no loopguard-sig header; this worker requires signed events",
+    BAD_SIGNATURE: "its signature does not verify under that gateway's keys",
+    UNKNOWN_GATEWAY: "no key is configured for that gateway",
+}
+
+
+def take_command(
+    out: BatchOutput,
+    message: Message,
+    source: TopicPartition,
+    processor: EventProcessor,
+    context: BatchContext,
+    topics: BatchTopics,
+    now: float,
+) -> None:
+    """Apply an operator's command (streams.core.operator_release): its decision goes to the
+    control topic like an event's, before the batch's watermarks; a bad command, or one for
+    a run this worker does not hold, is dead-lettered with the reason."""
+    value, partition_for = message.value or b"", context.partition_for
+    max_bytes = context.max_message_bytes
+    try:
+        command = decode_command(value, max_size=max_bytes)
+    except CodecError as exc:
+        out.dead_letter_kinds[exc.kind] += 1
+        dead_letter(out, message, str(exc), topics, partition_for, max_bytes, now)
+        return
+    out.event_kinds[COMMAND_KIND] += 1
+    outcome = processor.apply_command(message.key, command)
+    if outcome.dead_letter is not None:
+        out.dead_letter_kinds["invalid_event"] += 1
+        dead_letter(out, message, outcome.dead_letter, topics, partition_for, max_bytes, now)
+        return
+    if outcome.rekey is not None:
+        out.rekeys.append(Rekey(outcome.rekey, value, source))
+        return
+    for decision in outcome.decisions:
+        key = decision.run_id.encode()
+        encoded = encode_decision(decision)
+        out.add(OutRecord(topics.control, key, encoded, partition_for(topics.control, key), source))
+    out.decisions.extend(outcome.decisions)
 
 
 def dead_letter(

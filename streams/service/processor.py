@@ -18,11 +18,12 @@ from typing import Any
 from streams.core.config import LoopDetectionConfig
 from streams.core.engine import LoopGuard
 from streams.core.events import AgentEvent, Decision, Envelope, partition_key
+from streams.core.operator_release import OperatorCommand, apply_command
 from streams.core.run_state import RunState
 from streams.core.session import SessionCarry
 from streams.wire.avro import RunWatermark
-
 from streams.wire.signing import FOREIGN_RUN
+
 
 @dataclass
 class Outcome:
@@ -30,8 +31,8 @@ class Outcome:
 
     decisions: list[Decision] = field(default_factory=list)
     dead_letter: str | None = None  # the reason, when the message is parked
-    rekey: bytes | None = None  # the key (session or run id) the message must be re-sent under
     dead_letter_kind: str = "invalid_event"  # its metric kind
+    rekey: bytes | None = None  # the key (session or run id) the message must be re-sent under
     event: AgentEvent | None = None  # the decoded event, when it was applied
     loop_tokens: int = 0  # tokens the event added to its run's loop (issue 28, /metrics)
     saved_tokens: int = 0  # the saved-tokens estimate it took, when it stopped its run
@@ -143,7 +144,8 @@ class EventProcessor:
             configs=config_for, runs=self.runs, sessions=self.sessions, carries=self.carries
         )
         self.envelopes: dict[str, Envelope] = {}  # the newest of each touched run
-        self.applied: dict[str, list[AgentEvent]] = {}  # this batch's events per run
+        # this batch's events (and operator commands) per run
+        self.applied: dict[str, list[AgentEvent | OperatorCommand]] = {}
         self.before_batch: dict[str, dict[str, Any] | None] = {}  # run state at batch start
 
     def take_touched(self) -> list[TouchedRun]:
@@ -198,8 +200,6 @@ class EventProcessor:
             # Keyed by something else: re-key so the run's state (and its session's runs)
             # live on one partition.
             return Outcome(rekey=partition_key(envelope).encode())
-        cfg = self.config_for(envelope.agent_id)
-        if run_id not in self.runs.touched:
         owner = self.owner_of(run_id)
         if owner and envelope.gateway_id != owner:
             # issue 40: a run belongs to the gateway that started it; another gateway's event
@@ -209,6 +209,8 @@ class EventProcessor:
                 f"gateway {envelope.gateway_id!r} is refused",
                 dead_letter_kind=FOREIGN_RUN,
             )
+        cfg = self.config_for(envelope.agent_id)
+        if run_id not in self.runs.touched:
             # As the run was before this batch: what a failed evaluation goes back to.
             stored = self.runs.get(run_id)
             self.before_batch[run_id] = None if stored is None else stored.snapshot()
@@ -233,14 +235,14 @@ class EventProcessor:
             saved_tokens=state.usage.saved_tokens - saved_before,
         )
 
-    def rebuild(self, run_id: str, cfg: LoopDetectionConfig) -> None:
-        """Put a run back as it was before the event that failed: its state at the start of
     def owner_of(self, run_id: str) -> str:
         """The gateway a run belongs to: the one its first event named ("" for a run not
         started yet, or started without a gateway id)."""
         state = self.runs.get(run_id)
         return "" if state is None else state.gateway_id
 
+    def rebuild(self, run_id: str, cfg: LoopDetectionConfig) -> None:
+        """Put a run back as it was before the event that failed: its state at the start of
         the batch plus the batch's earlier events (they applied cleanly and do so again)."""
         snapshot = self.before_batch.get(run_id)
         state = (
@@ -250,5 +252,32 @@ class EventProcessor:
         if carry is not None and not state.stats.events:
             state.predecessor = carry  # seeded in this batch: seed the rebuilt state alike
         for earlier in self.applied.get(run_id, []):
-            state.apply(earlier, cfg)
+            if isinstance(earlier, OperatorCommand):
+                apply_command(state, earlier, cfg.enforced)
+            else:
+                state.apply(earlier, cfg)
         self.runs.touched[run_id] = state
+
+    def apply_command(self, key: bytes | None, command: OperatorCommand) -> Outcome:
+        """An operator's release or abort (issue 43): applied to the run's state where the
+        run's events stand now, like an event of the run but outside its seq order."""
+        envelope = command.envelope
+        run_id = envelope.run_id
+        if key != partition_key(envelope).encode():
+            return Outcome(rekey=partition_key(envelope).encode())
+        stored = self.runs.get(run_id)
+        if stored is None:
+            return Outcome(
+                dead_letter=f"{command.command} of run {run_id}: no such run on this worker "
+                "(it ended and expired, or never started)"
+            )
+        if run_id not in self.runs.touched:
+            self.before_batch[run_id] = stored.snapshot()
+        self.runs.touched[run_id] = stored
+        if run_id not in self.envelopes:
+            self.envelopes[run_id] = replace(
+                envelope, agent_id=stored.agent_id, gateway_id=stored.gateway_id
+            )
+        decisions = self.guard.command(command)
+        self.applied.setdefault(run_id, []).append(command)
+        return Outcome(decisions=decisions)
