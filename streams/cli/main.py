@@ -25,6 +25,7 @@ from streams.cli.demo_command import add_demo_parser, run_demo
 from streams.cli.doctor_command import add_doctor_parser, run_doctor
 from streams.cli.import_command import add_import_parser, run_import
 from streams.cli.incidents_command import add_incidents_parser, run_incidents
+from streams.cli.quality_command import add_quality_parser, run_quality
 from streams.cli.query_commands import add_query_parsers, run_history, run_migrate, run_runs
 from streams.cli.release_command import add_release_parsers, run_release
 from streams.cli.replay_commands import (
@@ -79,6 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_demo_parser(sub)
     add_query_parsers(sub)
     add_incidents_parser(sub)
+    add_quality_parser(sub)
     add_tail_parser(sub)
     add_doctor_parser(sub)
     add_db_arg(add_replay_parser(sub))
@@ -108,6 +110,7 @@ COMMANDS = {
     "doctor": run_doctor,
     "runs": run_runs,
     "incidents": run_incidents,
+    "quality": run_quality,
     "migrate": run_migrate,
     "release": run_release,
     "abort": run_release,
