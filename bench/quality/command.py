@@ -12,7 +12,7 @@ from pathlib import Path
 from streams.core.config_error import ConfigError
 from streams.core.fleet import FleetConfig, fleet_from_document, load_fleet_config
 
-from .corpus import read_corpus, read_labels
+from .corpus import audit_labels, read_corpus, read_labels
 from .peer_rules import PEERS
 from .report import report_dict, report_lines
 from .scores import score
@@ -47,6 +47,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("corpus", nargs="+", type=Path, help="event file or directory of them")
     parser.add_argument("--labels", type=Path, help="JSON lines {run_id, stuck, from_call, why}")
     parser.add_argument(
+        "--labels-from-audit",
+        metavar="DB_URL",
+        help="also label the runs operators released (not stuck: a false stop) or aborted "
+        "(stuck) in this audit trail (SQLAlchemy URL); they win over --labels",
+    )
+    parser.add_argument(
         "--config",
         action="append",
         default=[],
@@ -64,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
         sets = loopguard_sets(args.config)
         events, runs = read_corpus(args.corpus)
         labels = read_labels(args.labels)
+        if args.labels_from_audit:
+            labels.update(audit_labels(args.labels_from_audit))
     except (ConfigError, ValueError, OSError) as exc:
         print(f"quality_bench: {exc}", file=sys.stderr)
         return 2

@@ -169,3 +169,27 @@ def read_labels(path: Path | None) -> dict[str, Label]:
         from_call = row.get("from_call")
         labels[row["run_id"]] = Label(row["run_id"], row["stuck"], from_call, row.get("why", ""))
     return labels
+
+
+def audit_labels(db_url: str) -> dict[str, Label]:
+    """Labels from an audit trail's operator commands (issue 43): a released run is not
+    stuck (a false stop), a run an operator aborted is (a true one); from which call is not
+    known. Raises ValueError naming the trail when it cannot be read."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from streams.audit.labels import trail_quality
+    from streams.audit.store import AuditStore
+    from streams.cli.common import missing_sqlite_file
+
+    missing = missing_sqlite_file(db_url)
+    if missing is not None:
+        raise ValueError(f"--labels-from-audit: no audit trail at {missing}")
+    try:
+        with AuditStore(db_url) as store:
+            found = trail_quality(store).labels
+    except SQLAlchemyError as exc:
+        raise ValueError(f"--labels-from-audit: {str(exc).splitlines()[0][:200]}") from None
+    return {
+        run_id: Label(run_id, label.stuck, None, f"operator {label.why} ({label.rule})")
+        for run_id, label in found.items()
+    }
