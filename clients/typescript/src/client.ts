@@ -44,6 +44,7 @@ import { type Logger, RateLimitedLog, defaultLogger, safeLogger } from './logger
 import { modelNote, modelNotes } from './modelNotes';
 import { pyJsonDumps } from './pyjson';
 import { eventSchemaJson, ownSchemas } from './schemas';
+import { KeyRing, type RecordHeaders, keysFromEnv } from './signing';
 import type { AgentEvent, AgentEventInput, Decision, RunWatermark, TurnUsage } from './types';
 
 /** The outcome published for a call loopguard blocked (the worker recognises it as its veto). */
@@ -111,6 +112,13 @@ export interface GatewayClientOptions {
    * request then carries one event per partition (still one request for many runs).
    */
   maxEventsPerPartition?: number;
+  /**
+   * This gateway's own signing keys (issue 40): `{keyId: secret}` or `keyId:secret[,...]`, the
+   * signing key first (default: `LOOPGUARD_GATEWAY_KEY`, none when unset). With keys, every event
+   * goes out signed, and only the control records a worker signed for this gateway are obeyed
+   * (others of its runs are counted in `stats().forged` and logged).
+   */
+  signingKeys?: KeyRing | Record<string, string> | string;
 }
 
 export interface Verdict {
@@ -163,6 +171,8 @@ export interface ClientStats {
   watermarks: number;
   /** Control messages skipped because they could not be decoded. */
   skippedControl: number;
+  /** Control records about this client's runs that no worker signed for it (with keys): ignored. */
+  forged: number;
   /** Decisions/watermarks for runs this client does not know (other gateways' runs). */
   otherRuns: number;
   waits: number;
@@ -194,12 +204,14 @@ export class RunAborted extends Error {
 export interface OutRecord {
   key: Buffer;
   value: Buffer;
+  /** The event's signature (`loopguard-key`, `loopguard-sig`) when the client has keys. */
+  headers?: Record<string, string>;
 }
 
 /** How the client reaches Kafka; replaceable for tests. */
 export interface Transport {
   /** Publish one record; resolves when acknowledged, rejects on failure. */
-  send(topic: string, key: Buffer, value: Buffer): Promise<void>;
+  send(topic: string, key: Buffer, value: Buffer, headers?: Record<string, string>): Promise<void>;
   /**
    * Publish records in one request, in order per key; resolves when all are acknowledged,
    * rejects if any failed. Without it the client sends a batch's records one after another.
@@ -253,6 +265,8 @@ export class GatewayClient {
 
   private readonly log: Required<Logger>;
   private readonly limited = new RateLimitedLog(60_000);
+  /** This gateway's signing keys (issue 40), when it has any. */
+  readonly keys: KeyRing | undefined;
   private readonly onDecision?: (decision: Decision) => void;
   private readonly onWatermark?: (watermark: RunWatermark) => void;
   private readonly runs = new Map<string, RunControl>();
@@ -284,6 +298,7 @@ export class GatewayClient {
     duplicates: 0,
     watermarks: 0,
     skippedControl: 0,
+    forged: 0,
     otherRuns: 0,
     waits: 0,
     waitTimeouts: 0,
@@ -307,7 +322,9 @@ export class GatewayClient {
     const transport = new KafkaTransport(options, topics, logger);
     const client = new GatewayClient(options, transport, logger);
     try {
-      await transport.start((record) => client.ingestControl(record.value, `${topics.control}[${record.partition}]@${record.offset}`));
+      await transport.start((record) =>
+        client.ingestControl(record.value, `${topics.control}[${record.partition}]@${record.offset}`, record.headers),
+      );
       await client.publishSchema();
     } catch (error) {
       await transport.close().catch(() => undefined);
@@ -342,6 +359,7 @@ export class GatewayClient {
     this.maxBatchEvents = Math.max(1, options.maxBatchEvents ?? 1000);
     this.maxInFlightRequests = Math.max(1, options.maxInFlightRequests ?? 5);
     this.maxEventsPerPartition = Math.max(0, options.maxEventsPerPartition ?? 0);
+    this.keys = options.signingKeys === undefined ? keysFromEnv() : KeyRing.of(options.signingKeys);
   }
 
   // -- runs -------------------------------------------------------------------------
@@ -428,7 +446,7 @@ export class GatewayClient {
    * each of whose watermarks counts as one RunWatermark would). Undecodable messages are
    * skipped with a warning; nothing here throws.
    */
-  ingestControl(value: Buffer | null, where = 'control message'): void {
+  ingestControl(value: Buffer | null, where = 'control message', headers?: RecordHeaders): void {
     let message;
     try {
       if (value === null) throw new CodecError('empty (tombstone) message');
@@ -445,9 +463,39 @@ export class GatewayClient {
       }
       return;
     }
+    if (this.keys && value) {
+      const refused = this.keys.check(headers, value);
+      if (refused) return this.refuse(message, refused, where);
+    }
     if (message.type === 'watermark') this.applyWatermark(message.watermark);
     else if (message.type === 'watermarks') for (const watermark of message.watermarks) this.applyWatermark(watermark);
     else this.applyDecision(message.decision);
+  }
+
+  /**
+   * A control record no worker signed for this gateway (issue 40): another gateway's (counted in
+   * `otherRuns`), or, when it names a run of this client's, forged (`forged`, logged).
+   */
+  private refuse(message: ReturnType<typeof decodeControl>, why: string, where: string): void {
+    const runIds =
+      message.type === 'watermark'
+        ? [message.watermark.runId]
+        : message.type === 'watermarks'
+          ? message.watermarks.map((mark) => mark.runId)
+          : [message.decision.runId];
+    const ours = runIds.find((runId) => this.runs.has(runId));
+    if (ours === undefined) {
+      this.counters.otherRuns++;
+      return;
+    }
+    this.counters.forged++;
+    const suppressed = this.limited.allow('forged');
+    if (suppressed >= 0) {
+      this.log.warn(
+        `ignoring a control record for run ${ours} that no worker signed for this gateway (${why}, ${where})` +
+          (suppressed > 0 ? ` (${suppressed} more not logged)` : ''),
+      );
+    }
   }
 
   private applyWatermark(watermark: RunWatermark): void {
@@ -614,7 +662,8 @@ export class GatewayClient {
     const sent = new Promise<void>((resolve) => {
       done = resolve;
     });
-    this.queue.push({ runId, key: Buffer.from(key, 'utf8'), value, done, keyText: key });
+    const headers = this.keys?.headers(value); // issue 40: the event signed with this gateway's key
+    this.queue.push({ runId, key: Buffer.from(key, 'utf8'), value, done, keyText: key, ...(headers ? { headers } : {}) });
     this.pending.add(sent);
     void sent.finally(() => this.pending.delete(sent));
     if (!this.pumpScheduled) {
@@ -650,7 +699,7 @@ export class GatewayClient {
     this.counters.sendRequests++;
     try {
       if (this.transport.sendBatch) await this.transport.sendBatch(this.topics.events, batch);
-      else for (const record of batch) await this.transport.send(this.topics.events, record.key, record.value);
+      else for (const record of batch) await this.transport.send(this.topics.events, record.key, record.value, record.headers);
       this.counters.published += batch.length;
     } catch (error) {
       this.counters.publishErrors += batch.length;
@@ -967,13 +1016,17 @@ class KafkaTransport implements Transport {
     await this.reader.start();
   }
 
-  async send(topic: string, key: Buffer, value: Buffer): Promise<void> {
-    await this.producer.send({ topic, acks: -1, messages: [{ key, value }] });
+  async send(topic: string, key: Buffer, value: Buffer, headers?: Record<string, string>): Promise<void> {
+    await this.producer.send({ topic, acks: -1, messages: [{ key, value, ...(headers ? { headers } : {}) }] });
   }
 
   /** One produce request: kafkajs groups the records per partition (a record batch each). */
   async sendBatch(topic: string, records: OutRecord[]): Promise<void> {
-    await this.producer.send({ topic, acks: -1, messages: records.map(({ key, value }) => ({ key, value })) });
+    await this.producer.send({
+      topic,
+      acks: -1,
+      messages: records.map(({ key, value, headers }) => ({ key, value, ...(headers ? { headers } : {}) })),
+    });
   }
 
   partitionCount(topic: string): number | undefined {

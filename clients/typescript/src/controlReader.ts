@@ -42,6 +42,8 @@ export interface ControlRecord {
   offset: string;
   key: Buffer | null;
   value: Buffer | null;
+  /** The record's headers (a worker's signature, issue 40). */
+  headers?: Record<string, Buffer | string | (Buffer | string)[] | undefined>;
 }
 
 export interface ControlReaderOptions {
@@ -66,6 +68,7 @@ interface KjsMessage {
   offset: string;
   key: Buffer | null;
   value: Buffer | null;
+  headers?: Record<string, Buffer | (Buffer | string)[] | undefined>;
   isControlRecord?: boolean;
 }
 interface KjsFetchPartition {
@@ -318,7 +321,7 @@ export class ControlReader {
     for (const message of batch.messages) {
       if (!this.running) return;
       try {
-        this.options.onRecord({ partition, offset: message.offset, key: message.key, value: message.value });
+        this.options.onRecord({ partition, offset: message.offset, key: message.key, value: message.value, headers: message.headers });
       } catch (error) {
         this.log.error(`control record handler failed at ${this.topic}[${partition}]@${message.offset}: ${String(error)}`);
       }

@@ -47,6 +47,16 @@ export {
 export { MODEL_NOTE, modelNote, modelNotes } from './modelNotes';
 export { ControlReader, type ControlRecord, type ControlReaderOptions } from './controlReader';
 export { crc64Avro, crc64AvroBytes } from './crc64';
+export {
+  KEY_HEADER,
+  KeyRing,
+  KeysError,
+  SIGNATURE_HEADER,
+  keysFromEnv,
+  signature,
+  type CheckResult,
+  type RecordHeaders,
+} from './signing';
 export * from './errors';
 export { type Logger, defaultLogger } from './logger';
 export { pyFloatRepr, pyJsonDumps, type PyJsonOptions } from './pyjson';

@@ -18,6 +18,7 @@ export interface Sent {
   topic: string;
   key: string;
   value: Buffer;
+  headers?: Record<string, string>;
 }
 
 export class RecordingTransport implements Transport {
@@ -27,10 +28,10 @@ export class RecordingTransport implements Transport {
   delayMs = 0;
   closed = false;
 
-  async send(topic: string, key: Buffer, value: Buffer): Promise<void> {
+  async send(topic: string, key: Buffer, value: Buffer, headers?: Record<string, string>): Promise<void> {
     if (this.delayMs) await new Promise((resolve) => setTimeout(resolve, this.delayMs));
     if (this.failWith) throw this.failWith;
-    this.sent.push({ topic, key: key.toString('utf8'), value });
+    this.sent.push({ topic, key: key.toString('utf8'), value, ...(headers ? { headers } : {}) });
   }
 
   async close(): Promise<void> {
