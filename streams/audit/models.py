@@ -166,6 +166,8 @@ class ConfigChangeRow(Base):
     version_before: Mapped[str] = mapped_column(String, server_default="")
     version_after: Mapped[str] = mapped_column(String, server_default="")
     disables: Mapped[bool] = mapped_column(Boolean, server_default=false())  # off/observe for *
+    # the canonical loops it no longer stops (streams.core.config_canary); "": none
+    weakened: Mapped[str] = mapped_column(Text, server_default="")
     principal: Mapped[str] = mapped_column(String, server_default="")
     client_id: Mapped[str] = mapped_column(String, server_default="")
     sender_user: Mapped[str] = mapped_column(String, server_default="")

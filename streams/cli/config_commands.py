@@ -38,6 +38,7 @@ from streams.core.config_change import (
     SOURCE_CLI,
     SOURCE_HEADER,
     USER_HEADER,
+    WEAKENED_LABEL,
     ConfigChange,
 )
 from streams.core.config_files import parse_config_text, read_config_file
@@ -369,7 +370,9 @@ def _history_row(change: ConfigChange) -> list[str]:
     return [
         format_ms(change.changed_at),
         change.agent_key,
-        change.action + (" (guarding off for all)" if change.disables else ""),
+        change.action
+        + (" (guarding off for all)" if change.disables else "")
+        + (f" ({WEAKENED_LABEL})" if change.weakened else ""),
         change.source,
         change.sender,
         version,
@@ -401,4 +404,10 @@ def run_history(args: argparse.Namespace) -> int:
         return EXIT_OK
     for line in table(HISTORY_COLUMNS, [_history_row(c) for c in changes]):
         print(line)
+    for change in changes:  # the effect, whole: too long for the table's value column
+        if change.weakened:
+            print(
+                f"{WEAKENED_LABEL} by the change of {change.agent_key} at "
+                f"{format_ms(change.changed_at)}: {change.weakened}"
+            )
     return EXIT_OK

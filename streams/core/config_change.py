@@ -7,7 +7,7 @@ self-declared, anyone who may write the topic may write any header, which is why
 ACLs decide who may write ``PREFIX.config`` at all (docs/operations.md).
 
 Pure data: the Kafka follower builds these, the audit trail stores them, webhooks post the
-ones that turn guarding off for the whole fleet.
+ones that turn guarding off for the whole fleet or weaken it (issue 40).
 """
 
 from __future__ import annotations
@@ -54,6 +54,9 @@ class ConfigChange:
     version_after: str = ""
     error: str = ""  # why workers refused the record (action "refused")
     disables: bool = False  # turns guarding off, or to observe only, for every agent ("*")
+    # issue 40: the canonical loops the change no longer stops, judged by its effect
+    # (streams.core.config_canary); "" when it weakens nothing they show
+    weakened: str = ""
     principal: str = ""
     client_id: str = ""
     sender_user: str = ""
@@ -88,6 +91,15 @@ def decode_headers(headers: Any) -> dict[str, str]:
             text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
             found[name] = text[:HEADER_LIMIT]
     return found
+
+
+WEAKENED_LABEL = "GUARDING WEAKENED"  # how `config history` and the log name a weakening
+
+
+def alarming(change: ConfigChange) -> bool:
+    """A change operators must hear of: guarding off or observe-only for every agent, or
+    weakened for a key (webhook, WARNING)."""
+    return change.disables or bool(change.weakened)
 
 
 def turns_guarding_off(config: LoopDetectionConfig) -> bool:

@@ -23,6 +23,7 @@ from streams.core.config import (
 from streams.core.config_defaults import DEFAULTS
 from streams.core.config_error import ConfigError, closest
 from streams.core.config_files import read_config_file
+from streams.core.config_limits import check_limits, load_record
 from streams.core.incident_config import INCIDENTS, IncidentConfig
 from streams.core.tool_config import PER_TOOL
 
@@ -219,16 +220,14 @@ def check_override(key: str, block: Any) -> dict[str, Any]:
     ignore a record this refuses, ``loopguard config set`` never publishes one."""
     if not isinstance(block, dict):
         raise ConfigError(f"{override_path(key)}: expected an object, got {type(block).__name__}")
+    check_limits(block, override_path(key))
     return check_block(block, override_path(key))
 
 
 def parse_override_record(key: str, value: bytes) -> dict[str, Any]:
-    """An override record's value (JSON text of a block) → the checked block."""
-    try:
-        block = json.loads(value)
-    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError alike
-        raise ConfigError(f"{override_path(key)}: not valid JSON: {exc}") from None
-    return check_override(key, block)
+    """An override record's value (JSON text of a block) → the checked block, refused past
+    the size and nesting limits (streams.core.config_limits) before anything walks it."""
+    return check_override(key, load_record(value, override_path(key)))
 
 
 def override_record(block: dict[str, Any]) -> bytes:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from streams.core.config import ConfigError, LoopDetectionConfig
+from streams.core.config_canary import weakening
 from streams.core.config_change import (
     CLIENT_ID_HEADER,
     HOST_HEADER,
@@ -28,11 +29,12 @@ from streams.core.config_change import (
     SOURCE_HEADER,
     SOURCE_TOPIC,
     USER_HEADER,
+    WEAKENED_LABEL,
     ConfigChange,
     decode_headers,
     turns_guarding_off,
 )
-from streams.core.fleet import GLOBAL_KEY, parse_override_record
+from streams.core.fleet import GLOBAL_KEY, override_path, parse_override_record
 from streams.kafka.reader import TopicFollower
 
 log = logging.getLogger("loopguard.config")
@@ -71,11 +73,41 @@ class ConfigOverrides:
                 try:
                     block = parse_override_record(key, value)
                 except ConfigError as exc:
-                    self.invalid[key] = str(exc)
-                    return exc
+                    refused = ConfigError(_clip(str(exc)))  # a value quoted whole can be 1 MB
+                    self.invalid[key] = str(refused)
+                    return refused
+                except Exception as exc:  # noqa: BLE001 - whatever a hostile record does: refused
+                    refused = ConfigError(f"{override_path(key)}: cannot be read: {_why(exc)}")
+                    self.invalid[key] = str(refused)
+                    return refused
                 self._blocks[key] = block
             self.version += 1
         return None
+
+
+ERROR_LIMIT = 1000  # characters kept of a refused record's error (it may quote the value)
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= ERROR_LIMIT else text[: ERROR_LIMIT - 1] + "…"
+
+
+def _why(exc: BaseException) -> str:
+    """An exception in one short line (a refused record's error)."""
+    text = str(exc).splitlines()[0][:200] if str(exc) else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def judge_weakening(before: LoopDetectionConfig | None, after: LoopDetectionConfig | None) -> str:
+    """Which canonical loops a change no longer stops (streams.core.config_canary); "" when
+    none, or when a side is unknown. A failure to judge is said, never raised."""
+    if before is None or after is None:
+        return ""
+    try:
+        return weakening(before, after)
+    except Exception as exc:  # noqa: BLE001 - the change is still recorded and applied
+        log.exception("judging a config change's effect")
+        return f"effect not judged ({_why(exc)})"
 
 
 def change_from_record(
@@ -85,9 +117,11 @@ def change_from_record(
     after: LoopDetectionConfig | None,
     error: ConfigError | None,
     recorded_by: str = "",
+    weakened: str = "",
 ) -> ConfigChange:
     """The :class:`ConfigChange` a config record made: its value, the key's effective config
-    version before and after (when known), its sender's headers and where it is on the topic."""
+    version before and after (when known), which canonical loops it no longer stops
+    (``weakened``), its sender's headers and where it is on the topic."""
     headers = decode_headers(getattr(record, "headers", None))
     value = None if record.value is None else record.value.decode("utf-8", "replace")
     action = REFUSED if error is not None else REMOVED if record.value is None else SET
@@ -105,6 +139,7 @@ def change_from_record(
         version_after=after.version if after is not None else "",
         error=str(error) if error is not None else "",
         disables=disables,
+        weakened=weakened if error is None else "",
         principal=headers.get(PRINCIPAL_HEADER, ""),
         client_id=headers.get(CLIENT_ID_HEADER, ""),
         sender_user=headers.get(USER_HEADER, ""),
@@ -156,7 +191,8 @@ class ConfigWatcher(ConfigOverrides):
             return None
         try:
             return self.resolve(key)
-        except ConfigError:
+        except Exception as exc:  # noqa: BLE001 - the versions are then unknown, said so
+            log.error("cannot resolve the config of %s: %s", key, _why(exc))
             return None
 
     def _on_record(self, record: Any) -> None:
@@ -164,7 +200,8 @@ class ConfigWatcher(ConfigOverrides):
         before = self._effective(key)
         error = self.apply(key, record.value)
         after = self._effective(key)
-        change = change_from_record(record, key, before, after, error, self.host)
+        weakened = judge_weakening(before, after) if error is None else ""
+        change = change_from_record(record, key, before, after, error, self.host, weakened)
         if error is not None:
             log.error(
                 "ignoring invalid config override for %s from %s: %s", key, change.sender, error
@@ -172,7 +209,7 @@ class ConfigWatcher(ConfigOverrides):
         elif change.disables:
             log.warning(
                 "config override for * turns guarding %s for every agent: %s (from %s, "
-                "%s[%d]@%d, config version %s -> %s)",
+                "%s[%d]@%d, config version %s -> %s)%s",
                 "OFF" if after is not None and after.enabled is False else "to OBSERVE ONLY",
                 _compact(change.value),
                 change.sender,
@@ -181,8 +218,24 @@ class ConfigWatcher(ConfigOverrides):
                 record.offset,
                 change.version_before or "?",
                 change.version_after or "?",
+                f"; {change.weakened}" if change.weakened else "",
             )
-        else:
+        elif change.weakened:
+            log.warning(
+                "%s by the config override for %s: %s; value %s (from %s, %s[%d]@%d, config "
+                "version %s -> %s)",
+                WEAKENED_LABEL,
+                key,
+                change.weakened,
+                _compact(change.value),
+                change.sender,
+                record.topic,
+                record.partition,
+                record.offset,
+                change.version_before or "?",
+                change.version_after or "?",
+            )
+        elif error is None and not change.disables:
             log.info(
                 "config override for %s %s (from %s, config version %s -> %s)",
                 key,
@@ -201,5 +254,5 @@ def _compact(value: str | None) -> str:
         return "(removed)"
     try:
         return json.dumps(json.loads(value), separators=(",", ":"), sort_keys=True)[:500]
-    except ValueError:
+    except (ValueError, RecursionError):
         return value[:500]

@@ -14,7 +14,7 @@ from streams.audit.canary import CANARY_AGENT
 from streams.audit.config_changes import latest_change
 from streams.audit.incidents import has_incident_table, list_incidents
 from streams.audit.queries import ACTION_ORDER, Chart, Overview, RunLine
-from streams.core.config_change import ConfigChange
+from streams.core.config_change import WEAKENED_LABEL, ConfigChange, alarming
 from streams.core.incidents import Incident
 from streams.core.usage import SAVINGS_METHOD, SAVINGS_METHOD_DOC
 from streams.web.incident_card import render_incidents_card
@@ -141,9 +141,13 @@ def render_config_card(change: ConfigChange | None, now_ms: int) -> str:
     if change is None:
         items = [("latest change", "none recorded")]
     else:
-        css = "state-bad" if change.disables else "state-ok"
+        css = "state-bad" if alarming(change) else "state-ok"
         what = change.action + (
-            " (guarding off or observe-only for all)" if change.disables else ""
+            " (guarding off or observe-only for all)"
+            if change.disables
+            else f" ({WEAKENED_LABEL}: {change.weakened})"
+            if change.weakened
+            else ""
         )
         value = change.error or readable_config(change.value) or "(removed)"
         items = [

@@ -1,5 +1,6 @@
 """The webhook notice of a config change that turns guarding off, or to observe only, for
-every agent (issue 26): Slack-compatible like a decision's notice, posted once."""
+every agent (issue 26), or that weakens it by its effect (issue 40): Slack-compatible like a
+decision's notice, posted once."""
 
 from __future__ import annotations
 
@@ -19,15 +20,28 @@ def _what(change: ConfigChange) -> str:
     return "off" if isinstance(block, dict) and block.get("enabled") is False else "to observe only"
 
 
+def _subject(change: ConfigChange) -> str:
+    return "every agent" if change.agent_key == "*" else f"agent {change.agent_key}"
+
+
 def config_change_body(change: ConfigChange) -> dict[str, Any]:
     """Slack's ``text`` (the notification line) plus ``blocks``: a header, the value, one
-    field each for key, sender, source and versions, and where the record is."""
-    what = _what(change)
+    field each for key, sender, source and versions, and where the record is. A change that
+    weakens guarding by its effect (issue 40) says which canonical loops go unstopped."""
     versions = f"{change.version_before or '?'} -> {change.version_after or '?'}"
-    text = (
-        f"loopguard guarding turned {what} for every agent by a config change from "
-        f"{change.sender}: {change.value} (config version {versions})"
-    )
+    if change.disables:
+        what = f"turned {_what(change)}"
+        text = (
+            f"loopguard guarding {what} for every agent by a config change from "
+            f"{change.sender}: {change.value} (config version {versions})"
+        )
+    else:
+        what = "weakened"
+        text = (
+            f"loopguard guarding weakened for {_subject(change)} by a config change from "
+            f"{change.sender}: {change.value} (config version {versions}); "
+            f"{change.weakened}"
+        )
     fields = (
         ("Key", change.agent_key),
         ("Sender", change.sender),
@@ -37,7 +51,7 @@ def config_change_body(change: ConfigChange) -> dict[str, Any]:
     where = f"{change.topic}[{change.partition}]@{change.offset}" if change.topic else "-"
     return slack_message(
         text=text,
-        header=f"loopguard guarding turned {what}",
+        header=f"loopguard guarding {what}",
         lead=change.value or "",
         fields=fields,
         context=f"config change {where}",

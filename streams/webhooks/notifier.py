@@ -46,7 +46,7 @@ import aiohttp
 from streams.audit import webhook_outbox as outbox
 from streams.audit.webhook_outbox import DROPPED, FAILED, SENT, Notice
 from streams.audit.writer import AuditWriter
-from streams.core.config_change import ConfigChange
+from streams.core.config_change import ConfigChange, alarming
 from streams.core.events import Action, Decision
 from streams.core.incidents import Incident
 from streams.observability.metrics import WorkerMetrics
@@ -246,8 +246,9 @@ class WebhookNotifier:
 
     async def submit_config_change(self, change: ConfigChange) -> int:
         """Record and queue the notice of a change that turns guarding off or to observe
-        for every agent (others are not posted); 1 when queued, 0 when not."""
-        if not change.disables or self.targets.url_for(change.agent_key) is None:
+        for every agent, or weakens it (issue 40; others are not posted); 1 when queued, 0
+        when not."""
+        if not alarming(change) or self.targets.url_for(change.agent_key) is None:
             return 0
         notice = config_change_notice(change)
         if not self._first_time(notice.decision_id):

@@ -3,8 +3,9 @@
 Every config record the worker's config follower sees, and the worker's config file at start,
 go to the audit trail (``config_changes``) through the audit writer, from a thread of their own:
 the follower thread only queues them, so a database that is down delays the record and never
-the config. A change that turns guarding off or to observe only for every agent is posted to
-the webhooks once (by the worker that stored it first; the outbox keys it by its record).
+the config. A change that turns guarding off or to observe only for every agent, or that
+weakens guarding by its effect (issue 40, streams.core.config_canary), is posted to the
+webhooks once (by the worker that stored it first; the outbox keys it by its record).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from streams.audit.config_changes import ConfigChangeRecorder, record_change, re
 from streams.audit.store import AuditStore
 from streams.audit.writer import AuditWriter
 from streams.core.config import resolve
-from streams.core.config_change import FILE_KEY, LOADED, SOURCE_FILE, ConfigChange
+from streams.core.config_change import FILE_KEY, LOADED, SOURCE_FILE, ConfigChange, alarming
 from streams.core.fleet import FleetConfig
 from streams.kafka.config_topic import ConfigWatcher
 from streams.webhooks.notifier import WebhookNotifier
@@ -86,7 +87,7 @@ def start_config_audit(
     loop = asyncio.get_running_loop()
 
     def on_new(change: ConfigChange) -> None:
-        if change.disables and webhooks is not None:
+        if alarming(change) and webhooks is not None:
             asyncio.run_coroutine_threadsafe(webhooks.submit_config_change(change), loop)
 
     recorder = ConfigChangeRecorder(_through(loop, audit), on_new).start()
