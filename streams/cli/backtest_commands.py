@@ -89,6 +89,13 @@ def add_backtest_parser(sub: Any) -> argparse.ArgumentParser:
         "over the baseline, and report per rule the runs and calls whose verdict it changes "
         "and by how many calls it stops loops earlier or later",
     )
+    parser.add_argument(
+        "--labels-from-audit",
+        metavar="DB_URL",
+        help="score both sides on the runs operators labelled in this audit trail (issue 43): "
+        "a released run is a false stop, a run an operator aborted a true loop; the report "
+        "says how many of each the baseline and the candidate stop",
+    )
     add_event_source_args(parser, "backtest")
     add_db_arg(parser)
     add_json_report_arg(parser)
@@ -173,6 +180,7 @@ def _backtest(args: argparse.Namespace) -> int:
             candidate, runs, scope, _compare_progress(history, len(scope), every), bool(args.run)
         )
         result = backtest(reports, history)
+        labelled = _labelled(args, runs, history)
     finally:
         if store is not None:
             store.close()
@@ -188,9 +196,13 @@ def _backtest(args: argparse.Namespace) -> int:
     if args.json:
         doc = backtest_dict(done, code)
         doc["incidents"] = [incident.to_dict() for incident in incidents]
+        if labelled is not None:
+            doc["labelled"] = labelled.to_dict()
         print(json.dumps(doc, ensure_ascii=False))  # one JSON line
     else:
         print_backtest(done)
+        for line in labelled.lines() if labelled is not None else []:
+            print(line)
         for incident in incidents:
             print(
                 f"incident {incident.incident_id} ({incident.status}): {incident.tool} "
@@ -198,6 +210,21 @@ def _backtest(args: argparse.Namespace) -> int:
                 f"{len(incident.agents)} agents"
             )
     return code
+
+
+def _labelled(args: argparse.Namespace, runs: dict[str, Any], history: Any) -> Any:
+    """Both sides' stops of the runs operators labelled (``--labels-from-audit``), or None."""
+    if not args.labels_from_audit:
+        return None
+    from streams.audit.labels import trail_quality
+    from streams.replay.labelled import score_labelled
+    from streams.settings import redact_url
+
+    with read_trail(args.labels_from_audit) as trail:
+        found = trail_quality(trail).labels
+    labels = {run_id: (label.stuck, label.why) for run_id, label in found.items()}
+    candidate = {run_id: run.decisions for run_id, run in runs.items()}
+    return score_labelled(redact_url(args.labels_from_audit), labels, candidate, history)
 
 
 def _per_rule(args: argparse.Namespace) -> int:
