@@ -32,7 +32,8 @@ from streams.audit.write_errors import error_text, is_data_error
 from streams.core.events import Decision
 from streams.observability.metrics import WorkerMetrics
 from streams.settings import redact_url
-from streams.wire.avro import CodecError, DeadLetterRecord, RunWatermark, decode_dead_letter
+from streams.wire.avro import DeadLetterRecord, RunWatermark, decode_dead_letter
+from streams.wire.errors import one_line
 
 log = logging.getLogger("loopguard.audit")
 T = TypeVar("T")
@@ -255,8 +256,15 @@ class AuditWriter:
     async def write_dead_letter(self, value: bytes) -> None:
         try:
             letter = decode_dead_letter(value)
-        except CodecError as exc:
-            log.error("dead-letter record itself is unreadable: %s", exc)
+        except Exception as exc:  # noqa: BLE001 - one record must never stop the trail
+            log.error("dead-letter record itself is unreadable: %s", one_line(exc))
+            return
+        await self.write_dead_letters([letter])
+
+    async def write_dead_letters(self, letters: Sequence[DeadLetterRecord]) -> None:
+        """Store dead letters (a record an audit agent could not read, issue 40, or one
+        from the dead-letter topic); idempotent per source position."""
+        if not letters:
             return
 
         def record(store: AuditStore, letters: Sequence[DeadLetterRecord]) -> int:
@@ -267,7 +275,7 @@ class AuditWriter:
                 for d in letters
             )
 
-        await self._write_rows("dead letter", [letter], record, quarantine.for_dead_letter)
+        await self._write_rows("dead letter", letters, record, quarantine.for_dead_letter)
 
     # -- health --------------------------------------------------------------------------------
 

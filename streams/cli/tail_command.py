@@ -144,6 +144,7 @@ def _tail(args: argparse.Namespace) -> int:
     from streams.core.events import Decision
     from streams.kafka.reader import TopicFollower
     from streams.wire.avro import CodecError, decode_control
+    from streams.wire.errors import one_line
 
     settings = settings_from_args(args)
     records: queue.Queue[Any] = queue.Queue()
@@ -182,9 +183,20 @@ def _tail(args: argparse.Namespace) -> int:
                 record = records.get(timeout=0.5 if left is None else min(left, 0.5))
             except queue.Empty:
                 continue
+            if record.value is None:  # a tombstone: nothing to show
+                continue
             try:
                 message = decode_control(record.value)
-            except CodecError:
+            except Exception as exc:  # noqa: BLE001 - issue 40: no record ends the reader
+                # Watermarks and decisions only; anything else is one line on stderr (kept
+                # off stdout: --json output stays decisions), and the next record is read.
+                why = str(exc) if isinstance(exc, CodecError) else one_line(exc)
+                print(
+                    f"loopguard tail: skipping an unreadable record at "
+                    f"{settings.topics.control}[{record.partition}]@{record.offset}: {why}",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 continue
             if not isinstance(message, Decision):
                 continue

@@ -37,7 +37,7 @@ from streams.kafka.lookup_quota import LookupQuota
 from streams.kafka.reader import group_less_consumer
 from streams.kafka.topics import all_partitions
 from streams.wire.envelope_peek import UNKNOWN_PRODUCER
-from streams.wire.errors import CodecError
+from streams.wire.errors import one_line
 from streams.wire.schema_registry import SchemaRegistry, parse_schema_text
 
 log = logging.getLogger("loopguard.schemas")
@@ -306,8 +306,8 @@ class SchemaTopic:
             return
         try:
             schema = parse_schema_text(value.decode())
-        except (CodecError, UnicodeDecodeError) as exc:
-            log.warning("ignoring invalid schema on %s: %s", self.topic, exc)
+        except Exception as exc:  # noqa: BLE001 - one record must never stop the lookups
+            log.warning("ignoring invalid schema on %s: %s", self.topic, one_line(exc))
             return
         if schema.fingerprint != fingerprint:
             log.warning(

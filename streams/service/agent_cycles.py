@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 
 from streams.core.agent_cycles import ConfigFor, CycleGraph, apply_send, cycle_key
 from streams.core.events import Decision
+from streams.service.dead_letter_records import failure_text, send_dead_letter
 from streams.service.records import BatchContext, Message, OutRecord, Produced, TopicPartition
 from streams.wire.avro import encode_decision
-from streams.wire.errors import CodecError
 
 log = logging.getLogger("loopguard.worker")
 
@@ -31,6 +31,7 @@ class CycleTopics:
 
     control: str
     changelog: str  # the graphs table's
+    deadletter: str = ""  # where a send that cannot be applied goes ("": logged, skipped)
 
 
 @dataclass
@@ -48,10 +49,14 @@ def apply_sends(
     config_for: ConfigFor,
     context: BatchContext,
     topics: CycleTopics,
+    *,
+    now: float = 0.0,
 ) -> CycleBatch:
     """Apply a batch's sends to their graphs (``load_graph``: a graph's stored bytes, None
     when it has none) and return the records to produce: each decision on the control topic
-    by run id, then each touched graph once on its source partition's changelog."""
+    by run id, then each touched graph once on its source partition's changelog. A send that
+    cannot be applied, whatever the exception, is dead-lettered with its error (issue 40;
+    ``now``: wall-clock seconds, its time) and the batch goes on."""
     touched: dict[bytes, tuple[CycleGraph, TopicPartition]] = {}
     out = CycleBatch()
     control = topics.control
@@ -59,18 +64,24 @@ def apply_sends(
         source = out.consumed(message)
         try:
             event = context.decode(message.value or b"")
-        except CodecError as exc:  # the guarding agent decoded it: a bug, not input
-            log.warning("agent cycles: skipping an undecodable send: %s", exc)
+            key = message.key or cycle_key(event).encode()
+            held = touched.get(key)
+            graph = held[0] if held else CycleGraph.decode(load_graph(key))
+            decisions = apply_send(graph, event, config_for)
+            encoded = [encode_decision(decision) for decision in decisions]
+        except Exception as exc:  # noqa: BLE001 - one send must never stop the agent
+            error = f"agent cycles: cannot apply a send: {failure_text(exc)}"
+            if topics.deadletter:
+                send_dead_letter(out, message, error, topics.deadletter, context.partition_for,
+                                 context.max_message_bytes, now)  # fmt: skip
+            else:
+                log.warning("%s", error)
             continue
-        key = message.key or cycle_key(event).encode()
-        held = touched.get(key)
-        graph = held[0] if held else CycleGraph.decode(load_graph(key))
         touched[key] = (graph, source)
-        for decision in apply_send(graph, event, config_for):
+        for decision, value in zip(decisions, encoded, strict=True):
             out.decisions.append(decision)
             run_key = decision.run_id.encode()
             partition = context.partition_for(control, run_key)
-            value = encode_decision(decision)
             headers = context.sign(decision.gateway_id, value)  # issue 40
             out.add(OutRecord(control, run_key, value, partition, source, headers=headers))
     for key, (graph, source) in touched.items():

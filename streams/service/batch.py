@@ -25,6 +25,10 @@ from streams.core.agent_cycles import cycle_key, is_send_call
 from streams.core.events import Decision, event_kind
 from streams.core.operator_release import COMMAND_KIND
 from streams.core.run_state import RunState
+from streams.service.dead_letter_records import (
+    failure_text,
+    send_dead_letter,
+)
 from streams.service.processor import EventProcessor
 from streams.service.records import (
     BatchContext,
@@ -38,7 +42,6 @@ from streams.state.state_format import encode as encode_state
 from streams.wire.avro import (
     DeadLetterRecord,
     RunWatermark,
-    encode_dead_letter,
     encode_decision,
     encode_watermark,
     encode_watermark_chunks,
@@ -49,8 +52,6 @@ from streams.wire.signing import BAD_SIGNATURE, UNKNOWN_GATEWAY, UNSIGNED
 from streams.wire.single_object import HEADER_SIZE, MARKER
 
 log = logging.getLogger("loopguard.worker")
-
-DEAD_LETTER_PAYLOAD_LIMIT = 65_536
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +147,11 @@ def process_batch(
         except CodecError as exc:
             out.dead_letter_kinds[exc.kind] += 1
             dead_letter(out, message, str(exc), topics, partition_for, max_message_bytes, now)
+            continue
+        except Exception as exc:  # noqa: BLE001 - issue 40: no record ends the worker
+            out.dead_letter_kinds["undecodable"] += 1
+            dead_letter(out, message, f"undecodable event: {failure_text(exc)}", topics,
+                        partition_for, max_message_bytes, now)  # fmt: skip
             continue
         refused = unsigned(context, event.envelope.gateway_id, message, value)
         if refused:  # issue 40: not its gateway's, by its signature
@@ -284,30 +290,8 @@ def dead_letter(
     the source topic, partition and offset, where the whole message still is): copying it
     whole could exceed the broker's request size and take the worker down with it.
     """
-    payload = message.value or b""
-    if len(payload) > max_message_bytes:
-        error = (
-            f"{error} (payload truncated to its first {DEAD_LETTER_PAYLOAD_LIMIT} of "
-            f"{len(payload)} bytes; the whole message is at the source offset)"
+    out.dead_letters.append(
+        send_dead_letter(
+            out, message, error, topics.deadletter, partition_for, max_message_bytes, now
         )
-        payload = payload[:DEAD_LETTER_PAYLOAD_LIMIT]
-    log.warning(
-        "dead-lettered %s[%s]@%s: %s", message.topic, message.partition, message.offset, error
     )
-    record = DeadLetterRecord(
-        source_topic=message.topic,
-        partition=message.partition,
-        offset=message.offset,
-        error=error,
-        key=message.key,
-        payload=payload,
-        event_time=int(now * 1000),
-    )
-    out.dead_letters.append(record)
-    key = message.key
-    out.add(
-        OutRecord(
-            topics.deadletter, key, encode_dead_letter(record),
-            partition_for(topics.deadletter, key), (message.topic, message.partition),
-        )
-    )  # fmt: skip

@@ -39,8 +39,13 @@ from streams.core.incidents import (
     failure_signal,
     observe_signal,
 )
+from streams.service.dead_letter_records import (
+    dead_letter_record,
+    failure_text,
+    send_dead_letter,
+)
 from streams.service.records import BatchContext, Message, OutRecord, Produced, TopicPartition
-from streams.wire.avro import decode_control
+from streams.wire.avro import DeadLetterRecord, decode_control
 from streams.wire.errors import CodecError
 from streams.wire.incident_codec import (
     decode_incident,
@@ -61,6 +66,7 @@ Load = Callable[[bytes], bytes | None]  # a table's stored bytes of a key, None 
 class IncidentTopics:
     signals: str
     incidents: str
+    deadletter: str = ""  # where an unreadable signal goes ("": logged and skipped)
 
 
 @dataclass
@@ -147,7 +153,16 @@ def forward(
     out = Produced()
     for message in messages:
         source = out.consumed(message)
-        if config.enabled and (signal := signal_of(message.value or b"")):
+        try:
+            signal = signal_of(message.value or b"") if config.enabled else None
+        except Exception as exc:  # noqa: BLE001 - one record must never stop the forwarding
+            # The record's own consumer (guarding, audit) dead-letters it; skipped here.
+            log.warning(
+                "incidents: skipping %s[%s]@%s: %s",
+                message.topic, message.partition, message.offset, failure_text(exc),
+            )  # fmt: skip
+            continue
+        if signal is not None:
             key = signal.signature.encode()
             partition = context.partition_for(topic, key)
             value = encode_signal(signal)
@@ -175,18 +190,19 @@ def track_signals(
     for message in messages:
         source = out.consumed(message)
         try:
-            signal = decode_signal(message.value or b"")
-        except CodecError as exc:
-            log.warning("skipping an unreadable incident signal: %s", exc)
-            continue
-        if not config.enabled:
+            signal = decode_signal(message.value or b"", max_size=context.max_message_bytes)
+            if not config.enabled:
+                continue
+            key = signal.signature.encode()
+            if key not in tallies:
+                tallies[key] = SignatureTallies.from_dict(_json(load_tallies(key)))
+                opened[key] = stored[key] = _incident(load_open(key))
+            step = observe_signal(tallies[key], opened[key], signal, config)
+        except Exception as exc:  # noqa: BLE001 - one signal must never stop the windows
+            unreadable(out, message, f"unreadable incident signal: {failure_text(exc)}",
+                       context, topics, now_ms)  # fmt: skip
             continue
         clock.observe(signal.event_time, now_ms)
-        key = signal.signature.encode()
-        if key not in tallies:
-            tallies[key] = SignatureTallies.from_dict(_json(load_tallies(key)))
-            opened[key] = stored[key] = _incident(load_open(key))
-        step = observe_signal(tallies[key], opened[key], signal, config)
         opened[key] = step.open
         for incident in step.published:
             publish(out, incident, context, topics, source)
@@ -238,16 +254,45 @@ def publish(
     out.add(OutRecord(topics.incidents, key, encode_incident(incident), partition, source))
 
 
-def read_incidents(values: Sequence[bytes | None]) -> list[Incident]:
-    """A batch of incidents-topic records, for the audit trail; an unreadable one is skipped
-    with a warning (the topic is the workers' own: a bug, not input)."""
-    incidents = []
-    for value in values:
+def unreadable(
+    out: Produced,
+    message: Message,
+    error: str,
+    context: BatchContext,
+    topics: IncidentTopics,
+    now_ms: int,
+) -> None:
+    """Dead-letter a record this pipeline cannot read (issue 40), or log it without a topic."""
+    if topics.deadletter:
+        send_dead_letter(out, message, error, topics.deadletter, context.partition_for,
+                         context.max_message_bytes, now_ms / 1000)  # fmt: skip
+    else:
+        log.warning("skipping %s[%s]@%s: %s", message.topic, message.partition,
+                    message.offset, error)  # fmt: skip
+
+
+@dataclass
+class IncidentRecords:
+    """A batch of incidents-topic records for the audit trail: the incidents, and those that
+    did not read as one, as dead letters with their error."""
+
+    incidents: list[Incident] = field(default_factory=list)
+    dead_letters: list[DeadLetterRecord] = field(default_factory=list)
+
+
+def read_incidents(
+    messages: Sequence[Message], *, now: float, max_message_bytes: int
+) -> IncidentRecords:
+    """A batch of incidents-topic records, each failing alone (issue 40): an unreadable one,
+    whatever the exception, is kept as a dead letter and the rest are read."""
+    out = IncidentRecords()
+    for message in messages:
         try:
-            incidents.append(decode_incident(value or b""))
-        except CodecError as exc:
-            log.warning("skipping an unreadable incident record: %s", exc)
-    return incidents
+            out.incidents.append(decode_incident(message.value or b"", max_size=max_message_bytes))
+        except Exception as exc:  # noqa: BLE001 - one record must never stop the trail
+            error = f"unreadable incident record: {failure_text(exc)}"
+            out.dead_letters.append(dead_letter_record(message, error, max_message_bytes, now))
+    return out
 
 
 def _json(value: bytes | None) -> dict | None:

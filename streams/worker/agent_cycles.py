@@ -21,6 +21,7 @@ run id, like every other decision.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from functools import cached_property, partial
 from typing import Any
@@ -122,8 +123,14 @@ class AgentCycles:
     def apply_batch(self, messages: list[Message]) -> CycleBatch:
         """The batch decided (:func:`apply_sends`), its graphs stored in the table's memory
         (their changelog records are the checkpoint's to send)."""
-        topics = CycleTopics(self.settings.topics.control, changelog_name(self.settings))
-        output = apply_sends(messages, self.graphs.get, self.config_for, self.context, topics)
+        topics = CycleTopics(
+            self.settings.topics.control,
+            changelog_name(self.settings),
+            deadletter=self.settings.topics.deadletter,  # a send it cannot apply (issue 40)
+        )
+        output = apply_sends(
+            messages, self.graphs.get, self.config_for, self.context, topics, now=time.time()
+        )
         for key, value in output.graph_writes.items():
             self.graphs.data[key] = value  # stored without Faust's own changelog write
         return output

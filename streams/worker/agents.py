@@ -27,13 +27,11 @@ from mode import CrashingSupervisor
 from streams.audit.config_changes import ConfigChangeRecorder
 from streams.audit.writer import RecordRefused
 from streams.core.engine import core_build
-from streams.core.events import Decision
 from streams.core.fleet import FleetConfig
 from streams.observability.metrics import unread_records
 from streams.service.batch import BatchOutput, BatchTopics, process_batch
+from streams.service.control_audit import read_control
 from streams.service.records import BatchContext
-from streams.wire.avro import CodecError, control_messages
-from streams.wire.signing import check_control
 from streams.worker.checkpoint import Checkpoint
 from streams.worker.config_audit import start_config_audit
 from streams.worker.crash_exit import CrashExit
@@ -210,35 +208,28 @@ class WorkerAgents:
 
     async def audit_decisions(self, stream: faust.StreamT) -> None:
         """Write every decision and run's progress to SQL in batches; retries until the
-        database takes them."""
-        keys = self.parts.keys
-        async for batch in stream.take_events(self.settings.audit_batch, within=0.2):
-            decisions, watermarks = [], []
-            for event in batch:
-                value = event.value
-                try:
-                    messages = control_messages(value)
-                except CodecError as exc:
-                    log.warning("skipping undecodable control message: %s", exc)
-                    continue
-                if keys is not None:  # issue 40: only what a worker signed is a decision
-                    refused = check_control(keys, event.message.headers, value, messages)
-                    if refused:
-                        self.forged_control(event.message, refused)
-                        continue
-                for message in messages:
-                    if isinstance(message, Decision):
-                        decisions.append(message)
-                    else:
-                        watermarks.append(message)
+        database takes them. The batch is read by :func:`read_control` (this adapter moves
+        bytes): a record that does not decode goes to the trail as a dead letter with its
+        error, and the records after it are written as usual (issue 40)."""
+        parts, settings = self.parts, self.settings
+        async for batch in stream.take_events(settings.audit_batch, within=0.2):
+            read = read_control(
+                [event.message for event in batch],
+                parts.keys,
+                now=time.time(),
+                max_message_bytes=settings.max_message_bytes,
+            )
+            for message, why in read.forged:
+                self.forged_control(message, why)
+            await parts.audit.write_dead_letters(read.dead_letters)
             # A decision the database refused is quarantined, not posted (issue 26).
-            _, stored = await self.parts.audit.store_decisions(decisions)
-            if self.parts.webhooks is not None:  # queues; never waits for an endpoint
+            _, stored = await parts.audit.store_decisions(read.decisions)
+            if parts.webhooks is not None:  # queues; never waits for an endpoint
                 try:
-                    await self.parts.webhooks.submit(stored)
+                    await parts.webhooks.submit(stored)
                 except RecordRefused as exc:  # the outbox refused them: the trail goes on
                     log.error("webhook outbox refused %d notices: %s", len(stored), exc.error)
-            await self.parts.audit.write_progress(watermarks)  # `loopguard runs` shows it
+            await parts.audit.write_progress(read.watermarks)  # `loopguard runs` shows it
 
     def forged_control(self, message: Any, why: str) -> None:
         """A control record no worker signed: kept out of the audit trail, one line each

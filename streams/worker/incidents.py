@@ -100,7 +100,11 @@ class IncidentAgents:
         }
         self.signals_topic = app.topic(settings.topics.incident_signals, **raw)
         self.incidents_topic = app.topic(settings.topics.incidents, **raw)
-        self.topics = IncidentTopics(settings.topics.incident_signals, settings.topics.incidents)
+        self.topics = IncidentTopics(
+            settings.topics.incident_signals,
+            settings.topics.incidents,
+            deadletter=parts.deadletter_topic.get_topic_name(),  # unreadable signals (issue 40)
+        )
         self.sender = PlainSender(settings)
         self.metrics = IncidentMetrics(parts.metrics.registry)
         self.clock = IncidentClock()
@@ -248,8 +252,14 @@ class IncidentAgents:
     async def record(self, stream: faust.StreamT) -> None:
         """Incidents into SQL (idempotent), openings to the webhooks (once), the counter."""
         parts = self.parts
-        async for batch in stream.take(100, within=0.2):
-            incidents = read_incidents(batch)
+        async for batch in stream.take_events(100, within=0.2):
+            read = read_incidents(
+                [event.message for event in batch],
+                now=time.time(),
+                max_message_bytes=parts.settings.max_message_bytes,
+            )
+            await parts.audit.write_dead_letters(read.dead_letters)  # unreadable (issue 40)
+            incidents = read.incidents
             if not incidents:
                 continue
             new = await parts.audit.run("incidents", partial(record_incidents, incidents=incidents))

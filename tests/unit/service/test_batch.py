@@ -9,13 +9,13 @@ from core_helpers import Run, fleet, guard, text_result
 
 from streams.core.run_state import RunState
 from streams.service.batch import (
-    DEAD_LETTER_PAYLOAD_LIMIT,
     BatchOutput,
     BatchTopics,
     process_batch,
     writer_fingerprint,
 )
 from streams.service.config_book import ConfigBook
+from streams.service.dead_letter_records import DEAD_LETTER_PAYLOAD_LIMIT
 from streams.service.processor import EventProcessor
 from streams.service.records import BatchContext
 from streams.state.state_format import decode as decode_state

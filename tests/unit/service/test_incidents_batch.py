@@ -8,6 +8,8 @@ import json
 import random
 from dataclasses import dataclass
 
+from poison_records import deep_signal
+
 from streams.core.events import Action, Decision, Envelope, ToolCall, ToolResult
 from streams.core.incident_config import IncidentConfig
 from streams.core.incidents import (
@@ -31,7 +33,7 @@ from streams.service.incidents import (
     track_signals,
 )
 from streams.service.records import BatchContext, Produced
-from streams.wire.avro import encode_decision, encode_event
+from streams.wire.avro import decode_dead_letter, encode_decision, encode_event
 from streams.wire.incident_codec import (
     decode_incident,
     decode_signal,
@@ -278,4 +280,25 @@ def test_a_switched_off_config_counts_nothing() -> None:
 def test_incident_records_are_read_back_and_an_unreadable_one_is_skipped() -> None:
     tables, clock = Tables(), IncidentClock()
     incident = opened(tables, clock)
-    assert read_incidents([encode_incident(incident), b"junk", None]) == [incident]
+    batch = messages(TOPICS.incidents, [encode_incident(incident), b"junk", None])
+    read = read_incidents(batch, now=1.0, max_message_bytes=1 << 20)
+    assert read.incidents == [incident]
+    # issue 40: each unreadable record is kept for the trail, with its position and error
+    assert [(d.offset, d.payload) for d in read.dead_letters] == [(1, b"junk"), (2, b"")]
+    assert all("unreadable incident record" in d.error for d in read.dead_letters)
+
+
+def test_a_poisoned_signal_is_dead_lettered_and_the_next_one_counted() -> None:
+    """Issue 40: a signal nested 50,000 deep (or any other that fails) goes to the dead
+    letters with its error; the good signal after it still opens the incident."""
+    clock = IncidentClock()
+    topics = IncidentTopics(TOPICS.signals, TOPICS.incidents, deadletter="lg.deadletter")
+    good = [signal(r, a, T0 + 10) for r, a in (("r1", "a1"), ("r2", "a1"), ("r3", "a2"))]
+    poison = [deep_signal(), b'{"tool": 1}', b"\xff"]
+    batch = messages(TOPICS.signals, [*poison, *map(encode_signal, good)])
+    out = track_signals(batch, {}.get, {}.get, CONFIG, clock, CONTEXT, topics, T0 + 10)
+    assert [i.status for i in out.published] == [OPEN]
+    letters = [decode_dead_letter(r.value) for r in out.all_records() if r.topic == "lg.deadletter"]
+    assert [d.offset for d in letters] == [0, 1, 2]
+    assert "nested deeper than" in letters[0].error
+    assert out.offsets == {(TOPICS.signals, 0): 6}
