@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import secrets
 import shlex
 import sys
 import textwrap
@@ -56,6 +57,8 @@ from streams.replay.compare import replay_events
 from streams.settings import DEFAULT_DB_URL, PROFILES, Settings, redact_url
 
 CONFIG_FILE = DATA / "demo-config.json"
+KEYS_FILE = DATA / "gateway-keys.json"  # issue 40: the demo gateway's signing key
+DEMO_GATEWAY = "demo-gw"
 DEMO_CONFIG = {"tools": {"loopDetection": {"enabled": True, "incidents": INCIDENT_SETTINGS}}}
 # The gateway waits this long for the worker's verdict before each tool call. Generous: the
 # demo shows what loopguard decides, never what a slow machine lets through.
@@ -202,6 +205,7 @@ def run_demo(db_url: str, keep_running: bool = False, web_port: int | None = Non
         web_port = free_port() if taken else DEFAULT_WEB_PORT
     tag = uuid.uuid4().hex[:6]  # fresh run ids on every invocation
     CONFIG_FILE.write_text(json.dumps(DEMO_CONFIG, indent=2) + "\n")
+    demo_key = write_demo_keys(KEYS_FILE)
     for log in ("tansu.log", "worker.log"):  # one demo's logs, not every demo's since
         (DATA / log).write_bytes(b"")
     # Neither the topics created below nor the demo's own run of the detector core (its check
@@ -224,7 +228,11 @@ def run_demo(db_url: str, keep_running: bool = False, web_port: int | None = Non
         config_file=str(CONFIG_FILE),
         partitions=4,
         web_port=web_port if keep_running else None,
-        env={"LOOPGUARD_SESSION_TIMEOUT": "2", "LOOPGUARD_HEARTBEAT_INTERVAL": "0.5"},
+        env={
+            "LOOPGUARD_SESSION_TIMEOUT": "2",
+            "LOOPGUARD_HEARTBEAT_INTERVAL": "0.5",
+            "LOOPGUARD_GATEWAY_KEYS": str(KEYS_FILE),  # signed events only (issue 40)
+        },
         die_with_parent=not keep_running,
     )
     client: GatewayClient | None = None
@@ -243,7 +251,8 @@ def run_demo(db_url: str, keep_running: bool = False, web_port: int | None = Non
             _say(f"  worker   1 process, log {DATA / 'worker.log'}")
             client = GatewayClient(
                 broker.bootstrap,
-                gateway_id="demo-gw",
+                gateway_id=DEMO_GATEWAY,
+                signing_keys=demo_key,
                 wait_budget_ms=WAIT_BUDGET_MS,
                 fail_mode="closed",
                 # tansu holds a fetch for its whole wait, even when decisions arrive
@@ -306,9 +315,24 @@ def _leave_running(broker: EmbeddedBroker, worker: WorkerProcess) -> bool:
     _say(f"  {_shell([*_loopguard_command(), 'tail'])}")
     another = [*_loopguard_command(), "worker", "--broker", broker.url, "--broker-profile", "tansu"]
     another += ["--config", str(CONFIG_FILE), "--db", worker.db_url]
-    _say(f"another worker on it (yours to stop with Ctrl-C): {_shell(another)}")
+    keys = f"LOOPGUARD_GATEWAY_KEYS={shlex.quote(str(KEYS_FILE))}"
+    _say(f"another worker on it (yours to stop with Ctrl-C): {keys} {_shell(another)}")
+    _say(
+        f"the worker takes signed events only: gateways sign with a key of {KEYS_FILE} "
+        f"(gateway id {DEMO_GATEWAY}: LOOPGUARD_GATEWAY_KEY=demo:<its secret there>)"
+    )
     _say(f"stop both: {_shell([*_loopguard_command(), 'demo', '--stop'])} (from this folder)")
     return True
+
+
+def write_demo_keys(path: Path) -> dict[str, str]:
+    """A fresh signing key for the demo gateway, in a keys file only this user can read; the
+    gateway's own key ({key id: secret})."""
+    key = {"demo": secrets.token_hex(32)}
+    path.touch(mode=0o600)
+    path.chmod(0o600)
+    path.write_text(json.dumps({"gateways": {DEMO_GATEWAY: key}}) + "\n")
+    return key
 
 
 def broker_exports(url: str) -> str:

@@ -26,6 +26,7 @@ from streams.core.fleet import load_fleet_config
 from streams.kafka.topics import topic_specs
 from streams.settings import Settings
 from streams.wire.schema_registry import SCHEMA_DIR
+from streams.wire.signing import GatewayKeys
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_DIR = ROOT / "compose"
@@ -41,6 +42,9 @@ KAFKA_PASSWORDS = {
     for who in ("controller", "broker", "admin", "worker", "gateway")
 }
 TEST_ENV.update(KAFKA_PASSWORDS)
+# Every gateway's signing keys (issue 40): required by the workers.
+GATEWAY_KEYS = '{"gateways":{"gw-1":{"k1":"0123456789abcdef0123456789abcdef"}}}'
+TEST_ENV["LOOPGUARD_GATEWAY_KEYS"] = GATEWAY_KEYS
 
 # ------------------------------------------------------------------ Compose interpolation
 
@@ -698,3 +702,14 @@ def test_the_acls_job_grants_what_streams_kafka_acls_says(services, worker_setti
     for name in ("topics", "acls"):  # both as the admin principal
         script = argv(services[name])[-1]
         assert 'username="admin"' in script and "--command-config /tmp/admin.properties" in script
+
+
+def test_workers_require_every_gateways_signing_keys(services):
+    """Issue 40: compose's workers refuse unsigned events; the keys come from compose/.env."""
+    for worker in worker_services(services).values():
+        assert environment(worker)["LOOPGUARD_GATEWAY_KEYS"] == GATEWAY_KEYS
+    without = {k: v for k, v in TEST_ENV.items() if k != "LOOPGUARD_GATEWAY_KEYS"}
+    with pytest.raises(MissingVariable, match="LOOPGUARD_GATEWAY_KEYS"):
+        interpolate_tree(load_raw(), without)
+    keys = GatewayKeys.load(GATEWAY_KEYS)
+    assert set(keys.rings) == {"gw-1"}
