@@ -50,6 +50,8 @@ CORE_MODULES = [
     "streams/core/model_notes.py",
     "streams/core/loop_watch.py",
     "streams/core/release_window.py",
+    "streams/core/hold.py",
+    "streams/core/operator_command.py",
     "streams/core/reorder.py",
     "streams/core/recent_decisions.py",
     "streams/core/session.py",

@@ -137,6 +137,9 @@ class Settings:
     web_token_healthz: bool = False
     web_token_metrics: bool = False
     web_allowed_hosts: str = ""  # comma-separated; "" = localhost and the bind host; "*" = any
+    # The status pages' address as operators reach them (https://loopguard.example.com), for
+    # the release and abort links of a held call's webhook (issue 43); "" sends no links.
+    web_public_url: str = ""
     # Runs held in this worker's table at most (0: no cap); streams.state.expiry says who goes.
     max_runs: int = 200_000
     session_timeout: float = PROFILES["kafka"].session_timeout
@@ -195,15 +198,15 @@ class Settings:
     webhook_timeout: float = 5.0
     webhook_attempts: int = 6
     webhook_queue: int = 1000
+    # issue 40: every gateway's signing keys (streams.wire.signing), a path or the JSON
+    # itself; "" accepts unsigned events and signs nothing (as before).
+    gateway_keys: str = ""
     topics: Topics = field(default_factory=Topics)
 
     @classmethod
     def for_profile(cls, profile: str, **overrides: object) -> Settings:
         """The settings a broker profile implies, with explicit ``overrides`` on top."""
         try:
-    # issue 40: every gateway's signing keys (streams.wire.signing), a path or the JSON
-    # itself; "" accepts unsigned events and signs nothing (as before).
-    gateway_keys: str = ""
             chosen = PROFILES[profile]
         except KeyError:
             raise ValueError(
@@ -251,6 +254,7 @@ class Settings:
             web_token_healthz=_env("WEB_TOKEN_HEALTHZ", "0") == "1",
             web_token_metrics=_env("WEB_TOKEN_METRICS", "0") == "1",
             web_allowed_hosts=_env("WEB_ALLOWED_HOSTS", ""),
+            web_public_url=_env("WEB_PUBLIC_URL", "").rstrip("/"),
             max_runs=_int("MAX_RUNS", cls.max_runs),
             session_timeout=_float("SESSION_TIMEOUT", profile.session_timeout),
             heartbeat_interval=_float("HEARTBEAT_INTERVAL", profile.heartbeat_interval),
@@ -286,6 +290,7 @@ class Settings:
             webhook_timeout=_float("WEBHOOK_TIMEOUT", cls.webhook_timeout),
             webhook_attempts=_int("WEBHOOK_ATTEMPTS", cls.webhook_attempts),
             webhook_queue=_int("WEBHOOK_QUEUE", cls.webhook_queue),
+            gateway_keys=_env("GATEWAY_KEYS", ""),
             topics=Topics.from_env(),
         )
 
@@ -293,7 +298,6 @@ class Settings:
     def bootstrap_servers(self) -> list[str]:
         """``kafka://a:1;kafka://b:2`` → ``["a:1", "b:2"]`` for kafka-python/aiokafka."""
         return [part.split("://", 1)[-1] for part in re.split(r"[;,]", self.broker) if part]
-            gateway_keys=_env("GATEWAY_KEYS", ""),
 
     def kafka_client_options(self) -> dict[str, object]:
         """Security options in kafka-python's spelling (admin, gateway client, tools)."""
@@ -322,6 +326,8 @@ class Settings:
         for name in ("webhook_url", "webhook_urls"):
             if data[name]:
                 data[name] = "***"
+        if data["gateway_keys"].lstrip().startswith("{"):  # the keys themselves, not a path
+            data["gateway_keys"] = "***"
         return data
 
 
@@ -347,8 +353,6 @@ def _redact_query(query: str) -> str:
             value = REDACTED
         parts.append(f"{name}{sep}{value}")
     return "&".join(parts)
-        if data["gateway_keys"].lstrip().startswith("{"):  # the keys themselves, not a path
-            data["gateway_keys"] = "***"
 
 
 def redact_url(url: str) -> str:

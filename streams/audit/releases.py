@@ -14,8 +14,8 @@ from sqlalchemy import Connection, select
 from sqlalchemy.orm import Session
 
 from streams.audit.models import OperatorReleaseRow, ProcessedEvent
-from streams.core.events import Decision
-from streams.core.operator_release import ABORT, ABORT_DETECTOR, RELEASE, RELEASE_DETECTOR
+from streams.core.events import ABORT_DETECTOR, RELEASE_DETECTOR, Decision
+from streams.core.operator_command import ABORT, RELEASE
 
 COMMAND_OF = {RELEASE_DETECTOR: RELEASE, ABORT_DETECTOR: ABORT}
 

@@ -23,9 +23,9 @@ from streams.cli.common import (
 )
 from streams.cli.query_commands import positive_int
 from streams.cli.times import format_ms, parse_time
-from streams.core.operator_release import ABORT, RELEASE, OperatorCommand
+from streams.core.operator_command import ABORT, DEFAULT_RELEASE_CALLS, RELEASE, OperatorCommand
 
-DEFAULT_CALLS = 10
+DEFAULT_CALLS = DEFAULT_RELEASE_CALLS
 
 
 def add_release_parsers(sub: Any) -> None:

@@ -25,11 +25,13 @@ from streams.core.agent_cycles_config import (
 from streams.core.config_defaults import (
     DEFAULTS,
     ENFORCE,
+    HOLD_DEFAULTS,
     INT_BLOCKS,
     INT_FIELDS,
     MAX_HISTORY_SIZE,
     MODES,
     OBSERVE,
+    ON_BLOCK,
     SCOPES,
     SESSION_GAP_SECONDS,
     VERSIONED_WHEN_OFF,
@@ -139,6 +141,11 @@ class LoopDetectionConfig:
     # tokens while looping exceed ``max_loop_tokens`` is aborted (loop_spend.py; 0: never).
     warnings: str = "log"
     max_loop_tokens: int = 0
+    # issue 43 (hold.py): what the gateway does with a blocked call: refuse it, or hold it
+    # up to ``hold_timeout_seconds`` for an operator's release or abort, then ``hold_default``.
+    on_block: str = "refuse"
+    hold_timeout_seconds: int = 300
+    hold_default: str = "refuse"
 
     @property
     def watches_loops(self) -> bool:
@@ -214,6 +221,14 @@ def check_block(block: Any, path: str) -> dict[str, Any]:
         elif key == "warnings":
             if value not in WARNINGS_TO:
                 raise ConfigError(f'{where}: expected "log" or "model", got {value!r}')
+        elif key in ("onBlock", "holdDefault"):
+            choices = ON_BLOCK if key == "onBlock" else HOLD_DEFAULTS
+            if value not in choices:
+                quoted = " or ".join(f'"{c}"' for c in choices)
+                raise ConfigError(f"{where}: expected {quoted}, got {value!r}")
+        elif key == "holdTimeoutSeconds":
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 86_400:
+                raise ConfigError(f"{where}: expected whole seconds from 1 to 86400, got {value!r}")
         elif key == "maxLoopTokens":
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
                 raise ConfigError(f"{where}: expected a whole number of tokens, got {value!r}")
@@ -383,6 +398,9 @@ def resolve(block: dict[str, Any] | None, path: str = "tools.loopDetection") -> 
         run_budget=run_budget,
         warnings=raw["warnings"],
         max_loop_tokens=raw["maxLoopTokens"] or 0,
+        on_block=raw["onBlock"],
+        hold_timeout_seconds=raw["holdTimeoutSeconds"],
+        hold_default=raw["holdDefault"],
     )
     if not per_tool:
         return cfg

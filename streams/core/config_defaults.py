@@ -81,10 +81,17 @@ DEFAULTS: dict[str, Any] = {
     # issue 43 (loop_spend.py): abort a run whose tokens spent while looping (from the first
     # warning of its current loop) exceed this; unset: no budget.
     "maxLoopTokens": None,
+    # issue 43 (hold.py): "hold" has the gateway hold a blocked call up to
+    # holdTimeoutSeconds for an operator's release or abort, then do holdDefault.
+    "onBlock": "refuse",
+    "holdTimeoutSeconds": 300,
+    "holdDefault": "refuse",
 }
 ENFORCE, OBSERVE = "enforce", "observe"
 MODES = (ENFORCE, OBSERVE)
 WARNINGS_TO = ("log", "model")
+ON_BLOCK = ("refuse", "hold")
+HOLD_DEFAULTS = ("refuse", "abort", "release")
 SCOPES = ("run", "session")
 # Fields added after config versions were first recorded: left out of the version while at
 # their default, so a config that does not use them keeps the version it always had.
@@ -98,6 +105,9 @@ VERSIONED_WHEN_SET = (
     "burstRepeat",
     "warnings",
     "maxLoopTokens",
+    "onBlock",
+    "holdTimeoutSeconds",
+    "holdDefault",
 )
 # loopguard's detectors added after versions were recorded: in the version only when off.
 VERSIONED_WHEN_OFF = (

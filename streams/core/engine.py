@@ -15,7 +15,9 @@ from streams.core import history
 from streams.core.config import LoopDetectionConfig
 from streams.core.events import AgentEvent, Decision, Envelope
 from streams.core.fleet import FleetConfig
-from streams.core.operator_release import OperatorCommand, apply_command
+from streams.core.hold import mark_hold
+from streams.core.operator_command import OperatorCommand
+from streams.core.operator_release import apply_command
 from streams.core.run_state import RunState
 from streams.core.session import SessionCarry, wants_predecessor
 
@@ -91,7 +93,7 @@ class LoopGuard:
         to seed from, and makes it the session's latest run."""
         session_id = event.envelope.session_id
         if not session_id:
-            return state.apply(event, cfg)
+            return mark_hold(state.apply(event, cfg), cfg)
         processed = state.stats.events
         latest = None
         if processed == 0 and cfg.session_scope:  # only a run's first event reads it
@@ -102,7 +104,7 @@ class LoopGuard:
         decisions = state.apply(event, cfg)
         if processed == 0 and state.stats.events:  # its first event: the session's latest run
             self.sessions[session_id] = state.run_id
-        return decisions
+        return mark_hold(decisions, cfg)
 
     def process(self, event: AgentEvent | OperatorCommand) -> list[Decision]:
         if isinstance(event, OperatorCommand):

@@ -43,6 +43,7 @@ from kafka import KafkaProducer
 from kafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
 
 from streams.core.events import AgentEvent, Decision, RunEnded, RunStarted, partition_key
+from streams.core.operator_command import OperatorCommand
 from streams.gateway.connect import BrokerAddressError, GatewayConnectError, parse_brokers
 from streams.gateway.run import LOOP_VETO_RESULT, GatewayRun
 from streams.gateway.verdicts import (
@@ -58,6 +59,7 @@ from streams.kafka.reader import TopicFollower
 from streams.kafka.schema_topic import publish_schema
 from streams.settings import Topics
 from streams.wire.avro import RunWatermark, encode_event, event_schema_json
+from streams.wire.operator_codec import encode_command
 from streams.wire.schema_registry import default_registry
 from streams.wire.signing import KeyRing, gateway_keys_from_env
 
@@ -225,6 +227,13 @@ class GatewayClient:
         value = encode_event(event)
         headers = None if self.keys is None else self.keys.headers(value)
         self._producer.send(self.topics.events, key=key, value=value, headers=headers)
+
+    def publish_command(self, command: OperatorCommand) -> None:
+        """An operator command of this gateway's (a held call's holdDefault, issue 43) on
+        the events topic under its run's key, sent at once."""
+        key = partition_key(command.envelope).encode()
+        self._producer.send(self.topics.events, key=key, value=encode_command(command))
+        self._producer.flush()
 
     def watch(self, *run_ids: str) -> None:
         """Keep these runs' decisions and watermarks though this client does not publish

@@ -5,18 +5,29 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from streams.core.events import (
+    ABORT_DETECTOR,
     AgentEvent,
     CompactionRetry,
+    Decision,
     Envelope,
     RunEnded,
     ToolCall,
     ToolResult,
 )
+from streams.core.operator_command import OperatorCommand
 from streams.core.usage import clean_cost, clean_tokens
-from streams.gateway.verdicts import Verdict
+from streams.gateway.hold import (
+    DEFAULT_ANSWER_WAIT_S,
+    REFUSE,
+    default_command,
+    hold_settings,
+    operator_answer,
+)
+from streams.gateway.verdicts import RunAborted, Verdict
 
 LOOP_VETO_RESULT = {"details": {"status": "blocked", "deniedReason": "tool-loop"}}
 
@@ -33,6 +44,14 @@ class RunChannel(Protocol):
     def take_verdict(
         self, run_id: str, published_seq: int = 0, tool_name: str = "", agent_id: str = ""
     ) -> Verdict: ...
+
+    def decisions(self, run_id: str) -> list[Decision]: ...
+
+    def wait_for(
+        self, run_id: str, predicate: Callable[[list[Decision]], Any], timeout: float = 10.0
+    ) -> list[Decision]: ...
+
+    def publish_command(self, command: OperatorCommand) -> None: ...
 
 
 class GatewayRun:
@@ -57,6 +76,9 @@ class GatewayRun:
         self.events: list[AgentEvent] = []  # what this run published, in order (audits, tests)
         # Usage reported since the last event that carried it (input, output, cost or None).
         self._usage: tuple[int, int, float | None] | None = None
+        # The block a call is held on now (onBlock "hold", issue 43), and how many were held.
+        self.holding: Decision | None = None
+        self.holds = 0
 
     def report_usage(
         self,
@@ -115,6 +137,8 @@ class GatewayRun:
         ``turn_id`` names that turn (its message): give every parallel call of one turn the
         same id and the worker judges them as a set (issue 44); None when unknown."""
         verdict = self.client.take_verdict(self.run_id, self.seq, tool_name, self.agent_id)
+        if not verdict.allowed and verdict.blocked_by is not None:
+            verdict = self.hold(verdict)  # onBlock "hold" (issue 43); raises RunAborted
         args_json = json.dumps(args, ensure_ascii=False)
         if input_tokens is not None or output_tokens is not None or cost_usd is not None:
             self.report_usage(input_tokens, output_tokens, cost_usd)
@@ -129,6 +153,44 @@ class GatewayRun:
         if not verdict.allowed:
             self.after_tool(tool_name, args, result=LOOP_VETO_RESULT, tool_call_id=tool_call_id)
         return verdict
+
+    def hold(self, verdict: Verdict) -> Verdict:
+        """A blocked call whose agent holds instead of refusing (streams.gateway.hold): wait
+        for an operator's release (the call goes through) or abort (RunAborted); with no
+        answer in time publish the agent's holdDefault and obey the worker's answer to it.
+        Any other block is refused at once."""
+        block = verdict.blocked_by
+        settings = hold_settings(block)
+        if block is None or settings is None:
+            return verdict
+        known = self.client.decisions(self.run_id)
+        since = next(
+            (i + 1 for i, d in enumerate(known) if d.decision_id == block.decision_id),
+            len(known),
+        )
+        self.holding, self.holds = block, self.holds + 1
+        try:
+            answer = self._operator_answer(since, settings.timeout_s)
+            if answer is None and settings.default != REFUSE:
+                gateway, session = self.client.gateway_id, self.session_id
+                self.client.publish_command(default_command(block, settings, gateway, session))
+                answer = self._operator_answer(since, DEFAULT_ANSWER_WAIT_S)
+        finally:
+            self.holding = None
+        if answer is None:
+            return verdict
+        if answer.detector == ABORT_DETECTOR:
+            raise RunAborted(answer)
+        return Verdict(True, verdict.warnings, None, verdict.timed_out)
+
+    def _operator_answer(self, since: int, timeout_s: float) -> Decision | None:
+        try:
+            seen = self.client.wait_for(
+                self.run_id, lambda ds: operator_answer(ds, since) is not None, timeout_s
+            )
+        except TimeoutError:
+            return None
+        return operator_answer(seen, since)
 
     def after_tool(
         self,

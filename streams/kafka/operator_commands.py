@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from streams.core.events import Envelope, partition_key
-from streams.core.operator_release import OperatorCommand
+from streams.core.operator_command import OperatorCommand
 from streams.settings import Settings
 from streams.wire.operator_codec import encode_command
 

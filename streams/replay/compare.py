@@ -13,7 +13,7 @@ from dataclasses import fields as dataclass_fields
 from typing import Any
 
 from streams.core.events import AgentEvent, Decision
-from streams.core.operator_release import OperatorCommand
+from streams.core.operator_command import OperatorCommand
 from streams.replay.sources import ReadStats, Selection
 
 # Fields a replayed decision must reproduce; ``config_version`` is reported separately.

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TextIO
 
 from streams.core.events import AgentEvent, event_to_dict
-from streams.core.operator_release import (
+from streams.core.operator_command import (
     COMMAND_KIND,
     OperatorCommand,
     command_from_dict,

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from streams.core.agent_cycles import cycle_key, is_send_call
 from streams.core.events import Decision, event_kind
-from streams.core.operator_release import COMMAND_KIND
+from streams.core.operator_command import COMMAND_KIND
 from streams.core.run_state import RunState
 from streams.service.dead_letter_records import (
     failure_text,

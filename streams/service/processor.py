@@ -18,7 +18,8 @@ from typing import Any
 from streams.core.config import LoopDetectionConfig
 from streams.core.engine import LoopGuard
 from streams.core.events import AgentEvent, Decision, Envelope, partition_key
-from streams.core.operator_release import OperatorCommand, apply_command
+from streams.core.operator_command import OperatorCommand
+from streams.core.operator_release import apply_command
 from streams.core.run_state import RunState
 from streams.core.session import SessionCarry
 from streams.wire.avro import RunWatermark

@@ -92,8 +92,9 @@ def usage_items(usage: dict[str, Any] | None) -> list[tuple[str, str]]:
     ]
 
 
-def render_run(timeline: Timeline, *, app_id: str, now_ms: int) -> str:
-    """One run's page: its progress and its decisions in order; every value escaped."""
+def render_run(timeline: Timeline, *, app_id: str, now_ms: int, controls: str = "") -> str:
+    """One run's page: its progress and its decisions in order, then ``controls`` (the
+    operator's release and abort, streams.web.operator_views); every value escaped."""
     progress = timeline.progress
     decisions = timeline.decisions
     first = decisions[0] if decisions else None
@@ -168,5 +169,6 @@ def render_run(timeline: Timeline, *, app_id: str, now_ms: int) -> str:
 <tbody>
 {"".join(rows)}
 </tbody></table>
+{controls}
 <p class="small"><a href="{esc(history)}">this run's decisions as JSON</a></p>"""
     return page(f"loopguard run {timeline.run_id}", header(app_id, now_ms, "run timeline") + body)

@@ -21,6 +21,12 @@ from streams.web import access as web_access
 from streams.web.access import WebAccess
 from streams.web.login import register_login
 from streams.web.markup import HTML_HEADERS, STATIC_PREFIX
+from streams.web.operator_views import (
+    SendCommands,
+    load_releases,
+    operator_section,
+    register_operator_views,
+)
 from streams.web.params import BadRequest, runs_filters, status_query, summary_dict
 from streams.web.run_page import render_run
 from streams.web.status_page import HEALTHY, load_status, render_status
@@ -120,6 +126,7 @@ def register_views(
     health: HealthProvider | None = None,
     clock_ms: Callable[[], int] | None = None,
     access: WebAccess | None = None,
+    send_commands: SendCommands | None = None,
 ) -> WorkerMetrics:
     """Add the loopguard pages to a Faust app's web server; returns the metrics it serves.
 
@@ -130,6 +137,8 @@ def register_views(
     ``clock_ms``: wall clock in epoch ms that time windows ("15m") count back from; tests
     pin it so a window does not drift past fixtures during a long run.
     ``access``: Host names, token (:mod:`streams.web.access`); open to localhost if not given.
+    ``send_commands``: publishes an operator's release or abort (issue 43, the run page's
+    forms, :mod:`streams.web.operator_views`); without it those endpoints answer 503.
     Only views named ``loopguard-*`` are served: Faust's built-in routes answer 404.
     """
     from streams.settings import redact_url
@@ -142,6 +151,7 @@ def register_views(
     checks = access if access is not None else WebAccess()
     web_access.install(app, checks)
     register_login(app, checks)
+    register_operator_views(app, store.run, checks, send_commands)
 
     async def db_state() -> str:
         try:
@@ -220,8 +230,12 @@ def register_views(
             if not run_id:
                 raise BadRequest("id: the run id is required (/status/run?id=RUN)")
             timeline = await store.run(lambda s: queries.run_timeline(s, run_id))
+            releases = await store.run(lambda s: load_releases(s, run_id))
             known = timeline.decisions or timeline.progress is not None
-            text = render_run(timeline, app_id=str(app.conf.id), now_ms=now())
+            active = timeline.progress is not None and timeline.progress.status == "active"
+            enabled = bool(checks.token) and send_commands is not None
+            controls = operator_section(run_id, releases, active, enabled)
+            text = render_run(timeline, app_id=str(app.conf.id), now_ms=now(), controls=controls)
             return self.html(text, status=200 if known else 404, headers=dict(HTML_HEADERS))
 
     @app.page(STATIC_PREFIX + "{name}", name="loopguard-static")

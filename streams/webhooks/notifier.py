@@ -47,11 +47,12 @@ from streams.audit import webhook_outbox as outbox
 from streams.audit.webhook_outbox import DROPPED, FAILED, SENT, Notice
 from streams.audit.writer import AuditWriter
 from streams.core.config_change import ConfigChange, alarming
-from streams.core.events import Action, Decision
+from streams.core.events import RELEASE_DETECTOR, Action, Decision
 from streams.core.incidents import Incident
 from streams.observability.metrics import WorkerMetrics
 from streams.settings import Settings
 from streams.webhooks.config_notice import config_change_body, config_change_notice
+from streams.webhooks.hold_notice import add_hold, is_held
 from streams.webhooks.incident_notice import incident_notice
 from streams.webhooks.receiver_queue import (
     DECISION_HEADER,
@@ -124,12 +125,16 @@ class WebhookTargets:
         return list(dict.fromkeys(u for u in (self.default, *self.per_agent.values()) if u))
 
 
-def slack_body(decision: Decision) -> dict[str, Any]:
+def slack_body(decision: Decision, public_url: str = "") -> dict[str, Any]:
     """The JSON posted for a decision: Slack's ``text`` (the notification line) plus
     ``blocks`` (header, reason, one field each for run, agent, gateway, detector, action and
-    tool, and a context line with the decision id). Any JSON receiver can read it too."""
+    tool, and a context line with the decision id). Any JSON receiver can read it too. A
+    held block (issue 43) adds what the operator may do and, with ``public_url`` (the web
+    UI's address), the release and abort links (hold_notice.py)."""
     action = decision.action.value
     verb = "aborted" if decision.action is Action.ABORT else "blocked"
+    if decision.detector == RELEASE_DETECTOR:
+        verb = "released"
     tool = decision.tool_name or "-"
     text = (
         f"loopguard {verb} run {decision.run_id} (agent {decision.agent_id}, gateway "
@@ -148,23 +153,31 @@ def slack_body(decision: Decision) -> dict[str, Any]:
         context.append(f"error {decision.error_code}")
     if decision.config_version:
         context.append(f"config {decision.config_version}")
-    return slack_message(
+    body = slack_message(
         text=text,
         header=f"loopguard {verb} a loop: {decision.detector} on {tool}",
         lead=decision.reason,
         fields=fields,
         context=" · ".join(context),
     )
+    return add_hold(body, decision, public_url) if is_held(decision) else body
 
 
-def notice_for(decision: Decision) -> Notice:
+def notice_for(decision: Decision, public_url: str = "") -> Notice:
     return Notice(
         decision_id=decision.decision_id,
         run_id=decision.run_id,
         agent_id=decision.agent_id,
         action=decision.action.value,
-        body=json.dumps(slack_body(decision), ensure_ascii=False),
+        body=json.dumps(slack_body(decision, public_url), ensure_ascii=False),
     )
+
+
+def notifies(decision: Decision) -> bool:
+    """Whether a decision is posted: an enforced block or abort, or an operator's release
+    (issue 43)."""
+    posted = decision.action in NOTIFY_ACTIONS or decision.detector == RELEASE_DETECTOR
+    return posted and decision.enforced
 
 
 class WebhookNotifier:
@@ -185,6 +198,7 @@ class WebhookNotifier:
         max_retry_after: float = MAX_RETRY_AFTER_S,
         senders: int = 4,
         remember: int = 100_000,
+        public_url: str = "",
     ) -> None:
         self.targets = targets
         self.audit = audit
@@ -199,6 +213,7 @@ class WebhookNotifier:
         self._seen: OrderedDict[str, None] = OrderedDict()  # decision ids already handled
         self._queued: OrderedDict[str, None] = OrderedDict()  # ids this notifier put in a queue
         self._session: aiohttp.ClientSession | None = None
+        self.public_url = public_url  # the web UI, for a held block's links (issue 43)
 
     @classmethod
     def from_settings(
@@ -215,6 +230,7 @@ class WebhookNotifier:
             queue_size=settings.webhook_queue,
             attempts=settings.webhook_attempts,
             timeout=settings.webhook_timeout,
+            public_url=settings.web_public_url,
         )
 
     def queued(self) -> int:
@@ -227,10 +243,9 @@ class WebhookNotifier:
         """Record and queue notices for the enforced block/abort decisions not seen before;
         returns how many were queued. Waits only for the outbox insert, never for an endpoint."""
         notices = [
-            notice_for(d)
+            notice_for(d, self.public_url)
             for d in decisions
-            if d.action in NOTIFY_ACTIONS
-            and d.enforced
+            if notifies(d)
             and self.targets.url_for(d.agent_id) is not None
             and self._first_time(d.decision_id)
         ]

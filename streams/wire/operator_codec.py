@@ -11,7 +11,7 @@ from functools import cache
 from typing import Any
 
 from streams.core.events import Envelope
-from streams.core.operator_release import OperatorCommand
+from streams.core.operator_command import OperatorCommand
 from streams.wire.errors import EncodeError, InvalidDatumError
 from streams.wire.names import require_unicode
 from streams.wire.schema_registry import SCHEMA_DIR, parse_schema_text

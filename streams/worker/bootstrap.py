@@ -8,6 +8,7 @@ state codec before the table, topics and services before the agents that use the
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import ssl
 from pathlib import Path
@@ -18,6 +19,7 @@ import faust
 from streams.audit.writer import AuditWriter
 from streams.core.fleet import load_fleet_config
 from streams.kafka.config_topic import ConfigWatcher
+from streams.kafka.operator_commands import send_commands
 from streams.kafka.rekey import Rekeyer
 from streams.kafka.schema_topic import SchemaTopic
 from streams.observability.metrics import WorkerMetrics
@@ -245,5 +247,7 @@ def build_worker(settings: Settings) -> faust.App:
         metrics,
         health=agents.health,
         access=WebAccess.from_settings(settings),  # Host names, token (issue 26)
+        # the run page's release and abort (issue 43)
+        send_commands=functools.partial(send_commands, settings),
     )
     return app

@@ -14,8 +14,7 @@ from test_pipeline import wait_for_audit
 
 from streams.audit.releases import read_releases
 from streams.cli.main import main
-from streams.core.events import Action
-from streams.core.operator_release import RELEASE_DETECTOR
+from streams.core.events import RELEASE_DETECTOR, Action
 
 pytestmark = pytest.mark.integration
 

@@ -90,6 +90,9 @@ def test_defaults_table_literal():
         "deviations": {},
         "warnings": "log",
         "maxLoopTokens": None,
+        "onBlock": "refuse",
+        "holdTimeoutSeconds": 300,
+        "holdDefault": "refuse",
     }
 
 

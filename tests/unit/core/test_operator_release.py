@@ -6,12 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from streams.core.events import Action, Decision, Envelope
-from streams.core.operator_release import (
+from streams.core.events import ABORT_DETECTOR, RELEASE_DETECTOR, Action, Decision, Envelope
+from streams.core.operator_command import (
     ABORT,
-    ABORT_DETECTOR,
     RELEASE,
-    RELEASE_DETECTOR,
     OperatorCommand,
     command_from_dict,
     command_to_dict,
