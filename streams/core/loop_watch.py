@@ -2,7 +2,10 @@
 (``maxLoopTokens``) and, with ``warnings: "model"``, a note for the model on each decision.
 
 Only agents that set either follow their loops (``LoopDetectionConfig.watches_loops``), so
-every other agent decides, and stores its runs, exactly as before.
+every other agent decides, and stores its runs, exactly as before. The run applies the two
+apart (streams.core.run_state): the abort before an operator's release softens the event's
+decisions (a released run draws warnings only, the budget's abort too), the notes after it
+(so a softened decision is worded as the warning it became).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ def watch_loop(
 ) -> list[Decision]:
     """``decisions`` (what the detectors made of ``event``), plus the budget rule's abort
     when the loop has spent more than the agent's ``maxLoopTokens`` on a call of a run still
-    ``active``, each worded for the model when its agent says so."""
+    ``active``."""
     tokens = 0
     if isinstance(event, ToolCall | RunEnded):  # the events that carry a model turn
         tokens = clean_tokens(event.input_tokens) + clean_tokens(event.output_tokens)
@@ -38,6 +41,12 @@ def watch_loop(
         and not any(decision.action is Action.ABORT for decision in decisions)
     ):
         decisions = [*decisions, loop_budget_decision(run_id, event, cfg, spend)]
+    return decisions
+
+
+def worded(decisions: list[Decision], spend: LoopSpend, cfg: LoopDetectionConfig) -> list[Decision]:
+    """``decisions``, each with its note for the model when the agent says ``warnings:
+    "model"``."""
     if decisions and cfg.warnings == WARNINGS_TO_MODEL:
-        decisions = with_model_notes(decisions, spend)
+        return with_model_notes(decisions, spend)
     return decisions

@@ -13,6 +13,7 @@ from streams.core.events import AgentEvent, Decision
 from streams.core.guard import PostCompactionGuard
 from streams.core.held_call import HeldCall
 from streams.core.history import RunHistory
+from streams.core.loop_spend import LoopSpend
 from streams.core.outcome_memory import OutcomeMemory
 from streams.core.release_window import ReleaseWindow
 from streams.core.session import SessionCarry
@@ -67,6 +68,9 @@ class RunData:
     release: ReleaseWindow | None = None
     # The ids of the last operator commands applied, so a redelivered one applies once.
     commands: list[str] = field(default_factory=list)
+    # The current loop's start and spend, for agents with maxLoopTokens or warnings "model"
+    # (issue 43, loop_spend.py).
+    loop: LoopSpend = field(default_factory=LoopSpend)
     # Session scope: the previous run of the session, to seed from on the first event
     # processed (streams.core.session); handed in by the engine, never stored.
     predecessor: SessionCarry | None = field(default=None, repr=False, compare=False)

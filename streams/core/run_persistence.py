@@ -12,6 +12,7 @@ from streams.core.events import Decision, event_from_dict, event_to_dict
 from streams.core.guard import PostCompactionGuard
 from streams.core.held_call import HeldCall
 from streams.core.history import RunHistory
+from streams.core.loop_spend import LoopSpend
 from streams.core.outcome_memory import OutcomeMemory
 from streams.core.recent_decisions import keep_recent
 from streams.core.release_window import ReleaseWindow
@@ -59,6 +60,8 @@ def run_as_dict(run: RunData, recent: list[list[Any]]) -> dict[str, Any]:
         data["release"] = run.release.to_list()
     if run.commands:  # likewise (issue 43)
         data["commands"] = list(run.commands)
+    if run.loop.looping:  # likewise (issue 43): a loop under way, of an agent that watches it
+        data["loop"] = run.loop.to_list()
     return data
 
 
@@ -90,6 +93,9 @@ def restore_run(run: RunData, data: dict[str, Any]) -> None:
     if release:
         run.release = ReleaseWindow.from_list(release)
     run.commands = list(data.get("commands", []))
+    loop = data.get("loop")  # states written before issue 43, or not looping: none
+    if loop:
+        run.loop = LoopSpend.from_list(loop)
     for seq, decisions in data.get("recent", []):
         kept = [d if isinstance(d, Decision) else Decision.from_dict(d) for d in decisions]
         keep_recent(run.recent, seq, kept)

@@ -27,6 +27,8 @@ from streams.core.events import (
     ToolCall,
     ToolResult,
 )
+from streams.core.loop_spend import LOOP_BUDGET
+from streams.core.loop_watch import watch_loop, worded
 from streams.core.recent_decisions import keep_recent, recent_decision_dict
 from streams.core.reorder import gap_expired
 from streams.core.run_calls import on_call, settle_held
@@ -98,6 +100,13 @@ class RunState(RunData):
             window = self.release = None  # the release is over: the guard resumes
         status, blocks = self.status, self.blocks
         decisions = self._evaluate(event, cfg)
+        watching = cfg.watches_loops
+        if watching:  # the current loop's spend, and the budget rule (issue 43, loop_watch.py)
+            decisions = watch_loop(
+                self.run_id, self.loop, event, decisions, cfg, self.status == ACTIVE
+            )
+            if decisions and decisions[-1].detector == LOOP_BUDGET:
+                self.status = ABORTED
         if window is not None:  # released by an operator: warnings only (issue 43)
             decisions = window.soften(decisions)
             if self.status == ABORTED and status != ABORTED:
@@ -105,6 +114,8 @@ class RunState(RunData):
             self.blocks = blocks
             if isinstance(event, ToolCall):
                 window.took_call()
+        if watching:  # worded for the model, as the gateway will act on them
+            decisions = worded(decisions, self.loop, cfg)
         usage = self.usage
         event_time = event.envelope.event_time
         if not usage.started_at:
