@@ -15,6 +15,7 @@ from streams.core.events import Envelope, partition_key
 from streams.core.operator_command import OperatorCommand
 from streams.settings import Settings
 from streams.wire.operator_codec import encode_command
+from streams.wire.signing import operator_headers
 
 CLIENT_ID = "loopguard-release"
 
@@ -67,14 +68,18 @@ def send_commands(
         **settings.kafka_client_options(),
     )
     try:
-        futures = [
-            producer.send(
-                settings.topics.events,
-                key=partition_key(command.envelope).encode(),
-                value=encode_command(command),
+        futures = []
+        for command in commands:
+            value = encode_command(command)
+            futures.append(
+                producer.send(
+                    settings.topics.events,
+                    key=partition_key(command.envelope).encode(),
+                    value=value,
+                    # with the workers' keys file at hand: an operator key's signature (issue 40)
+                    headers=operator_headers(settings.gateway_keys, value),
+                )
             )
-            for command in commands
-        ]
         return [future.get(timeout=timeout_s) for future in futures]
     finally:
         producer.close()

@@ -259,6 +259,14 @@ def take_command(
         out.dead_letter_kinds[exc.kind] += 1
         dead_letter(out, message, str(exc), topics, partition_for, max_bytes, now)
         return
+    if context.keys is not None:  # issue 40: only an operator may release or abort
+        refused = context.keys.check_command(getattr(message, "headers", None), value)
+        if refused:
+            out.dead_letter_kinds[refused] += 1
+            why = f"{refused}: {command.command} of run {command.envelope.run_id} refused (it "
+            why += "needs an operator key's signature: loopguard release with the keys file)"
+            dead_letter(out, message, why, topics, partition_for, max_bytes, now)
+            return
     out.event_kinds[COMMAND_KIND] += 1
     outcome = processor.apply_command(message.key, command)
     if outcome.dead_letter is not None:
@@ -266,12 +274,14 @@ def take_command(
         dead_letter(out, message, outcome.dead_letter, topics, partition_for, max_bytes, now)
         return
     if outcome.rekey is not None:
-        out.rekeys.append(Rekey(outcome.rekey, value, source))
+        out.rekeys.append(Rekey(outcome.rekey, value, source, headers_of(message)))
         return
     for decision in outcome.decisions:
         key = decision.run_id.encode()
         encoded = encode_decision(decision)
-        out.add(OutRecord(topics.control, key, encoded, partition_for(topics.control, key), source))
+        headers = context.sign(decision.gateway_id, encoded)  # issue 40: for its gateway
+        partition = partition_for(topics.control, key)
+        out.add(OutRecord(topics.control, key, encoded, partition, source, headers=headers))
     out.decisions.extend(outcome.decisions)
 
 

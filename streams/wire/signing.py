@@ -14,7 +14,12 @@ the first listed is the one a record is signed with.
 
 The keys file (``LOOPGUARD_GATEWAY_KEYS``: a path, or the JSON itself)::
 
-    {"gateways": {"gw-1": {"k2": "<secret>", "k1": "<older secret>"}, "gw-2": {...}}}
+    {"gateways": {"gw-1": {"k2": "<secret>", "k1": "<older secret>"}, "gw-2": {...}},
+     "operators": {"op1": "<secret>"}}
+
+``operators`` signs what ``loopguard release`` and ``loopguard abort`` send (issue 43): with
+keys set, a worker applies only commands that verify under them, so a gateway, which may write
+the events topic too, can neither release its own blocked run nor abort another's.
 
 A gateway is given its own keys only (``LOOPGUARD_GATEWAY_KEY``: ``k2:<secret>``, several
 separated by commas, the signing one first).
@@ -41,6 +46,7 @@ UNSIGNED = "unsigned_event"
 BAD_SIGNATURE = "bad_signature"
 UNKNOWN_GATEWAY = "unknown_gateway"
 FOREIGN_RUN = "foreign_run"
+UNSIGNED_COMMAND = "unsigned_command"  # an operator's command without an operator's signature
 
 Headers = Sequence[tuple[str, bytes]]
 
@@ -149,6 +155,7 @@ class GatewayKeys:
     """Every gateway's keys, as the workers hold them (gateway id -> its ring)."""
 
     rings: Mapping[str, KeyRing]
+    operators: KeyRing | None = None  # who may send operator commands (issue 43)
 
     @classmethod
     def from_json(cls, data: Any) -> GatewayKeys:
@@ -162,7 +169,14 @@ class GatewayKeys:
             if not all(isinstance(secret, str) for secret in keys.values()):
                 raise KeysError(f"gateway {gateway_id!r}: each secret is a string")
             rings[gateway_id] = KeyRing.of(keys)
-        return cls(rings)
+        operators = data.get("operators")
+        if operators is None:
+            return cls(rings)
+        if not isinstance(operators, dict) or not operators:
+            raise KeysError('"operators": give their keys as {key id: secret}')
+        if not all(isinstance(secret, str) for secret in operators.values()):
+            raise KeysError('"operators": each secret is a string')
+        return cls(rings, KeyRing.of(operators))
 
     @classmethod
     def load(cls, source: str) -> GatewayKeys:
@@ -191,11 +205,27 @@ class GatewayKeys:
             return UNKNOWN_GATEWAY
         return ring.check(headers, value)
 
+    def check_command(self, headers: Any, value: bytes) -> str:
+        """ "" when an operator's command is signed with an operator key, else why not."""
+        if self.operators is None:
+            return UNSIGNED_COMMAND
+        refused = self.operators.check(headers, value)
+        return UNSIGNED_COMMAND if refused == UNSIGNED else refused
+
     def headers_for(self, gateway_id: str, value: bytes) -> tuple[tuple[str, bytes], ...]:
         """A control record's signature headers: under ``gateway_id``'s signing key, none for
         a gateway without keys (no gateway that verifies will take it)."""
         ring = self.rings.get(gateway_id)
         return () if ring is None else tuple(ring.headers(value))
+
+
+def operator_headers(keys_source: str, value: bytes) -> list[tuple[str, bytes]] | None:
+    """The headers an operator's command goes out with: signed with the first operator key of
+    the keys file ``keys_source`` (``LOOPGUARD_GATEWAY_KEYS``); None without one."""
+    if not keys_source:
+        return None
+    operators = GatewayKeys.load(keys_source).operators
+    return None if operators is None else operators.headers(value)
 
 
 def gateway_keys_from_env(environ: Mapping[str, str] | None = None) -> KeyRing | None:

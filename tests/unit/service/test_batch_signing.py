@@ -171,3 +171,40 @@ def test_a_rekeyed_event_keeps_its_signature() -> None:
     out = worker.batch([message])
     assert [rekey.key for rekey in out.rekeys] == [b"v"]
     assert VICTIM.check(out.rekeys[0].headers, out.rekeys[0].value) == ""
+
+
+def command_message(worker: Worker, ring: KeyRing | None) -> Message:
+    """An operator's abort of run v, as `loopguard abort` sends it."""
+    from streams.kafka.operator_commands import build_command
+    from streams.wire.operator_codec import encode_command
+
+    command = build_command(
+        "v", "agent", "abort", release_id="r1", reason="stop it", released_by="someone"
+    )
+    value = encode_command(command)
+    worker.offset += 1
+    headers = ring.headers(value) if ring is not None else []
+    return Message(TOPICS.events, 0, worker.offset, b"v", value, headers)
+
+
+def test_only_an_operator_key_may_abort_or_release_a_run() -> None:
+    operator = KeyRing.of({"op1": "operator-secret-0123456789"})
+    worker = Worker(GatewayKeys(KEYS.rings, operator))
+    victim = Run(run_id="v", gateway_id="gw-victim")
+    worker.batch([worker.message(victim.make_start(), VICTIM)])
+    # a gateway may write the events topic: its abort of the victim's run is refused
+    for ring in (None, ATTACKER, VICTIM):
+        out = worker.batch([command_message(worker, ring)])
+        assert not out.decisions, ring
+        assert sum(out.dead_letter_kinds.values()) == 1
+    assert worker.table[b"v"].status == "active"
+    out = worker.batch([command_message(worker, operator)])
+    assert [decision.action.value for decision in out.decisions] == ["abort"]
+    (record,) = [r for r in out.all_records() if r.topic == TOPICS.control and r.key == b"v"]
+    assert VICTIM.check(record.headers, record.value) == ""  # signed for the run's gateway
+    # a keys file without operators takes no command at all
+    bare = Worker()
+    bare.batch([bare.message(victim.make_start(), VICTIM)])
+    assert bare.batch([command_message(bare, operator)]).dead_letter_kinds == {
+        "unsigned_command": 1
+    }

@@ -96,3 +96,23 @@ def test_a_gateway_reads_its_own_keys_from_the_environment() -> None:
     assert ring.check(KeyRing.of({"k1": OLD}).headers(b"v"), b"v") == ""
     with pytest.raises(KeysError):
         gateway_keys_from_env({"LOOPGUARD_GATEWAY_KEY": SECRET})  # no key id
+
+
+def test_operator_keys_sign_commands_and_no_gateway_key_passes_for_one(tmp_path) -> None:
+    from streams.wire.signing import UNSIGNED_COMMAND, operator_headers
+
+    data = {**KEYS, "operators": {"op1": "operator-secret-0123456789"}}
+    path = tmp_path / "keys.json"
+    path.write_text(json.dumps(data))
+    keys = GatewayKeys.load(str(path))
+    value = b"an operator's abort"
+    headers = operator_headers(str(path), value)
+    assert headers is not None and keys.check_command(headers, value) == ""
+    gateway_signed = KeyRing.of({"k2": SECRET}).headers(value)
+    assert keys.check_command(gateway_signed, value) == BAD_SIGNATURE
+    assert keys.check_command([], value) == UNSIGNED_COMMAND
+    assert GatewayKeys.from_json(KEYS).check_command(headers, value) == UNSIGNED_COMMAND
+    assert operator_headers("", value) is None
+    assert operator_headers(json.dumps(KEYS), value) is None  # no operator key to sign with
+    with pytest.raises(KeysError, match="operators"):
+        GatewayKeys.from_json({**KEYS, "operators": []})
