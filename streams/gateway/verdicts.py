@@ -92,7 +92,9 @@ class Verdict:
     @property
     def model_note(self) -> str:
         """The warnings' notes for the model (``warnings: "model"``), for the host to attach
-        to this call's tool result, the next one the model sees; "" when there are none."""
+        to this call's tool result, the next one the model sees; "" when there are none.
+        Publish the tool's own result (``after_tool``) without it: a note differs from call
+        to call, so a loop's outcomes would never repeat."""
         return "\n\n".join(note for note in map(model_note, self.warnings) if note)
 
 

@@ -59,6 +59,21 @@ export function noteOf(decision: DecisionLike | undefined): string {
   return typeof note === 'string' ? note : '';
 }
 
+/**
+ * A tool result as the tool returned it: `note` (appended by the plugin for the model) taken
+ * out of its content, as its own text block or at the end of the last one.
+ */
+export function withoutNote(result: unknown, note: string): unknown {
+  const content = (result as { content?: unknown } | null)?.content;
+  if (!Array.isArray(content)) return result;
+  const kept = content.filter((block) => !(block && typeof block === 'object' && (block as { text?: unknown }).text === note));
+  const last = kept[kept.length - 1] as { type?: unknown; text?: unknown } | undefined;
+  if (kept.length === content.length && last && typeof last.text === 'string' && last.text.endsWith(note)) {
+    kept[kept.length - 1] = { ...last, text: last.text.slice(0, -note.length) };
+  }
+  return { ...(result as object), content: kept };
+}
+
 /** Notes waiting for their call's tool result at most (a call refused by OpenClaw never has one). */
 const PENDING_NOTES_KEPT = 1000;
 
@@ -243,6 +258,8 @@ export class LoopguardGuard {
   private readonly endedKeys = new Set<string>();
   /** toolCallId -> the warnings' note for the model, attached to that call's tool result. */
   private readonly pendingNotes = new Map<string, string>();
+  /** toolCallId -> the note attached to its result, taken out again before it is published. */
+  private readonly attachedNotes = new Map<string, string>();
   private unsubscribe?: () => void;
   private subscribed = false;
   private readonly now: () => number;
@@ -576,11 +593,11 @@ export class LoopguardGuard {
     }
   }
 
-  private keepNote(toolCallId: string, note: string): void {
-    this.pendingNotes.set(toolCallId, note);
-    for (const oldest of this.pendingNotes.keys()) {
-      if (this.pendingNotes.size <= PENDING_NOTES_KEPT) break;
-      this.pendingNotes.delete(oldest);
+  private keepNote(toolCallId: string, note: string, notes = this.pendingNotes): void {
+    notes.set(toolCallId, note);
+    for (const oldest of notes.keys()) {
+      if (notes.size <= PENDING_NOTES_KEPT) break;
+      notes.delete(oldest);
     }
   }
 
@@ -596,6 +613,7 @@ export class LoopguardGuard {
       const note = toolCallId ? this.pendingNotes.get(toolCallId) : undefined;
       if (!toolCallId || note === undefined) return undefined;
       this.pendingNotes.delete(toolCallId);
+      this.keepNote(toolCallId, note, this.attachedNotes);
       const result = event.result ?? { content: [] };
       const content = Array.isArray(result.content) ? result.content : [];
       this.trace({ event: 'model_note', runId: baseRunId(ctx?.runId) ?? null, toolName: event.toolName, toolCallId, note });
@@ -616,9 +634,13 @@ export class LoopguardGuard {
       const toolCallId = event.toolCallId ?? ctx?.toolCallId ?? null;
       if (toolCallId && entry.refused.delete(toolCallId)) return; // the client published the refusal
       this.trace({ event: 'after_tool_call', runId: key, toolName: event.toolName, toolCallId, error: event.error ?? null, published: Boolean(entry.run && !entry.aborted) });
+      // the tool's own result: a note attached for the model (different each time) would make
+      // every outcome of a loop look new to loopguard
+      const note = toolCallId ? this.attachedNotes.get(toolCallId) : undefined;
+      if (toolCallId) this.attachedNotes.delete(toolCallId);
       if (entry.aborted || !entry.run) return;
       await entry.run.afterTool(event.toolName, event.params ?? {}, {
-        result: event.error ? undefined : jsonSafe(event.result),
+        result: event.error ? undefined : jsonSafe(note === undefined ? event.result : withoutNote(event.result, note)),
         error: event.error ?? null,
         toolCallId,
       });

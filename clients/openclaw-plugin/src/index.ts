@@ -13,7 +13,7 @@ import { resolveConfig, type LoopguardPluginConfig } from './config.js';
 import { type ClientLike, type ConnectOptions, type GuardDeps, LoopguardGuard } from './guard.js';
 import type { PluginApi, PluginLogger } from './openclaw-types.js';
 
-export { LoopguardGuard, IN_RUN_COMPACTION_TRIGGER, agentIdFromSessionKey, jsonSafe, noteOf } from './guard.js';
+export { LoopguardGuard, IN_RUN_COMPACTION_TRIGGER, agentIdFromSessionKey, jsonSafe, noteOf, withoutNote } from './guard.js';
 export type { ClientLike, ConnectOptions, DecisionLike, GuardDeps, RunLike, VerdictLike } from './guard.js';
 export { resolveConfig, DEFAULTS } from './config.js';
 export type { LoopguardPluginConfig, FailMode } from './config.js';

@@ -47,6 +47,20 @@ describe(`notes for the model through OpenClaw ${openclaw.version}'s hook runner
     assert.equal(await resultFor(middlewares, 'run-n', 2), undefined); // attached once
   });
 
+  test('the result is published as the tool returned it, without the note', async () => {
+    const { runner, middlewares, client } = await setup((runId, tool, args, n) => ({ allowed: true, warnings: n === 1 ? [warning(NOTE)] : [], timedOut: false }));
+    await call(runner, 'run-p', 1);
+    const changed = await resultFor(middlewares, 'run-p', 1);
+    // OpenClaw hands after_tool_call the result the model got
+    await runner.runAfterToolCall(
+      { toolName: 'read', params: { path: 'loop.txt' }, runId: 'run-p', toolCallId: 'call_1', result: changed.result },
+      { ...ctxOf('run-p'), toolName: 'read', toolCallId: 'call_1' },
+    );
+    const published = client.published.find((e) => e.kind === 'tool_result');
+    assert.deepEqual(published.result, { content: [{ type: 'text', text: 'hello' }], details: { ok: true } });
+    assert.deepEqual(plugin.withoutNote({ content: [{ type: 'text', text: `hello${NOTE}` }] }, NOTE), { content: [{ type: 'text', text: 'hello' }] });
+  });
+
   test('a warning without a note (warnings: "log") changes no result', async () => {
     const { runner, middlewares, logger } = await setup(() => ({ allowed: true, warnings: [warning('')], timedOut: false }));
     await call(runner, 'run-l', 1);

@@ -134,7 +134,9 @@ export interface Verdict {
   reason?: string;
   /**
    * The warnings' notes for the model (issue 43, `warnings: "model"` in the agent's config):
-   * attach them to this call's tool result, the next one the model sees. Absent when none.
+   * attach them to this call's tool result, the next one the model sees, and publish the
+   * tool's own result (`afterTool`) without them: a note differs from call to call, so a
+   * loop's outcomes would never repeat. Absent when none.
    */
   modelNote?: string;
   /** The wait for the worker ran out (the verdict is the fail mode's). */
