@@ -50,9 +50,9 @@ MAX_MISSED = 10_000
 CATCH_UP_DEADLINE_S = 2.0
 FETCH_WAIT_MS = 50
 POLL_MS = 200  # one poll; records below the end offset are there, so it returns at once
-# Schemas read but not asked for, remembered by where they are (~150 bytes each: 15 MB at
-# most); the oldest noted is forgotten first (found again by a catch-up from the start).
-MAX_INDEXED = 100_000
+# Schemas read but not asked for, remembered by where they are (~235 bytes each: 11 MiB at
+# most, bench/schema_flood_bench.py); the oldest noted is forgotten first.
+MAX_INDEXED = 50_000
 
 
 def publish_schema(

@@ -61,8 +61,8 @@ SCHEMA_NAMES = ("AgentEvent", "Decision", "RunWatermark", "RunWatermarks", "Dead
 # version the worker still writes for runs without usage, which older gateways read).
 PREVIOUS_DIR = SCHEMA_DIR / "previous"
 # Writer schemas registered at run time that a registry keeps (the least recently used goes
-# first): a fleet runs a handful of schema versions; a parsed schema costs ~8 KB (measured in
-# docs/hardening.md), so the bound is ~2 MB whatever is published on the schemas topic.
+# first): a fleet runs a handful of schema versions; a parsed AgentEvent evolution costs ~20
+# KiB, so the bound is ~5 MiB whatever is published (bench/schema_flood_bench.py).
 MAX_WRITER_SCHEMAS = 256
 
 
