@@ -13,7 +13,8 @@ import os
 import re
 from dataclasses import asdict, dataclass, field
 from typing import Literal, cast
-from urllib.parse import unquote_plus, urlsplit
+
+from streams.observability.redaction import redact_url, redact_urls
 
 Guarantee = Literal["at_least_once", "exactly_once"]  # Faust's processing guarantees
 GUARANTEES: tuple[Guarantee, ...] = ("at_least_once", "exactly_once")
@@ -329,55 +330,3 @@ class Settings:
         if data["gateway_keys"].lstrip().startswith("{"):  # the keys themselves, not a path
             data["gateway_keys"] = "***"
         return data
-
-
-#: A query-string key naming a secret: these, and any key that contains one (``api_key``,
-#: ``access_token``, ``sslpassword``), case aside.
-SECRET_QUERY_KEYS = ("password", "passwd", "pwd", "secret", "token", "key")
-REDACTED = "***"
-
-
-def is_secret_key(name: str) -> bool:
-    """Whether a query-string key names a secret (see :data:`SECRET_QUERY_KEYS`)."""
-    lowered = name.lower()
-    return any(word in lowered for word in SECRET_QUERY_KEYS)
-
-
-def _redact_query(query: str) -> str:
-    """Each ``key=value`` pair of a raw query string, a secret key's value hidden; the rest
-    stays exactly as written (no re-encoding)."""
-    parts = []
-    for pair in query.split("&"):
-        name, sep, value = pair.partition("=")
-        if sep and value and is_secret_key(unquote_plus(name)):
-            value = REDACTED
-        parts.append(f"{name}{sep}{value}")
-    return "&".join(parts)
-
-
-def redact_url(url: str) -> str:
-    """The URL with every secret hidden, for logs and pages: the password of its userinfo
-    (``user:***@host``, split at the authority's last ``@``: a password may hold one) and
-    the values of secret query keys (``?password=***``, ``?sslkey=***``)."""
-    parts = urlsplit(url)
-    netloc = parts.netloc
-    userinfo, at, hostport = netloc.rpartition("@")
-    if at:
-        user, colon, password = userinfo.partition(":")
-        if colon and password:
-            netloc = f"{user}:{REDACTED}@{hostport}"
-    query = _redact_query(parts.query) if parts.query else parts.query
-    if netloc == parts.netloc and query == parts.query:
-        return url  # nothing secret: exactly as given
-    # Put back by hand: urlunsplit drops an empty authority (sqlite:///a.db -> sqlite:/a.db).
-    text = f"{parts.scheme}:" if parts.scheme else ""
-    if url[len(text) :].startswith("//"):
-        text += f"//{netloc}"
-    text += parts.path + (f"?{query}" if query else "")
-    return text + (f"#{parts.fragment}" if parts.fragment else "")
-
-
-def redact_urls(text: str) -> str:
-    """:func:`redact_url` on each URL of a list (``kafka://a:1;kafka://b:2``, commas too)."""
-    pieces = re.split(r"([;,])", text)
-    return "".join(piece if piece in (";", ",") else redact_url(piece) for piece in pieces)

@@ -169,8 +169,7 @@ def register_views(
             body: dict[str, Any] = {
                 "status": "ok",
                 "app_id": app.conf.id,
-                "db": await db_state(),
-                "db_url": shown_url,
+                "db": await db_state(),  # no URL: /healthz is open to probes (issue 40)
                 "uptime_seconds": round(time.time() - started, 1),
             }
             body.update(await _call_health(health))
