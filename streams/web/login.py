@@ -18,11 +18,23 @@ from streams.web.markup import HTML_HEADERS, esc, page
 HOME = "/status"
 
 
+#: The longest ``next`` kept (a longer one goes to :data:`HOME`).
+NEXT_MAX_CHARS = 2048
+
+
 def safe_next(target: str | None) -> str:
-    """Where to go after login: a path on this server only (never ``//host`` or a URL)."""
-    if not target or not target.startswith("/") or target.startswith(("//", "/\\")):
+    """Where to go after login: a path on this server only, else :data:`HOME`.
+
+    A browser resolves ``Location`` with the WHATWG URL parser, which drops tabs and newlines
+    anywhere, trims control characters and spaces at the ends and reads ``\\`` as ``/``: so
+    ``/\\t/evil``, ``/\\evil`` and `` //evil`` all lead off-site. Rather than strip as it
+    does, anything but printable ASCII without a backslash is refused, and what is left must
+    start with exactly one ``/`` (a path-absolute URL keeps this origin)."""
+    if not target or len(target) > NEXT_MAX_CHARS:
         return HOME
-    if any(ch in target for ch in "\r\n\\"):
+    if not target.startswith("/") or target.startswith("//"):
+        return HOME
+    if any(not "!" <= ch <= "~" or ch == "\\" for ch in target):
         return HOME
     return target
 

@@ -165,7 +165,7 @@ def test_healthz_default_is_the_previous_answer(server: Server) -> None:
     status, headers, body = server.get("/healthz")
     assert status == 200 and headers["Content-Type"].startswith("application/json")
     health = json.loads(body)
-    assert set(health) == {"status", "app_id", "db", "db_url", "uptime_seconds"}
+    assert set(health) == {"status", "app_id", "db", "uptime_seconds"}  # no URL (issue 40)
     assert health["status"] == "ok" and health["db"] == "ok"
 
 

@@ -218,11 +218,45 @@ def test_a_wrong_token_on_the_form_is_refused(guarded: Client) -> None:
     assert "Set-Cookie" not in reply.headers
 
 
-@pytest.mark.parametrize("target", ["//evil.example/x", "https://evil.example", "/\\evil", ""])
+# Each leads off-site once a browser's WHATWG parser strips tabs and newlines and reads "\\"
+# as "/" (issue 40, item 8: ``next=/%09/evil.example`` answered ``Location: /\\t/evil.example``).
+OFF_SITE = [
+    "//evil.example/x",
+    "https://evil.example",
+    "/\\evil",
+    "",
+    "/\t/evil.example",
+    "/\n/evil.example",
+    "/\r\n/evil.example",
+    "\t//evil.example",
+    " //evil.example",
+    "/\\/evil.example",
+    "\\\\evil.example",
+    "/\t\\evil.example",
+    "javascript:alert(1)",
+]
+
+
+@pytest.mark.parametrize("target", OFF_SITE)
 def test_login_only_returns_to_this_server(guarded: Client, target: str) -> None:
     form = urlencode({"token": TOKEN, "next": target})
     reply = guarded.request("/login", method="POST", body=form)
     assert reply.status == 303 and reply.headers["Location"] == "/status"
+
+
+def test_the_form_carries_only_a_path_of_this_server(guarded: Client) -> None:
+    """``/login?next=/%09/evil.example``: the form's hidden ``next`` is the home page."""
+    form = guarded.get("/login?next=/%09/evil.example")
+    assert form.status == 200 and 'name="next" value="/status"' in form.body
+
+
+@pytest.mark.parametrize("target", ["/%09/evil.example", "/%5Cevil.example", "//evil.example"])
+def test_without_a_token_login_never_leads_off_site(open_web: Client, target: str) -> None:
+    """With no token configured ``GET /login`` redirects at once: to this server only."""
+    reply = open_web.get(f"/login?next={target}")
+    assert reply.status == 303 and reply.headers["Location"] == "/status"
+    kept = open_web.get("/login?next=/runs%3Flimit%3D1")
+    assert kept.status == 303 and kept.headers["Location"] == "/runs?limit=1"
 
 
 def test_a_session_expires_and_dies_with_a_new_token() -> None:
@@ -245,7 +279,23 @@ def test_no_secret_of_the_database_url_shows(tmp_path) -> None:
         health = client.get("/healthz")
         page = client.get("/status")
     body = json.loads(health.body)
-    assert body["db_url"].endswith("?password=***&sslkey=***")
+    assert "db_url" not in body and "a.db" not in health.body  # no URL at all (issue 40)
     for text in (health.body, page.body):
         assert "qs-secret" not in text and "key-secret" not in text
     assert "password=***" in page.body
+
+
+def test_a_password_sqlalchemy_accepts_unencoded_never_shows() -> None:
+    """``/``, ``?`` and ``#`` in the password, credentials in ``options`` and ``dsn``
+    (issue 40, item 9): the status page shows the URL redacted, /healthz no URL at all."""
+    url = (
+        "postgresql+psycopg://lg:pw/se?cr#et@127.0.0.1:1/audit"
+        "?options=-c%20password%3Dopt-secret&dsn=password%3Ddsn-secret&connect_timeout=1"
+    )
+    with worker_web(url) as client:
+        health = client.get("/healthz")
+        page = client.get("/status")
+    assert "db_url" not in json.loads(health.body) and "127.0.0.1:1" not in health.body
+    assert "lg:***@127.0.0.1:1/audit?options=***&amp;dsn=***" in page.body
+    for secret in ("pw/se", "cr#et", "opt-secret", "dsn-secret"):
+        assert secret not in health.body and secret not in page.body
