@@ -31,4 +31,10 @@ if (fs.existsSync(previousSource)) {
     fs.copyFileSync(path.join(previousSource, name), path.join(target, 'previous', name));
   }
 }
+// The operator's command (issue 43): a gateway that holds a blocked call publishes its hold default.
+const internalSource = path.join(source, 'internal', 'OperatorCommand.avsc');
+if (fs.existsSync(internalSource)) {
+  fs.mkdirSync(path.join(target, 'internal'));
+  fs.copyFileSync(internalSource, path.join(target, 'internal', 'OperatorCommand.avsc'));
+}
 console.log(`copy-schemas: ${names.join(', ')}`);

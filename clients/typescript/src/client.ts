@@ -40,6 +40,16 @@ import { parseBrokers } from './brokers';
 import { decisionIdOf, decodeControl, encodeEvent } from './codec';
 import { ControlReader, type ControlRecord } from './controlReader';
 import { CodecError } from './errors';
+import {
+  ABORT_DETECTOR,
+  DEFAULT_ANSWER_WAIT_MS,
+  DEFAULT_RELEASE_CALLS,
+  RELEASE_DETECTOR,
+  type HoldSettings,
+  encodeOperatorCommand,
+  holdSettings,
+  operatorAnswer,
+} from './hold';
 import { type Logger, RateLimitedLog, defaultLogger, safeLogger } from './logger';
 import { modelNote, modelNotes } from './modelNotes';
 import { pyJsonDumps } from './pyjson';
@@ -547,7 +557,10 @@ export class GatewayClient {
     control.decisions.push(decision);
     this.counters.decisions++;
     if (decision.enforced === false) this.logObserved(decision); // shadow mode: never acted on
-    else if (decision.action === 'abort') control.abort = decision;
+    else if (decision.detector === RELEASE_DETECTOR) {
+      control.block = undefined; // an operator released the run (issue 43): its next call goes through
+      control.warnings.push(decision);
+    } else if (decision.action === 'abort') control.abort = decision;
     else if (decision.action === 'block') {
       if (!toolBlock) control.block = decision;
     } else control.warnings.push(decision);
@@ -625,6 +638,11 @@ export class GatewayClient {
     this.counters.warningsDelivered += warnings.length;
     if (block) this.counters.blocks++;
     return { warnings, block };
+  }
+
+  /** @internal Publish an operator command of this gateway's (a held call's hold default). */
+  publishCommand(runId: string, key: string, value: Buffer): Promise<void> {
+    return this.send(runId, value, key);
   }
 
   /** @internal */
@@ -794,6 +812,9 @@ export class GatewayRun {
   /** The most recent events this run published, in order (audits, tests). */
   readonly events: AgentEvent[] = [];
   private lastGuardedSeq = 0;
+  /** The block a call is held on now (`onBlock: "hold"`, issue 43), and how many were held. */
+  holding: Decision | undefined;
+  holds = 0;
   /** Usage reported since the last event that carried it (see {@link reportUsage}). */
   private pendingUsage: { inputTokens: number; outputTokens: number; costUsd: number | null } | undefined;
 
@@ -874,7 +895,15 @@ export class GatewayRun {
       const target = this.lastGuardedSeq;
       timedOut = !(await this.client.awaitWatermark(this.runId, target));
     }
-    const { warnings, block } = this.client.takeVerdict(this.runId, toolName, this.agentId); // throws RunAborted
+    const taken = this.client.takeVerdict(this.runId, toolName, this.agentId); // throws RunAborted
+    const { warnings } = taken;
+    let block = taken.block;
+    const hold = holdSettings(block);
+    if (block && hold) {
+      const answer = await this.hold(block, hold);
+      if (answer?.detector === ABORT_DETECTOR) throw new RunAborted(answer);
+      if (answer) block = undefined; // released: the call goes through
+    }
     let verdict: Verdict;
     if (block) {
       verdict = { allowed: false, warnings, blockedBy: block, reason: modelNote(block) || block.reason, timedOut };
@@ -901,6 +930,53 @@ export class GatewayRun {
       await this.afterTool(toolName, args, { result: refusal, toolCallId });
     }
     return verdict;
+  }
+
+  /**
+   * Hold a blocked call (`onBlock: "hold"`, issue 43) until an operator's release or abort of
+   * the run arrives; with no answer in time publish the agent's hold default and wait (bounded)
+   * for the worker's answer to it. The answer, or undefined: refuse the call.
+   */
+  private async hold(block: Decision, settings: HoldSettings): Promise<Decision | undefined> {
+    const known = this.client.decisions(this.runId);
+    const blockId = block.decisionId || decisionIdOf(block);
+    const index = known.findIndex((d) => (d.decisionId || decisionIdOf(d)) === blockId);
+    const since = index >= 0 ? index + 1 : known.length;
+    this.holding = block;
+    this.holds += 1;
+    try {
+      let answer = await this.operatorAnswer(since, settings.timeoutMs);
+      if (!answer && settings.holdDefault !== 'refuse') {
+        const command = encodeOperatorCommand({
+          runId: this.runId,
+          agentId: this.agentId,
+          sessionId: this.sessionId,
+          eventTime: this.client.clock(),
+          command: settings.holdDefault,
+          releaseId: randomUUID().replace(/-/g, ''),
+          calls: settings.holdDefault === 'release' ? DEFAULT_RELEASE_CALLS : null,
+          reason:
+            `no answer within ${Math.round(settings.timeoutMs / 1000)} s of holding a blocked call ` +
+            `(${block.detector}): holdDefault ${settings.holdDefault}`,
+          releasedBy: `gateway ${this.client.gatewayId}`,
+          source: 'hold',
+        });
+        await this.client.publishCommand(this.runId, this.sessionId || this.runId, command);
+        answer = await this.operatorAnswer(since, DEFAULT_ANSWER_WAIT_MS);
+      }
+      return answer;
+    } finally {
+      this.holding = undefined;
+    }
+  }
+
+  private async operatorAnswer(since: number, timeoutMs: number): Promise<Decision | undefined> {
+    try {
+      const seen = await this.client.waitFor(this.runId, (ds) => operatorAnswer(ds, since) !== undefined, timeoutMs);
+      return operatorAnswer(seen, since);
+    } catch {
+      return undefined;
+    }
   }
 
   /** Publish the tool's outcome (`result`, or `error` if it failed). */

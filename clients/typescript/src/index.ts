@@ -45,6 +45,17 @@ export {
   type EventEncodeOptions,
 } from './codec';
 export { MODEL_NOTE, modelNote, modelNotes } from './modelNotes';
+export {
+  ABORT_DETECTOR,
+  RELEASE_DETECTOR,
+  decodeOperatorCommand,
+  encodeOperatorCommand,
+  holdSettings,
+  operatorAnswer,
+  type HoldDefault,
+  type HoldSettings,
+  type OperatorCommandInput,
+} from './hold';
 export { ControlReader, type ControlRecord, type ControlReaderOptions } from './controlReader';
 export { crc64Avro, crc64AvroBytes } from './crc64';
 export {
