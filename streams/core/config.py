@@ -8,7 +8,6 @@ by a default.
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 from dataclasses import dataclass, field, replace
@@ -275,7 +274,7 @@ def _check_nested(key: str, value: Any, where: str) -> None:
 def merge_blocks(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
     """Field-by-field merge: nested blocks (``detectors``, ``postCompactionGuard``,
     ``consecutiveErrors``) merge per key too, ``perTool`` per tool and field."""
-    merged = copy.deepcopy(base)
+    merged = {key: _one_level(value) for key, value in base.items()}
     for key, value in override.items():
         if key == PER_TOOL and isinstance(value, dict) and isinstance(merged.get(key), dict):
             merged[key] = merge_per_tool(merged[key], value)
@@ -284,6 +283,18 @@ def merge_blocks(base: dict[str, Any], override: dict[str, Any]) -> dict[str, An
         else:
             merged[key] = value
     return merged
+
+
+def _one_level(value: Any) -> Any:
+    """A copy of an object's or a list's own level: the merged block is the caller's to
+    change at that level, while what lies below (a ``perTool`` table's entries) is shared,
+    never changed by resolving: a deep copy of a 3,300-tool table per agent was most of
+    what a new agent cost (issue 40)."""
+    if isinstance(value, dict):
+        return dict(value)
+    if isinstance(value, list):
+        return list(value)
+    return value
 
 
 def resolve(block: dict[str, Any] | None, path: str = "tools.loopDetection") -> LoopDetectionConfig:

@@ -38,14 +38,18 @@ def value_depth(value: Any, beyond: int = MAX_CONFIG_DEPTH) -> int:
     return deepest
 
 
+def _too_deep(path: str) -> str:
+    return (
+        f"{path}: nested deeper than {MAX_CONFIG_DEPTH} levels (MAX_CONFIG_DEPTH); a "
+        "tools.loopDetection block nests 4 at most"
+    )
+
+
 def check_limits(block: Any, path: str) -> None:
     """Refuse a block nested deeper than MAX_CONFIG_DEPTH or naming more than
     MAX_PER_TOOL_ENTRIES tools, naming ``path``."""
     if value_depth(block) > MAX_CONFIG_DEPTH:
-        raise ConfigError(
-            f"{path}: nested deeper than {MAX_CONFIG_DEPTH} levels (MAX_CONFIG_DEPTH); "
-            "a tools.loopDetection block nests 4 at most"
-        )
+        raise ConfigError(_too_deep(path))
     per_tool = block.get("perTool") if isinstance(block, dict) else None
     if isinstance(per_tool, dict) and len(per_tool) > MAX_PER_TOOL_ENTRIES:
         raise ConfigError(
@@ -66,6 +70,8 @@ def load_record(value: bytes, path: str) -> Any:
     try:
         block = orjson.loads(value)
     except orjson.JSONDecodeError as exc:
+        if "depth" in str(exc):  # orjson's own limit, 1,024 levels
+            raise ConfigError(_too_deep(path)) from None
         raise ConfigError(f"{path}: not valid JSON: {str(exc)[:200]}") from None
     check_limits(block, path)
     return block

@@ -84,15 +84,17 @@ class FleetConfig:
             agents[agent_id] = block
         return FleetConfig(self.global_block, agents)
 
-    def with_override(self, key: str, block: dict[str, Any]) -> FleetConfig:
+    def with_override(self, key: str, block: dict[str, Any], warn: bool = True) -> FleetConfig:
         """A copy with one run-time override applied: ``*`` replaces the global block, an
         agent id that agent's block (as the workers apply the config topic). Logs the
-        thresholds the result can never reach (:func:`config_warnings`)."""
+        thresholds the result can never reach (:func:`config_warnings`) unless ``warn`` is
+        false (resolving every agent of the fleet again is not free: issue 40)."""
         if key == GLOBAL_KEY:
             fleet = FleetConfig(check_block(block, override_path(key)), self.agent_blocks)
         else:
             fleet = self.with_agent(key, block)
-        log_fleet_warnings(fleet)
+        if warn:
+            log_fleet_warnings(fleet)
         return fleet
 
     def to_document(self) -> dict[str, Any]:
@@ -221,7 +223,10 @@ def check_override(key: str, block: Any) -> dict[str, Any]:
     if not isinstance(block, dict):
         raise ConfigError(f"{override_path(key)}: expected an object, got {type(block).__name__}")
     check_limits(block, override_path(key))
-    return check_block(block, override_path(key))
+    checked = check_block(block, override_path(key))
+    if key != GLOBAL_KEY:  # refused here, not on every event of the agent (issue 40)
+        no_agent_incidents(checked, override_path(key))
+    return checked
 
 
 def parse_override_record(key: str, value: bytes) -> dict[str, Any]:

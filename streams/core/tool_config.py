@@ -128,15 +128,28 @@ def canonical_per_tool(per_tool: dict[str, Any]) -> dict[str, Any]:
     return canonical
 
 
+# Resolved entries by the identity of their raw entry (kept alive beside them, so an id is
+# never reused while cached): the agents that do not override a tool share its settings
+# and its parsed paths instead of each parsing the table again (issue 40). Emptied when full.
+SETTINGS_MEMO_SIZE = 32_768
+_settings_memo: dict[int, tuple[dict[str, Any], ToolSettings]] = {}
+
+
 def tool_settings(per_tool: dict[str, Any]) -> dict[str, ToolSettings]:
-    """Checked raw entries -> resolved settings; entries that set nothing are left out."""
+    """Checked raw entries -> resolved settings; entries that set nothing are left out.
+    Raw entries are never changed once checked (merging makes new ones), so the settings of
+    an entry already resolved are that entry's again."""
     settings: dict[str, ToolSettings] = {}
     for tool, entry in per_tool.items():
         if not entry:
             continue
+        known = _settings_memo.get(id(entry))
+        if known is not None and known[0] is entry:
+            settings[tool] = known[1]
+            continue
         paths = entry.get("volatileFields") or []
         ignored = entry.get("ignoredArgs") or []
-        settings[tool] = ToolSettings(
+        resolved = settings[tool] = ToolSettings(
             warning_threshold=entry.get("warningThreshold"),
             critical_threshold=entry.get("criticalThreshold"),
             exempt=frozenset(entry.get("exempt") or ()),
@@ -144,6 +157,9 @@ def tool_settings(per_tool: dict[str, Any]) -> dict[str, ToolSettings]:
             ignored_args=VolatileFields(ignored) if ignored else None,
             status_result=entry.get(STATUS_RESULT_FIELD),
         )
+        if len(_settings_memo) >= SETTINGS_MEMO_SIZE:
+            _settings_memo.clear()
+        _settings_memo[id(entry)] = (entry, resolved)
     return settings
 
 
