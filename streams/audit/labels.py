@@ -149,14 +149,16 @@ def trail_quality(store: AuditStore, agent: str | None = None) -> TrailQuality:
         if (row.run_id, rule, row.command) not in counted:
             counted.add((row.run_id, rule, row.command))
             quality.add(rule, row.agent_id, "releases" if row.command == RELEASE else "aborts")
+        verb = "aborted" if row.command == ABORT else "released"
         by = f" by {row.released_by}" if row.released_by else ""
         said = f": {row.reason}" if row.reason else ""
+        why = row.reason if row.reason.startswith(verb) else f"{verb}{by}{said}"
         quality.labels[row.run_id] = RunLabel(
             run_id=row.run_id,
             agent_id=row.agent_id,
             stuck=row.command == ABORT,
             rule=rule,
-            why=f"{'aborted' if row.command == ABORT else 'released'}{by}{said}",
+            why=why,
             at_seq=row.applied_seq,
         )
     return quality

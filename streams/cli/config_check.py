@@ -108,6 +108,8 @@ def describe(cfg: LoopDetectionConfig) -> dict[str, Any]:
             "errorAcrossRuns": d.error_across_runs,
         },
         "mode": cfg.mode,
+        "warnings": cfg.warnings,  # issue 43: "model" words each decision for the model
+        "maxLoopTokens": cfg.max_loop_tokens or None,  # issue 43: null, no budget
         "scope": cfg.scope,
         "sessionFreshTriggers": list(cfg.session_fresh_triggers),
         "sessionGapSeconds": cfg.session_gap_ms // 1000,

@@ -140,6 +140,8 @@ def test_check_shows_every_field(tmp_path, capsys):
         "abortAfterBlocks=5",
         "errorRepeatThreshold=4",
         "mode=enforce",
+        "warnings=log",
+        "maxLoopTokens=null",
         "scope=run",
         "sessionFreshTriggers=cron,heartbeat",
         "sessionGapSeconds=0",  # off under compat unless set
