@@ -130,12 +130,12 @@ def _send(args: argparse.Namespace) -> int:
             else:
                 run = known_run(conn, args.run_id)
                 if run is None or run.status != "active":
-                    what = "no run" if run is None else f"run is {run.status}:"
-                    print(
-                        f"loopguard {args.command}: {what} {args.run_id!r} in the audit trail"
-                        + ("" if run is None else f" (nothing to {verb})"),
-                        file=sys.stderr,
+                    why = (
+                        f"no run {args.run_id!r} in the audit trail"
+                        if run is None
+                        else f"run {args.run_id!r} is {run.status} (nothing to {verb})"
                     )
+                    print(f"loopguard {args.command}: {why}", file=sys.stderr)
                     return EXIT_ERROR
                 runs = [run]
     finally:
