@@ -16,8 +16,9 @@ later is still found: any later catch-up notes where it is, whoever asked).
 What a flood of the topic can cost is bounded too (issue 40: 30,000 schemas held a looping
 run's abort for 21 s and grew the worker by 244 MB): a catch-up parses only the schema it
 was asked for (the record keyed by its fingerprint's hex, as gateways publish) and notes where
-the others are (a bounded index: fingerprint -> partition and offset), so one asked later
-is fetched alone; the registry keeps the most recently used schemas only
+every schema read is (a bounded index: fingerprint -> partition and offset), so one asked
+later, or evicted from the registry since, is fetched alone; the registry keeps the most
+recently used schemas only
 (:data:`~streams.wire.schema_registry.MAX_WRITER_SCHEMAS`); and lookups are shared out per
 producer (:mod:`streams.kafka.lookup_quota`).
 """
@@ -93,7 +94,7 @@ class SchemaTopic:
         self.registry = registry
         self.quota = quota or LookupQuota()
         self.max_indexed = max(int(max_indexed), 1)
-        # fingerprint -> (partition, offset) of its newest record read and not registered
+        # fingerprint -> (partition, offset) of its newest record read, registered or not
         self._index: OrderedDict[bytes, tuple[int, int]] = OrderedDict()
         self._wanted: bytes | None = None  # the fingerprint the catch-up under way is for
         self.retry_after = retry_after
@@ -144,8 +145,8 @@ class SchemaTopic:
                 return self._miss(fingerprint)
             if fingerprint not in self._index:
                 self._catch_up(fingerprint)
-            if fingerprint in self._index:  # read before, or just now, and not parsed
-                self._fetch_indexed(fingerprint)
+            if fingerprint in self._index and fingerprint not in self.registry:
+                self._fetch_indexed(fingerprint)  # read before (or evicted since), not parsed
             if fingerprint in self.registry:
                 self._missed.pop(fingerprint, None)
                 return True
@@ -175,7 +176,7 @@ class SchemaTopic:
             return self._catch_up(None)
 
     def indexed(self) -> int:
-        """Schemas read and not registered, noted by where they are (``max_indexed`` at most)."""
+        """Schemas read, noted by where they are (``max_indexed`` at most)."""
         return len(self._index)
 
     def close(self) -> None:
@@ -261,29 +262,29 @@ class SchemaTopic:
         return position
 
     def _note(self, key: bytes | None, value: bytes | None, partition: int, offset: int) -> int:
-        """A record read: registered when it is the schema asked for, else noted by where it
-        is. Keyed otherwise than by a fingerprint's hex (gateways key it so): ignored."""
+        """A record read: noted by where it is, and registered when it is the schema asked
+        for. Keyed otherwise than by a fingerprint's hex (gateways key it so): ignored."""
         fingerprint = _fingerprint_of_key(key)
         if fingerprint is None or value is None:
             if value is not None:
                 log.warning("ignoring a schema on %s not keyed by its fingerprint", self.topic)
             return 0
         self.records_read += 1
-        if fingerprint == self._wanted:
-            self._index.pop(fingerprint, None)
-            self._register(fingerprint, value)
-        elif fingerprint not in self.registry:
-            self._index[fingerprint] = (partition, offset)
-            self._index.move_to_end(fingerprint)
-            while len(self._index) > self.max_indexed:
-                self._index.popitem(last=False)
+        self._index[fingerprint] = (partition, offset)  # its newest copy
+        self._index.move_to_end(fingerprint)
+        while len(self._index) > self.max_indexed:
+            self._index.popitem(last=False)
+        if fingerprint == self._wanted and not self._register(fingerprint, value):
+            self._index.pop(fingerprint, None)  # refused: not fetched again for nothing
         return 1
 
     def _fetch_indexed(self, fingerprint: bytes) -> None:
         """Read the one record noted for ``fingerprint`` (a consumer of its own: the topic's
-        reader stays where it is) and register it."""
-        partition, offset = self._index.pop(fingerprint)
+        reader stays where it is) and register it; the note goes when that fails."""
+        partition, offset = self._index[fingerprint]
+        self._index.move_to_end(fingerprint)
         tp = TopicPartition(self.topic, partition)
+        registered = False
         consumer = group_less_consumer(self.bootstrap_servers, **self.kafka_options)
         try:
             consumer.assign([tp])
@@ -294,29 +295,34 @@ class SchemaTopic:
                 for records in consumer.poll(timeout_ms=POLL_MS, max_records=1).values():
                     record = records[0]
                     if record.offset == offset and _fingerprint_of_key(record.key) == fingerprint:
-                        self._register(fingerprint, record.value)
-                    return  # compacted away since: a catch-up notes its newer copy
+                        registered = self._register(fingerprint, record.value)
+                    return  # else compacted away since: a catch-up notes its newer copy
         except KafkaError as exc:
             log.warning("%s: cannot read a schema: %s", self.topic, exc)
         finally:
             consumer.close()
+            if not registered:
+                self._index.pop(fingerprint, None)
 
-    def _register(self, fingerprint: bytes, value: bytes | None) -> None:
+    def _register(self, fingerprint: bytes, value: bytes | None) -> bool:
+        """Parse and register the schema a record keyed ``fingerprint`` holds; False when
+        it is not one, or not the one its key names."""
         if value is None:
-            return
+            return False
         try:
             schema = parse_schema_text(value.decode())
         except Exception as exc:  # noqa: BLE001 - one record must never stop the lookups
             log.warning("ignoring invalid schema on %s: %s", self.topic, one_line(exc))
-            return
+            return False
         if schema.fingerprint != fingerprint:
             log.warning(
                 "ignoring a schema on %s keyed %s: its fingerprint is %s",
                 self.topic, fingerprint.hex(), schema.fingerprint.hex(),
             )  # fmt: skip
-            return
+            return False
         self.registry.add(schema)
         log.info("registered writer schema %s from %s", fingerprint.hex(), self.topic)
+        return True
 
 
 def _fingerprint_of_key(key: bytes | None) -> bytes | None:

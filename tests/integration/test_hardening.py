@@ -102,6 +102,32 @@ def test_unknown_fingerprints_read_the_schemas_topic_once_not_once_each(
         producer.close()
 
 
+def test_a_schema_evicted_from_the_bounded_registry_is_fetched_alone_again(
+    pipeline_factory, tmp_path: Path
+) -> None:
+    """Issue 40: the registry keeps the most recently used schemas only; one evicted is read
+    again from where the topic holds it, with no catch-up from the start."""
+    pipeline = _sqlite_pipeline(pipeline_factory, tmp_path)
+    topic = pipeline.settings.topics.schemas
+    producer = KafkaProducer(bootstrap_servers=pipeline.broker.bootstrap)
+    published = SchemaRegistry()
+    first, second = (published.register(_schema(i)) for i in (0, 1))
+    for i in range(3):
+        publish_schema(producer, topic, published, _schema(i))
+    registry = CountingRegistry()
+    registry.max_schemas = 1
+    schemas = SchemaTopic(pipeline.broker.bootstrap.split(","), topic, registry, quota=NO_QUOTA)
+    try:
+        assert schemas.resolve(first) and schemas.resolve(second)
+        assert first not in registry and registry.evicted == 1
+        assert schemas.records_read == 3 and schemas.indexed() == 3
+        assert schemas.resolve(first)  # fetched alone: no record of the topic read again
+        assert first in registry and schemas.records_read == 3 and registry.registered == 3
+    finally:
+        schemas.close()
+        producer.close()
+
+
 def test_a_missed_fingerprint_published_later_is_found_after_the_retry_time(
     pipeline_factory, tmp_path: Path
 ) -> None:
