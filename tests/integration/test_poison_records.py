@@ -32,7 +32,7 @@ from streams.audit.store import AuditStore
 from streams.core.events import Action, CompactionRetry, Envelope, ToolCall, ToolResult
 from streams.core.incidents import ERROR, Signal
 from streams.gateway.client import GatewayClient
-from streams.wire.avro import encode_decision, encode_event
+from streams.wire.avro import DeadLetterRecord, encode_dead_letter, encode_decision, encode_event
 from streams.wire.incident_codec import decode_signal, encode_signal
 from streams.wire.schema_registry import schema_fingerprint
 
@@ -251,6 +251,22 @@ def test_a_schemas_flood_ahead_of_a_looping_run_does_not_hold_its_abort(worker) 
     producer.close()
     received = client.wait_for(run_id, lambda ds: len(ds) >= 1, timeout=60)
     assert [d.error_code for d in received] == ["compaction_loop_persisted"]
+    assert_alive(pipeline)
+
+
+def test_an_unreadable_dead_letter_is_skipped_and_the_next_one_kept(worker) -> None:
+    pipeline, _ = worker
+    topics = pipeline.settings.topics
+    tag = uuid.uuid4().hex[:6].encode()
+    letter = DeadLetterRecord(
+        source_topic="elsewhere", partition=0, offset=int(time.time() * 1000), error="kept",
+        payload=b"after the poison " + tag, event_time=1,
+    )  # fmt: skip
+    produce(pipeline, topics.deadletter, [(b"d", JUNK), (b"d", deep_extra_decision()),
+                                          (b"d", encode_dead_letter(letter))])  # fmt: skip
+    kept = lambda: letters_with(pipeline, "elsewhere", letter.payload)  # noqa: E731
+    wait_until(kept, "dead letter after the poison", pipeline)
+    assert kept() == ["kept"]
     assert_alive(pipeline)
 
 
