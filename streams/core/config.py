@@ -147,11 +147,6 @@ class LoopDetectionConfig:
     hold_default: str = "refuse"
 
     @property
-    def watches_loops(self) -> bool:
-        """Whether a run follows its current loop's start and spend (loop_spend.py)."""
-        return self.max_loop_tokens > 0 or self.warnings == "model"
-
-    @property
     def session_scope(self) -> bool:
         """A loop's counts survive a new run of the same session (``scope: "session"``)."""
         return self.scope == "session"

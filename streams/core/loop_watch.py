@@ -1,7 +1,7 @@
 """What a run's current loop adds to an event's decisions (issue 43): the budget rule's abort
 (``maxLoopTokens``) and, with ``warnings: "model"``, a note for the model on each decision.
 
-Only agents that set either follow their loops (``LoopDetectionConfig.watches_loops``), so
+Only agents that set either follow their loops (:func:`watches_loops`), so
 every other agent decides, and stores its runs, exactly as before. The run applies the two
 apart (streams.core.run_state): the abort before an operator's release softens the event's
 decisions (a released run draws warnings only, the budget's abort too), the notes after it
@@ -15,6 +15,12 @@ from streams.core.events import Action, AgentEvent, Decision, RunEnded, ToolCall
 from streams.core.loop_spend import LoopSpend, loop_budget_decision
 from streams.core.model_notes import WARNINGS_TO_MODEL, with_model_notes
 from streams.core.usage import clean_tokens
+
+
+def watches_loops(cfg: LoopDetectionConfig) -> bool:
+    """Whether the agent's runs follow their current loop (``maxLoopTokens`` or ``warnings:
+    "model"``)."""
+    return cfg.max_loop_tokens > 0 or cfg.warnings == WARNINGS_TO_MODEL
 
 
 def watch_loop(

@@ -28,7 +28,7 @@ from streams.core.events import (
     ToolResult,
 )
 from streams.core.loop_spend import LOOP_BUDGET
-from streams.core.loop_watch import watch_loop, worded
+from streams.core.loop_watch import watch_loop, watches_loops, worded
 from streams.core.recent_decisions import keep_recent, recent_decision_dict
 from streams.core.reorder import gap_expired
 from streams.core.run_calls import on_call, settle_held
@@ -100,7 +100,7 @@ class RunState(RunData):
             window = self.release = None  # the release is over: the guard resumes
         status, blocks = self.status, self.blocks
         decisions = self._evaluate(event, cfg)
-        watching = cfg.watches_loops
+        watching = watches_loops(cfg)
         if watching:  # the current loop's spend, and the budget rule (issue 43, loop_watch.py)
             decisions = watch_loop(
                 self.run_id, self.loop, event, decisions, cfg, self.status == ACTIVE

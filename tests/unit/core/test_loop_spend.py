@@ -14,6 +14,7 @@ from streams.core.config import resolve
 from streams.core.config_error import ConfigError
 from streams.core.events import Action, Decision, RunEnded, ToolCall
 from streams.core.loop_spend import LOOP_BUDGET, LOOP_TOKENS_EXCEEDED, LoopSpend
+from streams.core.loop_watch import watches_loops
 from streams.core.model_notes import MODEL_NOTE, model_note, note_of
 
 IN, OUT = 1_000, 100  # one model turn
@@ -32,7 +33,7 @@ def test_unset_the_version_is_the_one_configs_always_had() -> None:
     assert resolve({"warnings": "log"}).version == resolve({}).version
     assert resolve({"maxLoopTokens": None}).version == resolve({}).version
     assert resolve({}).warnings == "log" and resolve({}).max_loop_tokens == 0
-    assert not resolve({}).watches_loops
+    assert not watches_loops(resolve({}))
 
 
 def test_set_they_are_part_of_the_version() -> None:
@@ -40,7 +41,7 @@ def test_set_they_are_part_of_the_version() -> None:
     model = resolve({"warnings": "model"})
     budget = resolve({"maxLoopTokens": 50_000})
     assert model.version != base and budget.version != base and model.version != budget.version
-    assert model.watches_loops and budget.watches_loops
+    assert watches_loops(model) and watches_loops(budget)
     assert budget.max_loop_tokens == 50_000
 
 
