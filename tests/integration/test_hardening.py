@@ -24,7 +24,7 @@ from streams.core.events import CompactionRetry, Envelope, ToolCall, ToolResult
 from streams.kafka.lookup_quota import LookupQuota
 from streams.kafka.schema_topic import SchemaTopic, publish_schema
 from streams.wire.avro import encode_event
-from streams.wire.schema_registry import ParsedSchema, SchemaRegistry
+from streams.wire.schema_registry import ParsedSchema, SchemaRegistry, schema_fingerprint
 
 pytestmark = pytest.mark.integration
 
@@ -97,6 +97,41 @@ def test_unknown_fingerprints_read_the_schemas_topic_once_not_once_each(
         # One read before and not asked for then is fetched alone when it is.
         assert schemas.resolve(published.register(_schema(7)))
         assert schemas.records_read == 31 and registry.registered == 2
+    finally:
+        schemas.close()
+        producer.close()
+
+
+def test_a_flood_of_30000_schemas_and_unknown_ids_is_read_once_and_parses_nothing(
+    pipeline_factory, tmp_path: Path
+) -> None:
+    """Issue 40 item 7: the work such a flood puts on the guard path, counted (it held a
+    looping run's abort for 21 s, parsing every schema it read): the flood is read once and
+    nothing of it is parsed or kept; the flooding producer's lookups past its quota touch no
+    broker, and another gateway's schema published after the flood is still found."""
+    pipeline = _sqlite_pipeline(pipeline_factory, tmp_path)
+    topic = pipeline.settings.topics.schemas
+    producer = KafkaProducer(bootstrap_servers=pipeline.broker.bootstrap, linger_ms=50)
+    flood = 30_000
+    for i in range(flood):
+        text = _schema(100_000 + i)
+        producer.send(topic, key=schema_fingerprint(text).hex().encode(), value=text.encode())
+    producer.flush()
+    registry = CountingRegistry()
+    # The default bursts, no refill while the test runs (however long the reads take).
+    quota = LookupQuota(producer_per_second=1e-9, fleet_per_second=1e-9)
+    schemas = SchemaTopic(pipeline.broker.bootstrap.split(","), topic, registry, quota=quota)
+    try:
+        unknown = [os.urandom(8) for _ in range(20)]
+        assert not any(schemas.resolve(fp, "flooder") for fp in unknown)
+        assert registry.registered == 0 and len(registry) == len(SchemaRegistry())
+        assert schemas.records_read <= flood and schemas.quota.refused == 17  # burst: 3
+        print(f"flood: {schemas.records_read} records read, {schemas.fetches} polls")
+        published = SchemaRegistry()
+        victim = published.register(_schema(1))
+        publish_schema(producer, topic, published, _schema(1))
+        assert schemas.resolve(victim, "victim")
+        assert registry.registered == 1 and schemas.records_read <= flood + 1
     finally:
         schemas.close()
         producer.close()
