@@ -22,6 +22,8 @@ ControlDelivery = Literal["immediate", "transactional"]  # exactly once: decisio
 CONTROL_DELIVERIES: tuple[ControlDelivery, ...] = ("immediate", "transactional")
 WatermarkFormat = Literal["batched", "per_run"]  # RunWatermarks or RunWatermark records
 WATERMARK_FORMATS: tuple[WatermarkFormat, ...] = ("batched", "per_run")
+Role = Literal["all", "guard", "audit"]  # what one worker process runs (docs/operations.md)
+ROLES: tuple[Role, ...] = ("all", "guard", "audit")
 
 DEFAULT_DB_URL = "sqlite:///loopguard-data/audit.db"
 
@@ -121,6 +123,10 @@ PROFILES = {
 @dataclass(frozen=True)
 class Settings:
     app_id: str = "loopguard"
+    # "guard": the guarding agent and its tables only (with /healthz and /metrics); "audit":
+    # the audit trail, incidents, loops between agents, config audit and the web pages, in a
+    # consumer group of its own (group_id); "all": everything in one process (the default).
+    role: Role = "all"
     broker: str = "kafka://127.0.0.1:9092"
     db_url: str = DEFAULT_DB_URL
     config_file: str = ""
@@ -241,6 +247,7 @@ class Settings:
         return cls(
             profile=profile.name,
             app_id=_env("APP_ID", cls.app_id),
+            role=cast(Role, _choice("ROLE", cls.role, ROLES, "a worker role")),
             broker=_env("BROKER", cls.broker),
             db_url=_env("DB_URL", cls.db_url),
             config_file=_env("CONFIG", ""),
@@ -294,6 +301,24 @@ class Settings:
             gateway_keys=_env("GATEWAY_KEYS", ""),
             topics=Topics.from_env(),
         )
+
+    @property
+    def group_id(self) -> str:
+        """The Faust app id (consumer group, transactional ids, internal topics' prefix) this
+        role runs under: the app id for the guarding roles, ``<app id>-audit`` for the audit
+        role, so its agents never share a group with the guard's (Faust assigns every
+        member the same topics) nor its transactional ids."""
+        return f"{self.app_id}-audit" if self.role == "audit" else self.app_id
+
+    @property
+    def guards(self) -> bool:
+        """Whether this worker runs the guarding agent (roles guard and all)."""
+        return self.role != "audit"
+
+    @property
+    def audits(self) -> bool:
+        """Whether this worker writes the audit trail and serves the pages (audit and all)."""
+        return self.role != "guard"
 
     @property
     def bootstrap_servers(self) -> list[str]:

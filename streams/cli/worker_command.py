@@ -48,6 +48,17 @@ def add_worker_parser(sub: Any) -> argparse.ArgumentParser:
         "(env LOOPGUARD_APP_ID; default loopguard)",
     )
     worker.add_argument(
+        "--role",
+        choices=["all", "guard", "audit"],
+        default=os.environ.get("LOOPGUARD_ROLE", "all"),
+        help="what this process runs: all (the guarding agent, the audit trail and the web "
+        "pages in one process), guard (only the guarding agent and its tables, with "
+        "/healthz and /metrics; no database) or audit (the audit trail, incidents, loops "
+        "between agents, config audit and the web pages, in the consumer group "
+        "<app id>-audit); run one guard and one audit process per app id instead of all "
+        "(env LOOPGUARD_ROLE; default all)",
+    )
+    worker.add_argument(
         "--broker-profile",
         choices=["kafka", "tansu"],
         default=os.environ.get("LOOPGUARD_BROKER_PROFILE", "kafka"),
@@ -85,6 +96,7 @@ def worker_settings(args: argparse.Namespace, partitions: int | None = None) -> 
         "broker": args.broker,
         "db_url": args.db,
         "app_id": args.app_id,
+        "role": args.role,
         "topics": Topics.with_prefix(args.topic_prefix),
     }
     if args.config:
@@ -130,7 +142,8 @@ def run_worker(args: argparse.Namespace) -> int:
         # The config first: a mistake in it is refused before anything touches the broker
         # (no topic is created for a worker that would not start).
         load_fleet_config(settings.config_file)
-        database = check_database_url(settings)
+        # A guard never touches the database: the audit role writes the trail.
+        database = check_database_url(settings) if settings.audits else "not used"
         if settings.web_enabled and port_in_use(settings.web_bind, settings.web_port):
             raise StartupError(
                 f"--web-port {settings.web_port}: {settings.web_bind}:{settings.web_port} is "

@@ -94,7 +94,7 @@ def _error(view: web.View, message: str, status: int, *, as_json: bool) -> web.R
     return view.text(message, status=status)
 
 
-async def _call_health(health: HealthProvider | None) -> dict[str, Any]:
+async def call_health(health: HealthProvider | None) -> dict[str, Any]:
     """The provider's fields; a provider that fails makes the worker unhealthy, not the view."""
     if health is None:
         return {}
@@ -172,7 +172,7 @@ def register_views(
                 "db": await db_state(),  # no URL: /healthz is open to probes (issue 40)
                 "uptime_seconds": round(time.time() - started, 1),
             }
-            body.update(await _call_health(health))
+            body.update(await call_health(health))
             if body["status"] == "ok" and body["db"] != "ok":
                 # Decisions still flow while the audit trail waits: degraded, not down.
                 body["status"] = "degraded"
@@ -216,7 +216,7 @@ def register_views(
                 db_url=shown_url,
                 db_error=error,
                 snapshot=served.snapshot() if metrics is not None else None,
-                health=await _call_health(health),
+                health=await call_health(health),
                 now_ms=now_ms,
             )
             return self.html(text, status=503 if error else 200, headers=dict(HTML_HEADERS))

@@ -61,25 +61,30 @@ class WorkerAgents:
         self.forged_logged = 0.0
 
     def register(self) -> None:
-        app, parts = self.parts.app, self.parts
+        """The role's agents (``settings.role``): the guarding agent and its timers (guard),
+        the audit agents and webhooks (audit), or all of them."""
+        app, parts, settings = self.parts.app, self.parts, self.settings
         # An agent that crashes takes the worker down (exit code 1) rather than leaving a
         # live process that guards nothing; its supervisor (compose, systemd) restarts it.
         # Faust's stop can hang after a crash (#324), so the crash also arms a deadline.
         crash = {"supervisor_strategy": CrashingSupervisor}
-        exit_after = CrashExit(self.settings.crash_exit_seconds)
-        for topic, name, body in (
-            (parts.events_topic, "guard_runs", self.guard_runs),
-            (parts.control_topic, "audit_decisions", self.audit_decisions),
-            (parts.deadletter_topic, "audit_dead_letters", self.audit_dead_letters),
-        ):
+        exit_after = CrashExit(settings.crash_exit_seconds)
+        agents: list[tuple[Any, str, Any]] = []
+        if settings.guards:
+            agents.append((parts.events_topic, "guard_runs", self.guard_runs))
+        if settings.audits:
+            agents.append((parts.control_topic, "audit_decisions", self.audit_decisions))
+            agents.append((parts.deadletter_topic, "audit_dead_letters", self.audit_dead_letters))
+        for topic, name, body in agents:
             app.agent(topic, name=name, **crash)(exit_after.guard(name, body))
-        app.timer(interval=10.0, name="expire_runs")(self.expire_runs)
-        app.timer(interval=LAG_SAMPLE_SECONDS, name="sample_lag")(self.sample_lag)
+        if settings.guards:
+            app.timer(interval=10.0, name="expire_runs")(self.expire_runs)
+            app.timer(interval=LAG_SAMPLE_SECONDS, name="sample_lag")(self.sample_lag)
+            app.on_partitions_assigned.connect(self.log_assignment)
         app.task(self.announce)
         app.task(freeze_start_up_objects)  # after table recovery, once
-        if parts.webhooks is not None:
+        if settings.audits and parts.webhooks is not None:
             app.task(parts.webhooks.run)
-        app.on_partitions_assigned.connect(self.log_assignment)
 
     @cached_property
     def checkpoint(self) -> Checkpoint:
@@ -270,6 +275,14 @@ class WorkerAgents:
         seen = self.parts.metrics.snapshot()
         lag, idle = seen["lag_total"], seen["last_event_age_seconds"]
         stalled = lag > 0 and (idle is None or idle > STALL_SECONDS)
+        if not self.settings.audits:  # the guard role: no audit trail here
+            return {
+                "status": "stalled" if stalled else "ok",
+                "role": self.settings.role,
+                "consumer_lag": lag,
+                "last_event_age_seconds": idle,
+                "broker_profile": self.settings.profile,
+            }
         audit = self.parts.audit.health()
         control = self.parts.control_topic.get_topic_name()
         # Control records the audit agent has not read yet (exactly once, each partition's
@@ -281,8 +294,9 @@ class WorkerAgents:
             status = "degraded"
         else:
             status = "ok"
-        return {
+        body = {
             "status": status,
+            "role": self.settings.role,
             "consumer_lag": lag,
             "last_event_age_seconds": idle,
             "broker_profile": self.settings.profile,
@@ -293,6 +307,9 @@ class WorkerAgents:
             },
             "audit": audit,
         }
+        if not self.settings.guards:  # the audit role guards nothing: no lag of its own
+            del body["processing"]
+        return body
 
     async def announce(self) -> None:
         settings = self.settings
@@ -308,7 +325,11 @@ class WorkerAgents:
         )
         log.info("loopguard worker settings: %s", settings.redacted())
         log.info("detector core: %s", core_build())
+        log.info("role: %s (consumer group %s)", settings.role, settings.group_id)
         parts = self.parts  # every config change goes to the audit trail (issue 26)
+        if not settings.audits:  # the audit role's worker records them
+            self.parts.overrides.start()
+            return
         self.config_audit = start_config_audit(
             parts.overrides,
             parts.audit,

@@ -29,6 +29,7 @@ from streams.settings import Settings
 from streams.state.expiry import RunExpiry
 from streams.web import register_views
 from streams.web.access import WebAccess
+from streams.web.health_views import register_health_views
 from streams.webhooks.notifier import WebhookNotifier
 from streams.wire.schema_registry import default_registry
 from streams.wire.signing import GatewayKeys, KeysError
@@ -72,7 +73,7 @@ def apply_faust_patches(settings: Settings, commit_barrier: asyncio.Lock) -> Non
 
 def build_app(settings: Settings) -> faust.App:
     return faust.App(
-        settings.app_id,
+        settings.group_id,  # the app id, or <app id>-audit for the audit role
         broker=settings.broker,
         broker_credentials=broker_credentials(settings),
         store="memory://",
@@ -119,24 +120,8 @@ def load_gateway_keys(settings: Settings) -> GatewayKeys | None:
     return keys
 
 
-def build_worker(settings: Settings) -> faust.App:
-    """Build the worker's app, topics, table, services and agents from ``settings``."""
-    commit_barrier = asyncio.Lock()
-    apply_faust_patches(settings, commit_barrier)
-    state_codec.register()
-    tune_collector()  # and the start-up objects are frozen once recovery is done
-    Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
-    app = build_app(settings)
-
-    raw = {
-        "key_type": bytes,
-        "value_type": bytes,
-        "key_serializer": "raw",
-        "value_serializer": "raw",
-    }
-    events_topic = app.topic(settings.topics.events, **raw)
-    control_topic = app.topic(settings.topics.control, **raw)
-    deadletter_topic = app.topic(settings.topics.deadletter, **raw)
+def build_tables(app: faust.App, settings: Settings) -> tuple[Any, Any]:
+    """The guarding agent's tables: run id -> RunState, session id -> its latest run id."""
     # The changelog carries RunState through our codec (Faust would pick JSON for a plain
     # class and hand dicts back on recovery), so declare its topic explicitly.
     runs_changelog = app.topic(
@@ -185,6 +170,36 @@ def build_worker(settings: Settings) -> faust.App:
         ),
     )
     sessions.key_serializer = sessions.value_serializer = "raw"
+    return runs, sessions
+
+
+def no_state(key: bytes) -> None:
+    """The audit role's stand-in for the tables it does not hold (its processor only
+    resolves configs: incidents, loops between agents)."""
+    return None
+
+
+def build_worker(settings: Settings) -> faust.App:
+    """Build the worker's app, topics, tables, services and agents from ``settings``, for
+    its role (``settings.role``): the guard's, the audit's or both."""
+    commit_barrier = asyncio.Lock()
+    apply_faust_patches(settings, commit_barrier)
+    state_codec.register()
+    tune_collector()  # and the start-up objects are frozen once recovery is done
+    Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
+    app = build_app(settings)
+
+    raw = {
+        "key_type": bytes,
+        "value_type": bytes,
+        "key_serializer": "raw",
+        "value_serializer": "raw",
+    }
+    events_topic = app.topic(settings.topics.events, **raw)
+    control_topic = app.topic(settings.topics.control, **raw)
+    deadletter_topic = app.topic(settings.topics.deadletter, **raw)
+    # The guard's tables (the audit role has none: it reads no events' state).
+    runs, sessions = build_tables(app, settings) if settings.guards else (None, None)
 
     kafka_options = settings.kafka_client_options()
     # Per-agent overrides published at run time (`loopguard config set`): every worker reads all.
@@ -208,9 +223,9 @@ def build_worker(settings: Settings) -> faust.App:
         sessions=sessions,
         # Exactly once: a redelivered event's decisions were committed with its run's state.
         processor=EventProcessor(
-            runs.get,
+            runs.get if runs is not None else no_state,
             configs.for_agent,
-            sessions.get,
+            sessions.get if sessions is not None else no_state,
             republish_duplicates=settings.processing_guarantee != "exactly_once",
         ),
         commit_barrier=commit_barrier,
@@ -228,7 +243,10 @@ def build_worker(settings: Settings) -> faust.App:
         keys=load_gateway_keys(settings),
     )
     agents = WorkerAgents(parts)
-    agents.register()
+    agents.register()  # the guarding agent, the audit agents or both (settings.role)
+    if not settings.audits:  # the guard role: /healthz and /metrics, no database
+        register_health_views(app, metrics, agents.health, access=WebAccess.from_settings(settings))
+        return app
     # Loop incidents (issue 28), when the config turns them on.
     register_incidents(parts, agents.batch_context)
     # Loops between agents (issue 28): the send calls guard_runs forwards, in their own agent.
