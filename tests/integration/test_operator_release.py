@@ -15,6 +15,7 @@ from test_pipeline import wait_for_audit
 from streams.audit.releases import read_releases
 from streams.cli.main import main
 from streams.core.events import RELEASE_DETECTOR, Action
+from streams.gateway.verdicts import RunAborted
 
 pytestmark = pytest.mark.integration
 
@@ -134,3 +135,28 @@ def test_release_of_an_unknown_run_is_one_line(pipeline_factory, migrated_db_url
     assert cli(pipeline, "release", "no-such-run", "--reason", "x") == 1
     err = capsys.readouterr().err
     assert err.startswith("loopguard release: no run 'no-such-run' in the audit trail")
+
+
+def test_release_agent_reaches_each_active_run_and_abort_stops_one(
+    pipeline_factory, migrated_db_url, capsys
+) -> None:
+    pipeline = pipeline_factory(migrated_db_url, config=CONFIG)
+    client = pipeline.start_ready(wait_budget_ms=IN_TIME_BUDGET_MS)
+    runs = [client.start_run("fleet-a") for _ in range(2)]
+    for run in runs:
+        loop_until_refused(run)
+        wait_progress(pipeline, run.run_id)
+    assert cli(pipeline, "release", "--agent", "fleet-a", "--calls", "2", "--reason", "batch job", "--json") == 0  # noqa: E501  # fmt: skip
+    sent = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert sorted(s["run_id"] for s in sent) == sorted(r.run_id for r in runs)
+    assert {s["scope"] for s in sent} == {"agent"} and len({s["release_id"] for s in sent}) == 1
+    for run in runs:
+        client.wait_for(run.run_id, lambda ds: any(d.detector == RELEASE_DETECTOR for d in ds))
+        assert run.before_tool("read", ARGS).allowed
+        run.after_tool("read", ARGS, result=SAME)
+
+    assert cli(pipeline, "abort", runs[0].run_id, "--reason", "runaway") == 0
+    client.wait_for(runs[0].run_id, lambda ds: any(d.action is Action.ABORT for d in ds))
+    with pytest.raises(RunAborted) as aborted:
+        runs[0].before_tool("read", ARGS)
+    assert aborted.value.decision.reason.endswith("runaway")
