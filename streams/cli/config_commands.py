@@ -28,6 +28,7 @@ from streams.cli.common import (
     settings_from_args,
 )
 from streams.cli.config_check import add_check_parser, run_check
+from streams.cli.config_effect import add_effect_args, check_effect, read_overrides
 from streams.cli.query_commands import positive_int, table
 from streams.cli.times import format_ms
 from streams.core.config import ConfigError, resolve
@@ -42,6 +43,7 @@ from streams.core.config_change import (
     ConfigChange,
 )
 from streams.core.config_files import parse_config_text, read_config_file
+from streams.core.config_limits import MAX_CONFIG_RECORD_BYTES
 from streams.core.fleet import (
     GLOBAL_KEY,
     FleetConfig,
@@ -69,7 +71,10 @@ def add_config_parser(sub: Any) -> argparse.ArgumentParser:
         description="Validate a tools.loopDetection block and publish it as the override "
         "for AGENT_ID ('*': the global block). The file holds the block itself, e.g. "
         "{warningThreshold: 3, enabled: true}, or a document with tools.loopDetection. "
-        "Invalid blocks are refused with the field's path (exit code 2).",
+        "Invalid blocks are refused with the field's path (exit code 2), and so is a block "
+        "that weakens guarding unless --force: canonical loops (one per detector family) "
+        "are played under the key's config now and with the block, and one that would no "
+        "longer be stopped refuses it.",
     )
     set_.add_argument("agent_id", metavar="AGENT_ID", help="agent id, or '*' for the global block")
     set_.add_argument(
@@ -78,15 +83,18 @@ def add_config_parser(sub: Any) -> argparse.ArgumentParser:
         metavar="FILE",
         help="block file: JSON5 or JSON, YAML for .yaml/.yml; '-' reads JSON5 from stdin",
     )
+    add_effect_args(set_)
     add_topic_args(set_)
 
     rm = actions.add_parser(
         "rm",
         help="remove an agent's override (publishes a tombstone)",
         description="Publish a tombstone for AGENT_ID ('*': the global override): workers "
-        "go back to the block from their --config file.",
+        "go back to the block from their --config file. Refused when that weakens guarding "
+        "(as for set), unless --force.",
     )
     rm.add_argument("agent_id", metavar="AGENT_ID", help="agent id, or '*' for the global block")
+    add_effect_args(rm)
     add_topic_args(rm)
 
     show = actions.add_parser(
@@ -193,26 +201,6 @@ def effective_versions(fleet: FleetConfig, overrides: dict[str, dict[str, Any]])
     return versions
 
 
-def read_overrides(settings: Any) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
-    """Current override per key from the config topic, and keys whose latest record is bad
-    (workers ignore such a record and keep the previous block for the key)."""
-    # Deferred, as every Kafka import here: kafka-python takes most of a second to import.
-    from streams.kafka.config_topic import ConfigOverrides, record_key
-    from streams.kafka.reader import TopicReader
-
-    overrides = ConfigOverrides()
-    reader = TopicReader(
-        settings.bootstrap_servers,
-        settings.topics.config,
-        kafka_options=settings.kafka_client_options(),
-        poll_ms=500,
-    )
-    with reader:
-        for record in reader.records():
-            overrides.apply(record_key(record), record.value)
-    return overrides.blocks(), dict(overrides.invalid)
-
-
 def _ensure_config_topic(settings: Any) -> None:
     """Create the compacted config topic when missing (same spec as ``ensure_topics``)."""
     # Deferred (kafka-python), as in _publish and read_overrides.
@@ -297,7 +285,14 @@ def _subject(agent_id: str) -> str:
 
 
 def _set(args: argparse.Namespace) -> int:
-    value = override_record(validate_override(args.agent_id, load_block(args.file)))
+    block = validate_override(args.agent_id, load_block(args.file))
+    value = override_record(block)
+    if len(value) > MAX_CONFIG_RECORD_BYTES:
+        raise OverrideError(
+            f"{len(value):,} bytes as a record, more than {MAX_CONFIG_RECORD_BYTES:,} "
+            "(MAX_CONFIG_RECORD_BYTES): workers would refuse it"
+        )
+    check_effect(args, block)
     topic, meta = _publish(args, value)
     print(
         f"override for {_subject(args.agent_id)} published to {topic} "
@@ -308,6 +303,7 @@ def _set(args: argparse.Namespace) -> int:
 
 def _rm(args: argparse.Namespace) -> int:
     check_agent_id(args.agent_id)
+    check_effect(args, None)
     topic, meta = _publish(args, None)
     print(
         f"override for {_subject(args.agent_id)} removed (tombstone at {topic} "

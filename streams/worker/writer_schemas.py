@@ -7,6 +7,7 @@ from collections.abc import Iterable
 
 from streams.service.batch import writer_fingerprint
 from streams.wire.envelope_peek import claimed_gateway
+from streams.wire.operator_codec import is_command
 from streams.worker.parts import WorkerParts
 
 
@@ -15,12 +16,13 @@ async def resolve_writer_schemas(parts: WorkerParts, values: Iterable[bytes | No
     fingerprint looked up in vain moments ago is not looked up again: junk ids cost no thread
     hop and no broker round trip each (streams/kafka/schema_topic.py); their messages are
     dead-lettered (or skipped, by the agents that only forward). Lookups are shared out per
-    producer, the gateway each message names (streams/kafka/lookup_quota.py)."""
+    producer, the gateway each message names (streams/kafka/lookup_quota.py). An operator's
+    command (issue 43) carries a schema of ours, never looked up."""
     registry = parts.registry
     unknown: dict[bytes, str] = {}  # fingerprint -> the producer of its first message
     for value in values:
         fingerprint = writer_fingerprint(value)
-        if fingerprint is not None and fingerprint not in registry:
+        if fingerprint is not None and fingerprint not in registry and not is_command(value):
             unknown.setdefault(fingerprint, claimed_gateway(value))
     if not unknown:
         return

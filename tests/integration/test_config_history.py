@@ -59,7 +59,11 @@ def test_switching_guarding_off_for_everyone_is_recorded_warned_and_posted_once(
 
     block = tmp_path / "off.json"
     block.write_text(json.dumps(OFF))
-    code, out, _ = config_cli(capsys, pipeline, "set", "*", "--file", str(block))
+    # Issue 40: the CLI judges the change by its effect and refuses a weakening one...
+    code, out, err = config_cli(capsys, pipeline, "set", "*", "--file", str(block))
+    assert code == 2 and "GUARDING WEAKENED for *" in err and "--force" in err, out + err
+    # ...unless forced; the workers flag it all the same.
+    code, out, _ = config_cli(capsys, pipeline, "set", "*", "--file", str(block), "--force")
     assert code == 0, out
 
     warning = 'turns guarding OFF for every agent: {"enabled":false}'

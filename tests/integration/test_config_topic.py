@@ -99,7 +99,8 @@ def test_override_applies_without_restart(running_pipeline, capsys, tmp_path: Pa
     assert code == EXIT_OK and "tuned" in out and after.config_version in out
 
     # Removing the override brings the file's thresholds back, still without a restart.
-    code, out, _ = config_cli(capsys, pipeline, "rm", "tuned")
+    # Judged over the workers' file (issue 40): back to its thresholds, nothing weakened.
+    code, out, _ = config_cli(capsys, pipeline, "rm", "tuned", "--config", worker_config)
     assert code == EXIT_OK and "removed" in out
     wait_for_log(pipeline, "config override for tuned removed", log_at)
     again = first_decision(client, "tuned", 11)
@@ -121,7 +122,12 @@ def test_global_override_round_trip(running_pipeline, capsys, tmp_path: Path) ->
     assert shown["overrides"] == {"*": {"enabled": True, "warningThreshold": 6}}
     expected = fleet_from_document({"tools": {"loopDetection": shown["overrides"]["*"]}})
     assert shown["config_versions"]["*"] == expected.for_agent("any").version
-    code, out, _ = config_cli(capsys, pipeline, "rm", "*")
+    # Over the built-in defaults, removing it would switch the rolling detectors off: a
+    # weakening the CLI refuses (issue 40); over the workers' file it weakens nothing.
+    code, _out, err = config_cli(capsys, pipeline, "rm", "*")
+    assert code == 2 and "GUARDING WEAKENED for *" in err
+    worker_config = str(tmp_path / f"{pipeline.prefix}-config.json")  # Pipeline writes it
+    code, out, _ = config_cli(capsys, pipeline, "rm", "*", "--config", worker_config)
     assert code == EXIT_OK
     code, out, _ = config_cli(capsys, pipeline, "show")
     assert code == EXIT_OK and out.startswith(f"no overrides on {pipeline.prefix}.config")
