@@ -9,6 +9,7 @@ on the events' own time, never a clock, for the same reason.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from typing import Any
 
 from streams.core.events import Action, Decision
@@ -59,7 +60,8 @@ class ReleaseWindow:
         if self.calls_left is not None:
             parts.append(f"{self.calls_left} more call(s)")
         if self.until is not None:
-            parts.append(f"until {self.until} ms")
+            at = datetime.fromtimestamp(self.until / 1000, UTC)
+            parts.append(f"until {at:%Y-%m-%d %H:%M:%S}Z")
         return " or ".join(parts) if parts else "until the run ends"
 
     def to_list(self) -> list[Any]:
