@@ -149,6 +149,9 @@ class Settings:
     web_public_url: str = ""
     # Runs held in this worker's table at most (0: no cap); streams.state.expiry says who goes.
     max_runs: int = 200_000
+    # Runs one gateway may hold in this worker's table (0: only the cap bounds it); past it
+    # the gateway's own runs go first (streams.state.eviction, issue 40).
+    max_runs_per_gateway: int = 0
     session_timeout: float = PROFILES["kafka"].session_timeout
     heartbeat_interval: float = PROFILES["kafka"].heartbeat_interval
     table_standby_replicas: int = PROFILES["kafka"].table_standby_replicas
@@ -264,6 +267,7 @@ class Settings:
             web_allowed_hosts=_env("WEB_ALLOWED_HOSTS", ""),
             web_public_url=_env("WEB_PUBLIC_URL", "").rstrip("/"),
             max_runs=_int("MAX_RUNS", cls.max_runs),
+            max_runs_per_gateway=_int("MAX_RUNS_PER_GATEWAY", cls.max_runs_per_gateway),
             session_timeout=_float("SESSION_TIMEOUT", profile.session_timeout),
             heartbeat_interval=_float("HEARTBEAT_INTERVAL", profile.heartbeat_interval),
             table_standby_replicas=_int("STANDBY_REPLICAS", profile.table_standby_replicas),

@@ -12,7 +12,7 @@ agent,tool,enforced}``                                    "false": observe-only 
 ``loopguard_consumer_lag{partition}``          gauge      events not yet read, per partition
 ``loopguard_runs_in_table``                    gauge      runs held in this worker's table
 ``loopguard_runs_cap``                         gauge      LOOPGUARD_MAX_RUNS (0: no cap)
-``loopguard_runs_evicted_total{reason}``       counter    runs evicted at the cap, by class
+``loopguard_runs_evicted_total{reason}``       counter    runs evicted at the cap, by class or quota
 ``loopguard_audit_backlog``                    gauge      audit records waiting for the DB
 ``loopguard_audit_records_written_total``      counter    rows the audit trail accepted
 ``loopguard_audit_write_errors_total``         counter    failed audit writes (retried)
@@ -135,7 +135,8 @@ class MetricFamilies:
         )
         self.runs_evicted = Counter(
             "loopguard_runs_evicted",
-            "Runs evicted from the table at the cap, by class (ended, idle, enforced).",
+            "Runs evicted from the table at the cap, by class (ended, idle, enforced), or over "
+            "their gateway's quota (quota).",
             ["reason"],
             registry=r,
         )

@@ -19,10 +19,10 @@ keep its runs "current" in event time until that future came, held in memory and
 compacted changelog across restarts. The watermark is capped at the wall clock too, so with
 both capped such a run ages like any other once it stops sending.
 
-When the table holds more runs than its cap (``LOOPGUARD_MAX_RUNS``), :meth:`RunExpiry.evictions`
-picks who goes, by :data:`EVICTION_ORDER`: ended runs, then idle ones, and a run with a warning,
-block or abort in force only when nothing else is left; within a class the least recently
-active first, ties by run id, so the same table and clock always give the same choice.
+When the table holds more runs than its cap (``LOOPGUARD_MAX_RUNS``), or a gateway more than
+its quota (``LOOPGUARD_MAX_RUNS_PER_GATEWAY``), :meth:`RunExpiry.evictions` picks who goes
+(streams.state.eviction): ended runs, then the runs of the gateway holding the most, a run
+with a warning, block or abort in force only when nothing else is left.
 """
 
 from __future__ import annotations
@@ -31,23 +31,10 @@ import heapq
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 
-from streams.core.run_state import ABORTED, ENDED, RunState
+from streams.state.eviction import choose_evictions
 
 ENDED_GRACE_SECONDS = 300.0
-#: Who a cap on the runs held evicts first: an ended run decides nothing more; an idle run
-#: only loses its history; a run with a warning, block or abort in force would be let go.
-EVICTION_ORDER = ("ended", "idle", "enforced")
 CAP_WARNING_SECONDS = 60.0  # at most one "at the cap" WARNING a minute
-
-
-def eviction_class(state: RunState, kept: bool = False) -> str:
-    """Which :data:`EVICTION_ORDER` class a run is in. ``kept``: the latest run of a session
-    in session scope (the session's next run seeds from it), never counted as ended."""
-    if state.status == ABORTED or state.blocks > 0 or state.recent:
-        return "enforced"
-    if state.status == ENDED and not kept:
-        return "ended"
-    return "idle"
 
 
 @dataclass
@@ -91,22 +78,19 @@ class RunExpiry:
             return []
         return heapq.nsmallest(n, self.last_touched, key=self.last_touched.__getitem__)
 
-    def evictions(self, classes: Mapping[Hashable, str], cap: int) -> list[tuple[Hashable, str]]:
-        """Whom to evict, with their class, so that at most ``cap`` of the runs in ``classes``
-        (run id → :func:`eviction_class`) remain; none when ``cap`` is 0 (no cap).
-
-        Order: :data:`EVICTION_ORDER`, then least recently active (:meth:`touch`; a run never
-        touched counts as oldest), then run id."""
-        excess = len(classes) - cap
-        if cap <= 0 or excess <= 0:
-            return []
-        rank = {name: i for i, name in enumerate(EVICTION_ORDER)}
-        touched = self.last_touched
-
-        def order(run_id: Hashable) -> tuple[int, float, str]:
-            return (rank[classes[run_id]], touched.get(run_id, float("-inf")), repr(run_id))
-
-        return [(run_id, classes[run_id]) for run_id in heapq.nsmallest(excess, classes, key=order)]
+    def evictions(
+        self,
+        classes: Mapping[Hashable, str],
+        cap: int,
+        owners: Mapping[Hashable, str] | None = None,
+        quota: int = 0,
+    ) -> list[tuple[Hashable, str]]:
+        """Whom to evict, with why, so that at most ``cap`` of the runs in ``classes`` (run id
+        → :func:`streams.state.eviction.eviction_class`) remain and no gateway (``owners``:
+        run id → gateway id) holds more than ``quota``; 0 turns either off. The order is
+        :func:`streams.state.eviction.choose_evictions`'s, least recently active by
+        :meth:`touch` (a run never touched counts as oldest)."""
+        return choose_evictions(classes, owners or {}, self.last_touched, cap, quota)
 
     def cap_warning_due(self, now: float) -> bool:
         """Whether to log the "at the cap" WARNING now (at most once a minute); notes it."""

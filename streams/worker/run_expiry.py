@@ -11,7 +11,7 @@ from typing import Any
 
 from streams.core.run_state import ACTIVE
 from streams.service.records import OutRecord, TopicPartition
-from streams.state.expiry import eviction_class
+from streams.state.eviction import QUOTA, eviction_class
 from streams.worker.checkpoint import Checkpoint
 from streams.worker.parts import WorkerParts
 
@@ -32,13 +32,16 @@ class ExpirySweep:
         In session scope a session's latest run is kept, ended or not, until it is idle like an
         active run: the session's next run seeds from it.
 
-        Then, past ``LOOPGUARD_MAX_RUNS``, evict runs as ``RunExpiry.evictions`` orders them
-        (ended, idle, then enforced ones; least recently active first), the same way."""
+        Then, past ``LOOPGUARD_MAX_RUNS_PER_GATEWAY`` for a gateway or ``LOOPGUARD_MAX_RUNS``
+        for the table, evict runs as ``RunExpiry.evictions`` orders them (the gateway's own
+        first; ended ones, then the largest holders' idle, then enforced ones), the same way."""
         runs, sessions, expiry = self.parts.runs, self.parts.sessions, self.parts.expiry
         now, cap = time.time(), self.settings.max_runs
+        quota = self.settings.max_runs_per_gateway
         dropped: Counter[str] = Counter()
         evicted: Counter[str] = Counter()
         classes: dict[Any, str] = {}  # the runs kept: their eviction class
+        owners: dict[Any, str] = {}  # and their gateway
         held: dict[Any, tuple[Any, bool]] = {}  # and their state, and whether a session's latest
         tombstones: dict[TopicPartition, list[OutRecord]] = {}
         # Between batches: exactly once, the deletions are committed here on their own (no
@@ -58,10 +61,11 @@ class ExpirySweep:
                 if reason:
                     self.drop(run_id, state, latest, tombstones)
                     dropped[reason] += 1
-                elif cap > 0:
+                elif cap > 0 or quota > 0:
                     classes[run_id] = eviction_class(state, kept)
+                    owners[run_id] = state.gateway_id
                     held[run_id] = (state, latest)
-            for run_id, why in expiry.evictions(classes, cap):
+            for run_id, why in expiry.evictions(classes, cap, owners, quota):
                 state, latest = held[run_id]
                 self.drop(run_id, state, latest, tombstones)
                 evicted[why] += 1
@@ -72,11 +76,15 @@ class ExpirySweep:
             self.parts.metrics.runs_evicted_for(why, n)
         if evicted and expiry.cap_warning_due(now):
             log.warning(
-                "at the runs cap (LOOPGUARD_MAX_RUNS=%d): evicted %d runs (%s); %d runs in this "
-                "worker's table (this warning at most once a minute)",
+                "at the runs cap (LOOPGUARD_MAX_RUNS=%d, LOOPGUARD_MAX_RUNS_PER_GATEWAY=%d): "
+                "evicted %d runs (%s; %s over their gateway's quota); %d runs in this worker's "
+                "table (this warning at most once a minute)",
                 cap,
+                quota,
                 evicted.total(),
-                ", ".join(f"{n} {why}" for why, n in sorted(evicted.items())),
+                ", ".join(f"{n} {why}" for why, n in sorted(evicted.items()) if why != QUOTA)
+                or "none at the cap",
+                evicted[QUOTA],
                 len(runs),
             )
         if dropped:

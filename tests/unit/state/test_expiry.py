@@ -6,7 +6,8 @@ from core_helpers import Run, text_result
 
 from streams.core.config import resolve
 from streams.core.run_state import RunState
-from streams.state.expiry import CAP_WARNING_SECONDS, RunExpiry, eviction_class
+from streams.state.eviction import eviction_class
+from streams.state.expiry import CAP_WARNING_SECONDS, RunExpiry
 
 T0 = 1_800_000_000.0  # wall-clock seconds
 TTL = 60.0
