@@ -102,12 +102,15 @@ def what_repeated(decision: Decision) -> str:
 
 
 def since_when(decision: Decision, spend: LoopSpend) -> str:
-    """When the loop began: this call, or the time and calls since its first decision."""
+    """When the loop began, as a time of day: the note reaches the model with a later call's
+    result (the next one it sees), so "this call" or "N calls ago" would be off by one."""
     if not spend.looping or spend.since_seq >= decision.seq:
-        return "first noticed at this call"
-    clock = time.strftime("%H:%M:%S", time.gmtime(spend.since_time // 1000))
-    calls = "1 call" if spend.calls == 1 else f"{spend.calls} calls"
-    return f"going on since {clock} UTC ({calls} ago)"
+        return f"first noticed at {_clock(decision.event_time)} UTC"
+    return f"going on since {_clock(spend.since_time)} UTC"
+
+
+def _clock(epoch_ms: int) -> str:
+    return time.strftime("%H:%M:%S", time.gmtime(epoch_ms // 1000))
 
 
 def model_note(decision: Decision, spend: LoopSpend) -> str:

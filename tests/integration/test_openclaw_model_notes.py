@@ -50,7 +50,7 @@ def test_the_agent_hears_the_warning_in_its_tool_result(
         content = "hello from the loop"
         read_with_note = [t for t in seen if t.startswith(content) and NOTE_START in t]
         assert len(read_with_note) == len(notes), seen
-        assert "first noticed at this call" in read_with_note[0], read_with_note[0]
+        assert "first noticed at " in read_with_note[0], read_with_note[0]
         # a blocked call's result is the block's note, not the generic refusal
         blocked = [t for t in seen if not t.startswith(content)]
         assert blocked and all(NOTE_START in t for t in blocked), seen

@@ -9,10 +9,10 @@ import { decisionFor, makeClient } from './fakes';
 
 // The note streams/core/model_notes.py words for an error_repeat abort (its test pins it).
 const NOTE =
-  '[loopguard] You have called exec 4 times and it failed the same way each time, going on since 22:13:20 UTC ' +
-  '(2 calls ago). Retrying will fail the same way: read the error and fix its cause first, or stop and report ' +
+  '[loopguard] You have called exec 4 times and it failed the same way each time, going on since 22:13:20 UTC. ' +
+  'Retrying will fail the same way: read the error and fix its cause first, or stop and report ' +
   'the error. loopguard stopped this run: no further tool calls will run.';
-const WARN_NOTE = '[loopguard] You have called exec with the same arguments 3 times with no progress, first noticed at this call.';
+const WARN_NOTE = '[loopguard] You have called exec with the same arguments 3 times with no progress, first noticed at 10:02:03 UTC.';
 
 describe('notes for the model', () => {
   it('reads the key the worker writes', () => {
@@ -36,7 +36,7 @@ describe('notes for the model', () => {
   it("makes a block's note its refusal text", async () => {
     const { client } = makeClient({ waitBudgetMs: 0 });
     const run = client.startRun({ agentId: 'agent', runId: 'run-n2' });
-    const note = WARN_NOTE.replace('first noticed at this call.', 'first noticed at this call. loopguard refused this call: it did not run.');
+    const note = `${WARN_NOTE} loopguard refused this call: it did not run.`;
     client.ingestControl(decisionFor('run-n2', 1, 'block', { extra: { model_note: note } }));
     const refused = await run.beforeTool('exec', {});
     assert.equal(refused.allowed, false);

@@ -152,7 +152,7 @@ def test_model_notes_say_what_repeated_since_when_and_what_to_do() -> None:
     assert note_of(first).startswith(
         f"[loopguard] You have called read with the same arguments {first.count} times"
     )
-    assert "first noticed at this call" in note_of(first)
+    assert "first noticed at 22:13:" in note_of(first)  # the warned call's event time
     assert "going on since" in note_of(later) and "UTC" in note_of(later)
     assert "change the arguments or the approach" in note_of(later)
     assert "loopguard will refuse the call" in note_of(later)  # a warning says what comes next
@@ -175,7 +175,7 @@ def test_the_note_is_the_wording_functions() -> None:
     note = model_note(decision, LoopSpend(5, 1_700_000_000_000, 2, 0, 0))
     assert note == (
         "[loopguard] You have called exec 4 times and it failed the same way each time, going "
-        "on since 22:13:20 UTC (2 calls ago). Retrying will fail the same way: read the error "
+        "on since 22:13:20 UTC. Retrying will fail the same way: read the error "
         "and fix its cause first, or stop and report the error. loopguard stopped this run: "
         "no further tool calls will run."
     )

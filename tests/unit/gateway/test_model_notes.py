@@ -67,7 +67,7 @@ def test_a_warnings_note_comes_with_the_next_verdict_for_the_tool_result() -> No
     assert verdict.allowed
     assert verdict.model_note == warned.extra[MODEL_NOTE]
     assert verdict.model_note.startswith("[loopguard] You have called read")
-    assert "going on since 22:13:10 UTC (1 call ago)" in verdict.model_note
+    assert "going on since 22:13:10 UTC." in verdict.model_note
     assert state.take_verdict("r1").model_note == ""  # handed over once, like the warning
 
 
