@@ -23,8 +23,8 @@ log = logging.getLogger("loopguard.config")
 
 CONFIG_CACHE_SIZE = 4096  # agents with a block of their own
 # Config objects the cache holds at most: an agent's config plus one view per perTool tool
-# (streams.core.config.tool_view), about 0.5 KB each (docs/hardening.md, "Issue 40 — config
-# changes"): some 32 MB, whatever the tables are.
+# (streams.core.config.tool_view), about 0.58 KB each (bench/config_bench.py; docs/
+# hardening.md, "Issue 40 — config changes"): about 38 MB, whatever the tables are.
 CONFIG_CACHE_COST = 65_536
 
 

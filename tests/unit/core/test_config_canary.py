@@ -75,6 +75,22 @@ def test_each_weakening_of_issue_40_is_flagged(change: dict) -> None:
     assert weakening(before, after).startswith("no longer stopped: ")
 
 
+@pytest.mark.parametrize(
+    ("change", "lost"),
+    [
+        ({"detectors": EVERY_DETECTOR_OFF}, 5),  # the breaker still aborts identical calls
+        (ALL_THRESHOLDS_99999, 10),
+        ({"historySize": 1}, 6),
+        ({"enabled": False}, 10),
+        ({"mode": "observe"}, 10),
+        ({"compat": "openclaw"}, 5),
+    ],
+)
+def test_how_many_loops_each_weakening_loses(change: dict, lost: int) -> None:
+    """The counts docs/hardening.md gives."""
+    assert len(weakened_loops(resolve(GUARDED), resolve({**GUARDED, **change}))) == lost
+
+
 def test_the_issue_s_examples_name_the_loops_they_lose() -> None:
     before = resolve(GUARDED)
     history = weakened_loops(before, resolve({**GUARDED, "historySize": 1}))
