@@ -10,9 +10,11 @@ Run with the project's virtualenv (the editable install provides ``streams``)::
 
     .venv/bin/python clients/vectors/make_python_vectors.py [--out PATH]
 
-``tests/unit/gateway/test_cross_language_vectors.py`` fails when python.json is not what this
-script writes, and decodes ``typescript.json`` (written by ``npm run vectors`` in
-clients/typescript) with the Python codec.
+``tests/unit/gateway/test_cross_language_vectors.py`` runs it and fails when python.json is
+not what it writes, and decodes ``typescript.json`` (written by ``npm run vectors`` in
+clients/typescript) with the Python codec. The ``invalid`` and ``gateway_json`` cases are
+built beside it, in invalid_vectors.py and json_vectors.py (imported from the script's own
+directory, so run it as a script).
 
 File format (everything JSON-safe):
 - Avro longs (seq, event_time, count) are decimal strings, so 64-bit values survive JS parsers.
@@ -30,33 +32,18 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import io
 import json
-import math
-import random
-import struct
 from pathlib import Path
 from typing import Any
 
-import fastavro
+from invalid_vectors import make_invalid
+from json_vectors import LOOP_VETO_RESULT, dumps, gateway_json_cases
 
 from streams.core import events as ev
 from streams.wire import avro as codec
 
 HERE = Path(__file__).resolve().parent
 CODEC_MODULE = codec.__name__
-# The version watermarks without usage are written in (the invalid vectors are such ones).
-WATERMARK_SCHEMA = (Path(codec.SCHEMA_DIR) / "previous" / "RunWatermark.v3.avsc").read_text(
-    encoding="utf-8"
-)
-
-
-def watermark_datum(values: dict[str, Any]) -> bytes:
-    """A RunWatermark datum written without the codec's checks (for the invalid vectors)."""
-    schema = fastavro.parse_schema(_strip_logical(json.loads(WATERMARK_SCHEMA)))
-    out = io.BytesIO()
-    fastavro.schemaless_writer(out, schema, values)
-    return out.getvalue()
 
 
 # ------------------------------------------------------------------------------ helpers
@@ -70,34 +57,9 @@ def event_fields(event: Any) -> dict[str, Any]:
     return longs(ev.event_to_dict(event))
 
 
-def tag(value: Any) -> Any:
-    """A Python JSON value as a tagged tree the JS side rebuilds exactly."""
-    if value is None:
-        return {"null": None}
-    if isinstance(value, bool):
-        return {"bool": value}
-    if isinstance(value, int):
-        return {"int": str(value)}
-    if isinstance(value, float):
-        return {"float": repr(value)}
-    if isinstance(value, str):
-        return {"str": value}
-    if isinstance(value, list | tuple):
-        return {"list": [tag(v) for v in value]}
-    if isinstance(value, dict):
-        return {"dict": [[k, tag(v)] for k, v in value.items()]}
-    raise TypeError(type(value))
-
-
 # ------------------------------------------------------------------------------ the cases
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z in epoch ms
-LOOP_VETO_RESULT = {"details": {"status": "blocked", "deniedReason": "tool-loop"}}
-
-
-def dumps(value: Any) -> str:
-    """What the gateway client writes for args/results."""
-    return json.dumps(value, ensure_ascii=False)
 
 
 def make_events() -> list[tuple[str, Any]]:
@@ -362,218 +324,6 @@ WATERMARK_BATCHES = [
 ]
 
 
-def js_float(x: float) -> bool:
-    """Finite and non-zero, and a JS client writes it as a float too (not integral below 1e21)."""
-    return math.isfinite(x) and x != 0 and not (x == int(x) and abs(x) < 1e21)
-
-
-def gateway_json_cases() -> list[dict[str, Any]]:
-    """Values a gateway serialises (args/results), with Python's text and any JS difference."""
-    cases: list[dict[str, Any]] = [
-        {"name": "command", "value": {"command": "make test", "cwd": "/repo"}},
-        {
-            "name": "nested",
-            "value": {"a": [1, 2, {"b": None, "c": True, "d": False}], "e": {}, "f": []},
-        },
-        {"name": "unicode", "value": {"text": "naïve café 日本語 🦀", "rtl": "שלום"}},
-        {
-            "name": "escapes",
-            "value": (
-                'quote " backslash \\ slash / nl \n cr \r tab \t bs \b ff \f'
-                " nul \x00 us \x1f del \x7f ls \u2028 ps \u2029"
-            ),
-        },
-        {"name": "ints", "value": [0, 1, -1, 2**31, -(2**31) - 1, 2**53 - 1, -(2**53 - 1)]},
-        {"name": "big_ints", "value": [2**53 + 1, 2**63, -(2**64) - 7, 10**30]},
-        {
-            "name": "floats",
-            "value": [
-                0.1,
-                -2.5,
-                1e-5,
-                0.0001,
-                1.5e300,
-                5e-324,
-                123456789.125,
-                2.5e-10,
-                3.141592653589793,
-                1e21,
-                1.5e21,
-                1e22,
-                1.7976931348623157e308,
-                4503599627370495.5,
-            ],
-        },
-        {
-            "name": "integral_floats_below_1e21",
-            "value": [1e16, 1.1e16, 9999999999999998.0, 2.0**60, 1e20],
-            "ts_expected": (
-                "[10000000000000000, 11000000000000000, 9999999999999998,"
-                " 1152921504606846976, 100000000000000000000]"
-            ),
-            "why": "a JS number with no fraction below 1e21 is written as an int",
-        },
-        {"name": "non_finite", "value": [math.nan, math.inf, -math.inf]},
-        {"name": "empty_containers", "value": [[], {}, "", [[]], {"": {}}]},
-        {"name": "null", "value": None},
-        {"name": "bare_string", "value": "just text"},
-        {"name": "true", "value": True},
-        {"name": "veto", "value": LOOP_VETO_RESULT},
-        {
-            "name": "float_integral",
-            "value": {"n": 1.0, "m": -0.0, "k": 1e15},
-            "ts_expected": '{"n": 1, "m": 0, "k": 1000000000000000}',
-            "why": "JS numbers cannot tell a float 1.0 from an int 1",
-        },
-        {
-            "name": "integer_like_keys",
-            "value": {"b": 1, "10": 2, "a": 3, "2": 4},
-            "ts_expected": '{"2": 4, "10": 2, "b": 1, "a": 3}',
-            "why": "JS objects order integer-like keys first, ascending",
-        },
-    ]
-    rng = random.Random(20260101)
-    floats = []
-    while len(floats) < 300:
-        bits = rng.getrandbits(64)
-        x = struct.unpack("<d", struct.pack("<Q", bits))[0]
-        if js_float(x):
-            floats.append(x)
-    for power in range(-330, 310, 7):
-        x = rng.random() * 10.0**power
-        if js_float(x):
-            floats.append(x)
-    cases.append({"name": "random_floats", "value": floats})
-    for case in cases:
-        case["python"] = dumps(case["value"])
-        case["value"] = tag(case["value"])
-    return cases
-
-
-def make_invalid() -> list[dict[str, Any]]:
-    """Messages Python's decoders refuse, with the error class each one raises."""
-    good_event = codec.encode_event(ev.RunStarted(ev.Envelope("run-x", "a", "g", 1, T0)))
-    tool_call = codec.encode_event(
-        ev.ToolCall(ev.Envelope("run-x", "a", "g", 2, T0), "exec", "{}", None)
-    )
-    decision = codec.encode_decision(
-        ev.Decision("run-x", "a", "g", 1, T0, ev.Action.WARN, "d", "warning", 1, "exec", "why")
-    )
-
-    def raw_event(datum: dict[str, Any]) -> bytes:
-        schema = json.loads(
-            (Path(codec.SCHEMA_DIR) / "AgentEvent.avsc").read_text(encoding="utf-8")
-        )
-        out = io.BytesIO()
-        out.write(b"\xc3\x01" + codec.event_schema_fingerprint())
-        fastavro.schemaless_writer(out, fastavro.parse_schema(_strip_logical(schema)), datum)
-        return out.getvalue()
-
-    empty_run = raw_event(
-        {
-            "run_id": "",
-            "agent_id": "a",
-            "gateway_id": "g",
-            "seq": 1,
-            "event_time": T0,
-            "body": ("loopguard.RunStarted", {}),
-        }
-    )
-    nul_name = codec.encode_event(
-        ev.ToolCall(ev.Envelope("run-x", "a", "g", 2, T0), "ex\x00ec", "{}", None),
-        check_names=False,
-    )
-    long_name = codec.encode_event(
-        ev.ToolCall(ev.Envelope("run-x", "a", "g", 2, T0), "t" * 1025, "{}", None),
-        check_names=False,
-    )
-    # run_id "run-x" is 5 bytes: length byte 0x0a at 10, text at 11..15; make it invalid UTF-8.
-    bad_utf8 = bytearray(good_event)
-    bad_utf8[11:13] = b"\xff\xfe"
-    # body union index: after run_id, agent_id, gateway_id, seq, event_time.
-    header_len = 10 + 6 + 2 + 2  # run_id "run-x", agent "a", gateway "g" (length byte + text)
-    seq_len = len(_zigzag(1))
-    time_len = len(_zigzag(T0))
-    union_at = header_len + seq_len + time_len
-    bad_union = bytearray(good_event)
-    assert bad_union[union_at] == 2 * 3, "RunStarted is branch 3"
-    bad_union[union_at] = 2 * 9
-    # Decision.action enum index: after run_id "run-x", "a", "g", seq 1, event_time.
-    action_at = 10 + 6 + 2 + 2 + seq_len + time_len
-    bad_enum = bytearray(decision)
-    assert bad_enum[action_at] == 0, "warn is symbol 0"
-    bad_enum[action_at] = 2 * 7
-    unknown_fp = b"\xc3\x01" + b"\x00" * 8 + good_event[10:]
-    cases = [
-        ("bad_marker", b"\xc3\x02" + good_event[2:], "decode_event"),
-        ("not_avro_json", b'{"run_id": "x"}', "decode_event"),
-        ("empty", b"", "decode_event"),
-        ("header_truncated", good_event[:7], "decode_event"),
-        ("datum_truncated", tool_call[:-3], "decode_event"),
-        ("trailing_bytes", good_event + b"\x00", "decode_event"),
-        ("unknown_fingerprint", unknown_fp, "decode_event"),
-        ("decision_on_events_decoder", decision, "decode_event"),
-        ("event_on_decision_decoder", good_event, "decode_decision"),
-        ("invalid_utf8", bytes(bad_utf8), "decode_event"),
-        ("union_index_out_of_range", bytes(bad_union), "decode_event"),
-        ("enum_index_out_of_range", bytes(bad_enum), "decode_decision"),
-        ("empty_run_id", empty_run, "decode_event"),
-        ("nul_in_tool_name", nul_name, "decode_event"),
-        ("tool_name_too_long", long_name, "decode_event"),
-    ]
-    wm_fields = {"run_id": "run-x", "agent_id": "a", "gateway_id": "g", "seq": 1, "event_time": T0}
-    wm_good = codec.encode_watermark(codec.RunWatermark(**wm_fields))
-    wm_empty_datum = {**wm_fields, "run_id": "", "status": "active", "event_count": 0}
-    wm_empty = wm_good[:10] + watermark_datum(wm_empty_datum)
-    cases += [
-        ("watermark_empty_run_id", wm_empty, "decode_watermark"),
-        ("watermark_truncated", wm_good[:-2], "decode_watermark"),
-        ("decision_on_watermark_decoder", decision, "decode_watermark"),
-    ]
-    out = []
-    for name, data, decoder in cases:
-        try:
-            getattr(codec, decoder)(data)
-        except codec.CodecError as exc:
-            error = type(exc).__name__
-            message = str(exc)
-        else:
-            raise AssertionError(f"invalid vector {name} decoded")
-        out.append(
-            {
-                "name": name,
-                "decoder": decoder,
-                "hex": data.hex(),
-                "error": error,
-                "message": message,
-            }
-        )
-    return out
-
-
-def _zigzag(n: int) -> bytes:
-    n = (n << 1) ^ (n >> 63)
-    out = bytearray()
-    while True:
-        byte = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
-def _strip_logical(node: Any) -> Any:
-    if isinstance(node, list):
-        return [_strip_logical(n) for n in node]
-    if isinstance(node, dict):
-        if node.get("type") in ("long", "int", "string", "bytes") and "logicalType" in node:
-            return node["type"]
-        return {k: _strip_logical(v) for k, v in node.items() if k != "logicalType"}
-    return node
-
-
 # ------------------------------------------------------------------------------ main
 
 
@@ -639,7 +389,7 @@ def build() -> dict[str, Any]:
         "decisions_unsafe_for_js": unsafe,
         "watermarks": watermarks,
         "watermark_batches": watermark_batches,
-        "invalid": make_invalid(),
+        "invalid": make_invalid(T0),
         "gateway_json": gateway_json_cases(),
     }
 
