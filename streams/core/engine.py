@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Iterator, MutableMapping
 from streams.core import history
 from streams.core.config import LoopDetectionConfig
 from streams.core.events import AgentEvent, Decision, Envelope
-from streams.core.fleet import FleetConfig
+from streams.core.fleet import GLOBAL_KEY, FleetConfig
 from streams.core.hold import mark_hold
 from streams.core.operator_command import OperatorCommand
 from streams.core.operator_release import apply_command
@@ -75,9 +75,12 @@ class LoopGuard:
     def config_for(self, agent_id: str) -> LoopDetectionConfig:
         if self.configs is not None:
             return self.configs(agent_id)
-        cfg = self._configs.get(agent_id)
+        # Agents without a block of their own share the global block's config: one entry
+        # however many agent ids the events name (issue 40).
+        key = agent_id if agent_id in self.fleet.agent_blocks else GLOBAL_KEY
+        cfg = self._configs.get(key)
         if cfg is None:
-            cfg = self._configs[agent_id] = self.fleet.for_agent(agent_id)
+            cfg = self._configs[key] = self.fleet.for_agent(key)
         return cfg
 
     def state_for(self, envelope: Envelope, cfg: LoopDetectionConfig) -> RunState:

@@ -302,7 +302,7 @@ def test_error_repeat_fires_iff_the_trailing_identical_errors_reach_it(outcomes,
         }
     )
     run = Run(loop_guard())
-    run.lg._configs[run.agent_id] = cfg  # the resolved config, as LoopGuard caches it
+    run.lg.configs = lambda _agent: cfg  # the resolved config, as a host hands it in
     for i, outcome in enumerate(outcomes):
         tail = 0
         for earlier in reversed(outcomes[:i]):
