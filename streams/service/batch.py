@@ -259,6 +259,11 @@ def take_command(
         out.dead_letter_kinds[exc.kind] += 1
         dead_letter(out, message, str(exc), topics, partition_for, max_bytes, now)
         return
+    except Exception as exc:  # noqa: BLE001 - issue 40: no record ends the worker
+        out.dead_letter_kinds["undecodable"] += 1
+        why = f"undecodable command: {failure_text(exc)}"
+        dead_letter(out, message, why, topics, partition_for, max_bytes, now)
+        return
     if context.keys is not None:  # issue 40: only an operator may release or abort
         refused = context.keys.check_command(getattr(message, "headers", None), value)
         if refused:

@@ -279,6 +279,10 @@ class EventProcessor:
             self.envelopes[run_id] = replace(
                 envelope, agent_id=stored.agent_id, gateway_id=stored.gateway_id
             )
-        decisions = self.guard.command(command)
+        try:
+            decisions = self.guard.command(command)
+        except Exception as exc:  # noqa: BLE001 - issue 40: one command must never stop a partition
+            self.rebuild(run_id, self.guard.config_for(stored.agent_id or envelope.agent_id))
+            return Outcome(dead_letter=f"command failed: {type(exc).__name__}: {exc}")
         self.applied.setdefault(run_id, []).append(command)
         return Outcome(decisions=decisions)

@@ -1,0 +1,61 @@
+"""An operator's command that cannot be decoded or applied, whatever the exception, is
+dead-lettered and the batch goes on (issue 40: no record ends the worker)."""
+
+from __future__ import annotations
+
+import pytest
+
+from streams.core.engine import LoopGuard
+from streams.kafka.operator_commands import build_command
+from streams.wire import operator_codec
+from streams.wire.operator_codec import encode_command
+from tests.core_helpers import Run
+from tests.unit.service.test_batch_signing import TOPICS, Message, Worker, dead_letter_errors, loop
+
+
+def command(worker: Worker, run_id: str) -> Message:
+    value = encode_command(
+        build_command(run_id, "agent", "release", release_id="r1", reason="ok", released_by="me")
+    )
+    worker.offset += 1
+    return Message(TOPICS.events, 0, worker.offset, run_id.encode(), value)
+
+
+def test_a_command_the_core_fails_on_is_dead_lettered_and_the_next_event_applies(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    worker = Worker(keys=None)
+    run = Run(run_id="r", gateway_id="gw")
+    events = [run.make_start(), *loop(run, 3)]
+    worker.batch([worker.message(event, None) for event in events])
+    before = worker.table[b"r"].stats.events
+
+    def broken(self: LoopGuard, cmd: object) -> list:
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr(LoopGuard, "command", broken)
+    follow = run.make_call("read", {"path": "b.txt"})
+    out = worker.batch([command(worker, "r"), worker.message(follow, None)])
+    assert dead_letter_errors(out) == [
+        "command failed: RecursionError: maximum recursion depth exceeded"
+    ]
+    assert worker.table[b"r"].stats.events == before + 1  # the call after it applied
+
+
+def test_a_command_whose_decoding_raises_anything_is_dead_lettered(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    worker = Worker(keys=None)
+    run = Run(run_id="r", gateway_id="gw")
+    worker.batch([worker.message(run.make_start(), None)])
+
+    def broken(value: bytes, max_size: int) -> object:
+        raise MemoryError("out of memory")
+
+    monkeypatch.setattr("streams.service.batch.decode_command", broken)
+    assert operator_codec.decode_command is not broken
+    out = worker.batch([command(worker, "r"), worker.message(run.make_call("ls", {}), None)])
+    (error,) = dead_letter_errors(out)
+    assert error.startswith("undecodable command: MemoryError")
+    assert out.dead_letter_kinds == {"undecodable": 1}
+    assert worker.table[b"r"].stats.events == 2
