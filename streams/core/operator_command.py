@@ -14,6 +14,7 @@ from streams.core.events import Envelope
 RELEASE, ABORT = "release", "abort"
 COMMANDS = (RELEASE, ABORT)
 COMMAND_KIND = "operator_command"
+RUN_SCOPE = "run"  # a command sent for its one run (not for every run of its agent)
 # How many calls a release covers when it does not say (``loopguard release``, a hold's
 # holdDefault "release").
 DEFAULT_RELEASE_CALLS = 10  # its ``kind`` in export files
@@ -33,7 +34,7 @@ class OperatorCommand:
     until: int | None = None  # epoch ms, event time
     reason: str = ""
     released_by: str = ""
-    scope: str = "run"
+    scope: str = RUN_SCOPE
     source: str = "cli"
 
 
@@ -88,6 +89,6 @@ def command_from_dict(data: dict[str, Any]) -> OperatorCommand:
         until=None if until is None else int(until),
         reason=str(data.get("reason") or ""),
         released_by=str(data.get("released_by") or ""),
-        scope=str(data.get("scope") or "run"),
+        scope=str(data.get("scope") or RUN_SCOPE),
         source=str(data.get("source") or "cli"),
     )

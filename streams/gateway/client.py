@@ -230,9 +230,12 @@ class GatewayClient:
 
     def publish_command(self, command: OperatorCommand) -> None:
         """An operator command of this gateway's (a held call's holdDefault, issue 43) on
-        the events topic under its run's key, sent at once."""
+        the events topic under its run's key, sent at once; signed with this gateway's key
+        (a worker with keys applies it to this gateway's own runs only)."""
         key = partition_key(command.envelope).encode()
-        self._producer.send(self.topics.events, key=key, value=encode_command(command))
+        value = encode_command(command)
+        headers = None if self.keys is None else self.keys.headers(value)
+        self._producer.send(self.topics.events, key=key, value=value, headers=headers)
         self._producer.flush()
 
     def watch(self, *run_ids: str) -> None:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from streams.core.agent_cycles import cycle_key, is_send_call
 from streams.core.events import Decision, event_kind
-from streams.core.operator_command import COMMAND_KIND
+from streams.core.operator_command import COMMAND_KIND, RUN_SCOPE
 from streams.core.run_state import RunState
 from streams.service.dead_letter_records import (
     failure_text,
@@ -264,12 +264,17 @@ def take_command(
         why = f"undecodable command: {failure_text(exc)}"
         dead_letter(out, message, why, topics, partition_for, max_bytes, now)
         return
-    if context.keys is not None:  # issue 40: only an operator may release or abort
-        refused = context.keys.check_command(getattr(message, "headers", None), value)
+    if context.keys is not None:  # issue 40: an operator, or the run's own gateway
+        run_id = command.envelope.run_id
+        # a gateway may release or abort a run of its own (a held call's holdDefault), one
+        # run at a time: never by --agent scope, never another gateway's run
+        owner = processor.owner_of(run_id) if command.scope == RUN_SCOPE else ""
+        refused = context.keys.check_command(getattr(message, "headers", None), value, owner)
         if refused:
             out.dead_letter_kinds[refused] += 1
-            why = f"{refused}: {command.command} of run {command.envelope.run_id} refused (it "
-            why += "needs an operator key's signature: loopguard release with the keys file)"
+            why = f"{refused}: {command.command} of run {run_id} refused (it needs an operator "
+            why += "key's signature, loopguard release with the keys file, or for this run "
+            why += "alone its own gateway's)"
             dead_letter(out, message, why, topics, partition_for, max_bytes, now)
             return
     out.event_kinds[COMMAND_KIND] += 1

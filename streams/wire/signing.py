@@ -18,8 +18,9 @@ The keys file (``LOOPGUARD_GATEWAY_KEYS``: a path, or the JSON itself)::
      "operators": {"op1": "<secret>"}}
 
 ``operators`` signs what ``loopguard release`` and ``loopguard abort`` send (issue 43): with
-keys set, a worker applies only commands that verify under them, so a gateway, which may write
-the events topic too, can neither release its own blocked run nor abort another's.
+keys set, a worker applies a command that verifies under them to any run, and one signed by a
+gateway only to a run of that gateway's (its hold's ``holdDefault``: it could as well not obey),
+so a gateway, which may write the events topic too, cannot abort or release another's run.
 
 A gateway is given its own keys only (``LOOPGUARD_GATEWAY_KEY``: ``k2:<secret>``, several
 separated by commas, the signing one first).
@@ -205,8 +206,13 @@ class GatewayKeys:
             return UNKNOWN_GATEWAY
         return ring.check(headers, value)
 
-    def check_command(self, headers: Any, value: bytes) -> str:
-        """ "" when an operator's command is signed with an operator key, else why not."""
+    def check_command(self, headers: Any, value: bytes, owner: str = "") -> str:
+        """ "" when an operator's command is signed with an operator key, or with a key of
+        ``owner`` (the gateway that owns the command's run, given only for a command to that
+        one run: a gateway may release or abort its own run, e.g. a held call's
+        holdDefault), else why not."""
+        if owner and not self.check(owner, headers, value):
+            return ""
         if self.operators is None:
             return UNSIGNED_COMMAND
         refused = self.operators.check(headers, value)

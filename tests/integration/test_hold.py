@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from urllib.parse import urlencode
 
 import pytest
@@ -15,7 +16,7 @@ from test_web import wait_for_web
 from web_client import Client
 
 from streams.audit.releases import read_releases
-from streams.core.events import ABORT_DETECTOR
+from streams.core.events import ABORT_DETECTOR, RELEASE_DETECTOR
 from streams.devtools.embedded_broker import free_port
 from streams.gateway.verdicts import RunAborted
 
@@ -41,7 +42,13 @@ CONFIG = {
                 "tools": {
                     "loopDetection": {**LIMITS, "holdTimeoutSeconds": 1, "holdDefault": "abort"}
                 },
-            }
+            },
+            {
+                "id": "lenient",
+                "tools": {
+                    "loopDetection": {**LIMITS, "holdTimeoutSeconds": 1, "holdDefault": "release"}
+                },
+            },
         ]
     },
 }
@@ -127,6 +134,18 @@ def test_a_held_call_goes_through_on_a_release_posted_to_the_web_endpoint(
     assert "the build takes long" in page.body
 
 
+def recorded_release(pipeline, run_id: str, timeout: float = 30.0):
+    """The run's one operator_releases row, once the worker's audit wrote it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with pipeline.store() as store, store.engine.connect() as conn:
+            rows = read_releases(conn, run_id=run_id)
+        if rows or time.monotonic() > deadline:
+            (row,) = rows
+            return row
+        time.sleep(0.1)
+
+
 def test_with_no_answer_the_hold_default_aborts_and_is_recorded(
     pipeline_factory, migrated_db_url
 ) -> None:
@@ -139,11 +158,50 @@ def test_with_no_answer_the_hold_default_aborts_and_is_recorded(
     aborted = outcome["aborted"]
     assert aborted.decision.detector == ABORT_DETECTOR
     assert "holdDefault abort" in aborted.decision.reason
-    for _ in range(100):
-        with pipeline.store() as store, store.engine.connect() as conn:
-            rows = read_releases(conn, run_id=run.run_id)
-        if rows:
-            break
-        thread.join(0.1)
-    (row,) = rows
+    row = recorded_release(pipeline, run.run_id)
     assert (row.command, row.source) == ("abort", "hold")
+
+
+GATEWAY_KEY = {"h1": "hold-gateway-secret-5d0c2a"}
+KEYS = {  # as compose's: the gateway's key and an operator's, which the gateway does not hold
+    "gateways": {"gw-hold": GATEWAY_KEY, "gw-other": {"o1": "other-gateway-secret-91b7"}},
+    "operators": {"op1": "hold-operator-secret-77e1"},
+}
+
+
+def test_under_gateway_keys_the_hold_default_signed_by_the_runs_gateway_applies(
+    pipeline_factory, migrated_db_url
+) -> None:
+    """With keys (compose and the demo set them) a gateway's holdDefault is signed with its
+    own key: the worker applies it to that gateway's run, so an unanswered hold ends in the
+    configured abort or release instead of a refusal 10 s later."""
+    pipeline = pipeline_factory(migrated_db_url, config=CONFIG)
+    pipeline.start_worker(LOOPGUARD_GATEWAY_KEYS=json.dumps(KEYS))
+    client = pipeline.client("gw-hold", wait_budget_ms=IN_TIME_BUDGET_MS, signing_keys=GATEWAY_KEY)
+    try:
+        pipeline.wait_ready(client, timeout=120)
+    except Exception:
+        print(pipeline.worker_logs())
+        raise
+
+    run = client.start_run("impatient")
+    thread, outcome = held_call(run)
+    thread.join(60)
+    assert not thread.is_alive()
+    assert "aborted" in outcome, outcome  # not the refusal of an unanswered default
+    assert "holdDefault abort" in outcome["aborted"].decision.reason
+    assert (recorded_release(pipeline, run.run_id).source) == "hold"
+
+    run = client.start_run("lenient")
+    thread, outcome = held_call(run)
+    thread.join(60)
+    assert not thread.is_alive()
+    verdict = outcome["verdict"]
+    assert verdict.allowed and verdict.blocked_by is None, verdict
+    assert [d.detector for d in client.decisions(run.run_id)][-1] == RELEASE_DETECTOR
+    run.after_tool("read", ARGS, result=SAME)
+    run.end()
+    row = recorded_release(pipeline, run.run_id)
+    assert (row.command, row.source, row.calls) == ("release", "hold", 10)
+    with pipeline.store() as store:
+        assert store.dead_letter_count() == 0  # neither default was refused

@@ -173,30 +173,47 @@ def test_a_rekeyed_event_keeps_its_signature() -> None:
     assert VICTIM.check(out.rekeys[0].headers, out.rekeys[0].value) == ""
 
 
-def command_message(worker: Worker, ring: KeyRing | None) -> Message:
-    """An operator's abort of run v, as `loopguard abort` sends it."""
+def command_message(
+    worker: Worker,
+    ring: KeyRing | None,
+    command: str = "abort",
+    scope: str = "run",
+    run_id: str = "v",
+) -> Message:
+    """An operator's abort (or release) of run v, as `loopguard abort` sends it."""
     from streams.kafka.operator_commands import build_command
     from streams.wire.operator_codec import encode_command
 
-    command = build_command(
-        "v", "agent", "abort", release_id="r1", reason="stop it", released_by="someone"
+    built = build_command(
+        run_id,
+        "agent",
+        command,
+        release_id=f"r{worker.offset}",
+        reason="stop it",
+        released_by="someone",
+        calls=5 if command == "release" else None,
+        scope=scope,
     )
-    value = encode_command(command)
+    value = encode_command(built)
     worker.offset += 1
     headers = ring.headers(value) if ring is not None else []
-    return Message(TOPICS.events, 0, worker.offset, b"v", value, headers)
+    return Message(TOPICS.events, 0, worker.offset, run_id.encode(), value, headers)
 
 
-def test_only_an_operator_key_may_abort_or_release_a_run() -> None:
+def test_only_an_operator_key_may_abort_or_release_another_gateways_run() -> None:
     operator = KeyRing.of({"op1": "operator-secret-0123456789"})
     worker = Worker(GatewayKeys(KEYS.rings, operator))
     victim = Run(run_id="v", gateway_id="gw-victim")
     worker.batch([worker.message(victim.make_start(), VICTIM)])
-    # a gateway may write the events topic: its abort of the victim's run is refused
-    for ring in (None, ATTACKER, VICTIM):
-        out = worker.batch([command_message(worker, ring)])
-        assert not out.decisions, ring
-        assert sum(out.dead_letter_kinds.values()) == 1
+    # a gateway may write the events topic: its abort of the victim's run is refused, and so
+    # is the victim's own abort of its run sent for every run of its agent (--agent scope)
+    refusals = [(None, "run"), (ATTACKER, "run"), (VICTIM, "agent")]
+    for ring, scope in refusals:
+        for command in ("abort", "release"):
+            out = worker.batch([command_message(worker, ring, command, scope)])
+            assert not out.decisions, (ring, scope, command)
+            assert sum(out.dead_letter_kinds.values()) == 1
+            assert "needs an operator key's signature" in dead_letter_errors(out)[0]
     assert worker.table[b"v"].status == "active"
     out = worker.batch([command_message(worker, operator)])
     assert [decision.action.value for decision in out.decisions] == ["abort"]
@@ -208,3 +225,38 @@ def test_only_an_operator_key_may_abort_or_release_a_run() -> None:
     assert bare.batch([command_message(bare, operator)]).dead_letter_kinds == {
         "unsigned_command": 1
     }
+
+
+def test_a_gateway_may_release_and_abort_its_own_run_only() -> None:
+    """A held call's holdDefault (issue 43): the gateway that owns the run signs the command
+    with its own key; the worker applies it to that run, and the same gateway's command for a
+    run of another gateway's is refused."""
+    operator = KeyRing.of({"op1": "operator-secret-0123456789"})
+    with_operators = GatewayKeys(KEYS.rings, operator)
+    for keys, refusal in ((with_operators, "bad_signature"), (KEYS, "unsigned_command")):
+        worker = Worker(keys)
+        victim, own = (
+            Run(run_id="v", gateway_id="gw-victim"),
+            Run(run_id="a", gateway_id="gw-attacker"),
+        )
+        starts = [worker.message(victim.make_start(), VICTIM)]
+        starts.append(worker.message(own.make_start(), ATTACKER))
+        worker.batch(starts)
+        # the attacker's release and abort of the victim's run, signed with its own key
+        for command in ("release", "abort"):
+            out = worker.batch([command_message(worker, ATTACKER, command)])
+            assert not out.decisions and out.dead_letter_kinds == {refusal: 1}
+        assert worker.table[b"v"].status == "active"
+        # its release of its own run applies, and so does its abort after it
+        out = worker.batch([command_message(worker, ATTACKER, "release", run_id="a")])
+        assert not dead_letter_errors(out)
+        assert [(d.detector, d.action.value) for d in out.decisions] == [
+            ("operator_release", "warn")
+        ]
+        out = worker.batch([command_message(worker, ATTACKER, "abort", run_id="a")])
+        assert [d.action.value for d in out.decisions] == ["abort"]
+        (record,) = [r for r in out.all_records() if r.topic == TOPICS.control and r.key == b"a"]
+        assert ATTACKER.check(record.headers, record.value) == ""
+        assert worker.table[b"a"].status != "active"
+        # the victim's run is as it was
+        assert worker.table[b"v"].status == "active"

@@ -110,6 +110,11 @@ def test_operator_keys_sign_commands_and_no_gateway_key_passes_for_one(tmp_path)
     assert headers is not None and keys.check_command(headers, value) == ""
     gateway_signed = KeyRing.of({"k2": SECRET}).headers(value)
     assert keys.check_command(gateway_signed, value) == BAD_SIGNATURE
+    # a gateway's own key passes for a command to a run of its own (the caller names the
+    # run's owner), never for another gateway's run
+    assert keys.check_command(gateway_signed, value, owner="gw-1") == ""
+    assert keys.check_command(gateway_signed, value, owner="gw-2") == BAD_SIGNATURE
+    assert keys.check_command([], value, owner="gw-1") == UNSIGNED_COMMAND
     assert keys.check_command([], value) == UNSIGNED_COMMAND
     assert GatewayKeys.from_json(KEYS).check_command(headers, value) == UNSIGNED_COMMAND
     assert operator_headers("", value) is None
