@@ -5,11 +5,15 @@
 // MODEL_MAX_TOOL_CALLS tool-call answers it gives a final text answer, so a run with loopguard
 // failing open still ends. With MODEL_OVERFLOW_AT=N it answers the first request that carries N
 // tool results with an OpenAI-style context_length_exceeded error (once), so OpenClaw compacts
-// the session and retries. Node stdlib only; listens on 127.0.0.1 only. One server per run.
+// the session and retries. With MODEL_PAUSE_FILE the first request whose latest tool result is
+// a refused call (loopguard's refusal) is answered only once that file exists: an operator's
+// time to act (e.g. `loopguard release`) before the agent asks again. Node stdlib only; listens
+// on 127.0.0.1 only. One server per run.
 //
 // env: MODEL_PORT (0 = pick one; the chosen port is printed as JSON on stdout's first line)
 //      MODEL_TOOL (default "read"), MODEL_TOOL_ARGS (JSON, default {"path":"loop.txt"})
 //      MODEL_MAX_TOOL_CALLS (default 40), MODEL_OVERFLOW_AT (default 0: never),
+//      MODEL_PAUSE_FILE (optional), MODEL_PAUSE_TIMEOUT_MS (default 300000: then it answers),
 //      MODEL_LOG (optional JSONL file of requests)
 import http from "node:http";
 import fs from "node:fs";
@@ -19,6 +23,10 @@ const toolArgs = process.env.MODEL_TOOL_ARGS || JSON.stringify({ path: "loop.txt
 const maxToolCalls = Number(process.env.MODEL_MAX_TOOL_CALLS || 40);
 const overflowAt = Number(process.env.MODEL_OVERFLOW_AT || 0);
 let overflowed = false;
+const pauseFile = process.env.MODEL_PAUSE_FILE || "";
+const pauseTimeoutMs = Number(process.env.MODEL_PAUSE_TIMEOUT_MS || 300_000);
+let paused = false;
+const REFUSAL = /loopguard (refused|blocked) this call/;
 const logFile = process.env.MODEL_LOG;
 let toolCallsServed = 0;
 let requests = 0;
@@ -45,6 +53,19 @@ function answerFor(body) {
   return { kind: "text", text: names.length ? `done after ${toolCallsServed} tool calls` : `Summary: the user asked to read ${toolArgs}; the assistant kept calling ${tool}.` };
 }
 
+/** Once: when the latest tool result is a refusal, wait for MODEL_PAUSE_FILE; the ms waited. */
+async function pauseAfterRefusal(body, text) {
+  if (!pauseFile || paused) return undefined;
+  const results = (Array.isArray(body.messages) ? body.messages : []).filter((m) => m?.role === "tool");
+  if (!results.length || !REFUSAL.test(text(results[results.length - 1]))) return undefined;
+  paused = true;
+  const started = Date.now();
+  while (!fs.existsSync(pauseFile) && Date.now() - started < pauseTimeoutMs) {
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  return Date.now() - started;
+}
+
 function sendJson(res, status, obj) {
   const data = JSON.stringify(obj);
   res.writeHead(status, { "content-type": "application/json", "content-length": Buffer.byteLength(data) });
@@ -54,7 +75,7 @@ function sendJson(res, status, obj) {
 const server = http.createServer((req, res) => {
   let raw = "";
   req.on("data", (c) => (raw += c));
-  req.on("end", () => {
+  req.on("end", async () => {
     requests += 1;
     const url = req.url || "";
     if (req.method === "GET" && url.endsWith("/models")) {
@@ -69,11 +90,13 @@ const server = http.createServer((req, res) => {
     }
     let body = {};
     try { body = JSON.parse(raw || "{}"); } catch { return sendJson(res, 400, { error: { message: "bad json" } }); }
-    const answer = answerFor(body);
     const text = (m) => (typeof m?.content === "string" ? m.content : Array.isArray(m?.content) ? m.content.map((p) => p?.text ?? "").join("") : "");
+    const pausedMs = await pauseAfterRefusal(body, text);
+    const answer = answerFor(body);
     log({
       n: requests, stream: !!body.stream, model: body.model, tools: (body.tools || []).map((t) => t?.function?.name),
       toolResultsText: (body.messages || []).filter((m) => m?.role === "tool").map(text), answer,
+      ...(pausedMs === undefined ? {} : { pausedMs }),
     });
     const id = `chatcmpl-${requests}`;
     const created = Math.floor(Date.now() / 1000);

@@ -6,11 +6,14 @@
 // over and over, and loopguard's Kafka at $LOOPGUARD_TEST_BOOTSTRAP. Runs one agent turn and
 // prints one JSON document on stdout: what OpenClaw executed, what loopguard blocked, the abort.
 //
-//   node e2e/run-e2e.mjs [--prompt TEXT] [--max-tool-calls N] [--overflow-at N] [--timeout SECONDS] [--keep]
+//   node e2e/run-e2e.mjs [--prompt TEXT] [--max-tool-calls N] [--overflow-at N] [--pause-after-refusal FILE] [--timeout SECONDS] [--keep]
 //
 //   --max-tool-calls N  the model asks for the tool N times, then answers in text (default 30)
 //   --overflow-at N     the model's first request carrying N tool results fails with
 //                       context_length_exceeded (once): OpenClaw compacts and retries the turn
+//   --pause-after-refusal FILE  once the model has seen a refused call (loopguard's refusal as
+//                       a tool result), its next answer waits until FILE exists: a test acts as
+//                       an operator meanwhile (e.g. `loopguard release`), then creates FILE
 //   --gateway           run a real Gateway (`openclaw gateway run`, loopback, token auth) with the
 //                       plugin loaded in it, and send the turn through it (`openclaw agent`
 //                       without --local); default: the embedded runner (`agent --local`)
@@ -47,12 +50,13 @@ import { PLUGIN_DIR, ensureOpenClawRuntime } from './setup-openclaw.mjs';
 const here = path.dirname(fileURLToPath(import.meta.url));
 
 function parseArgs(argv) {
-  const args = { prompt: 'Read loop.txt and tell me what it says.', maxToolCalls: 30, overflowAt: 0, timeout: 240, keep: false, gateway: false };
+  const args = { prompt: 'Read loop.txt and tell me what it says.', maxToolCalls: 30, overflowAt: 0, pauseFile: '', timeout: 240, keep: false, gateway: false };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
     if (a === '--prompt') args.prompt = argv[++i];
     else if (a === '--max-tool-calls') args.maxToolCalls = Number(argv[++i]);
     else if (a === '--overflow-at') args.overflowAt = Number(argv[++i]);
+    else if (a === '--pause-after-refusal') args.pauseFile = path.resolve(argv[++i]);
     else if (a === '--timeout') args.timeout = Number(argv[++i]);
     else if (a === '--keep') args.keep = true;
     else if (a === '--gateway') args.gateway = true;
@@ -225,6 +229,7 @@ async function main() {
     MODEL_LOG: modelLog,
     MODEL_MAX_TOOL_CALLS: String(args.maxToolCalls),
     MODEL_OVERFLOW_AT: String(args.overflowAt),
+    ...(args.pauseFile ? { MODEL_PAUSE_FILE: args.pauseFile } : {}),
   });
   try {
     const brokers = (process.env.LOOPGUARD_TEST_BOOTSTRAP || '').split(',').map((s) => s.trim()).filter(Boolean);
@@ -370,6 +375,8 @@ async function main() {
     result.runsEnded = trace.filter((r) => r.event === 'run_ended').map((r) => ({ runId: r.runId, status: r.status, published: r.published }));
     result.toolResultsSeenByModel = toolResults.map((t) => (t.length > 200 ? t.slice(0, 200) + '…' : t));
     result.modelRequests = requests.length;
+    // with --pause-after-refusal: how long the model waited after the refusal (null: never paused)
+    result.modelPausedMs = requests.find((r) => r.pausedMs !== undefined)?.pausedMs ?? null;
     result.trace = trace;
     result.stderrTail = proc.stderr.split('\n').filter((l) => l.trim()).slice(-25);
     result.ok = Boolean(out) && !proc.timedOut;

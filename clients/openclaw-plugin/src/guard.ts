@@ -37,6 +37,7 @@ import type {
 // -- the loopguard client surface the plugin uses (structurally @loopguard/client) ------------
 
 export interface DecisionLike {
+  runId?: string;
   action?: string;
   /** False for an observe-only decision (the agent's config is `mode: "observe"`). */
   enforced?: boolean;
@@ -357,6 +358,9 @@ export class LoopguardGuard {
   }
 
   private onDecision(decision: DecisionLike): void {
+    // every decision for a run of this gateway, as it takes effect (an operator's release
+    // included: from this record on, the run's next call is no longer refused)
+    this.trace({ event: 'decision', runId: decision.runId, detector: decision.detector, action: decision.action, enforced: decision.enforced !== false });
     // Shadow mode: the client has logged "observe only, loopguard would ..." once and never
     // acts on it; saying "loopguard block" here too would read as if the call was blocked.
     if (decision.enforced === false) return;
