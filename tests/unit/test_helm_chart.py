@@ -26,6 +26,7 @@ from helm_tools.tools import Tools, installed, planned
 
 from streams.settings import Settings
 from streams.web import register_views
+from streams.wire.signing import GatewayKeys
 from tests.unit.test_compose import settings_env_names
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,6 +40,7 @@ CUSTOM_GROUPS = ("keda.sh/", "monitoring.coreos.com/")
 # The longest failover the benchmarks measured, a kill until every partition was guarded
 # again with 30,000 runs rebuilt from the changelog (docs/benchmarks.md, "Failover").
 RECOVERY_SECONDS = 13.3
+GATEWAY_KEYS_SUFFIX = "-gateway-keys"  # the Secret the chart makes from gatewayKeys.keys
 
 
 @pytest.fixture(scope="module")
@@ -86,6 +88,16 @@ def one(objects: list[dict[str, Any]], kind: str) -> dict[str, Any]:
     found = [o for o in objects if o["kind"] == kind]
     assert len(found) == 1, f"{len(found)} {kind} objects"
     return found[0]
+
+
+def chart_secret(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    """The Secret of the web token, database URL and SASL pair (not the gateway keys')."""
+    (secret,) = [
+        o
+        for o in objects
+        if o["kind"] == "Secret" and not o["metadata"]["name"].endswith(GATEWAY_KEYS_SUFFIX)
+    ]
+    return secret
 
 
 def worker_container(objects: list[dict[str, Any]]) -> dict[str, Any]:
@@ -226,7 +238,7 @@ def test_probes_read_healthz_on_the_port_the_worker_serves(rendered: list[dict[s
 def test_the_web_token_and_database_url_come_from_the_secret(
     rendered: list[dict[str, Any]],
 ) -> None:
-    secret = one(rendered, "Secret")
+    secret = chart_secret(rendered)
     env = env_of(worker_container(rendered))
     for name, key in (("LOOPGUARD_WEB_TOKEN", "web-token"), ("LOOPGUARD_DB_URL", "db-url")):
         assert "value" not in env[name], f"{name} written inline"
@@ -249,7 +261,9 @@ def test_an_existing_secret_is_referenced_and_none_is_made(tools: Tools) -> None
         tools, "secret.existingSecret=fleet-secrets", "secret.data.webToken=",
         "secret.data.dbUrl=",
     )  # fmt: skip
-    assert not [o for o in objects if o["kind"] == "Secret"]
+    assert [o["metadata"]["name"] for o in objects if o["kind"] == "Secret"] == [
+        "lg-loopguard-gateway-keys"
+    ]  # the gateway keys' own (gatewayKeys.existingSecret names a Secret of yours for them)
     ref = env_of(worker_container(objects))["LOOPGUARD_WEB_TOKEN"]["valueFrom"]["secretKeyRef"]
     assert ref == {"name": "fleet-secrets", "key": "web-token"}
 
@@ -264,6 +278,60 @@ def test_an_existing_secret_is_referenced_and_none_is_made(tools: Tools) -> None
 )
 def test_required_values_are_asked_for(tools: Tools, sets: tuple[str, ...], message: str) -> None:
     assert message in refused(tools, *sets)
+
+
+# ---------------------------------------------------------------------------- gateway keys
+
+
+def test_the_workers_get_the_gateway_keys_from_the_secret_the_chart_makes(
+    rendered: list[dict[str, Any]], tools: Tools
+) -> None:
+    (keys_secret,) = [
+        o
+        for o in rendered
+        if o["kind"] == "Secret" and o["metadata"]["name"].endswith(GATEWAY_KEYS_SUFFIX)
+    ]
+    assert "annotations" not in keys_secret["metadata"]  # an ordinary object, not a hook
+    ref = env_of(worker_container(rendered))["LOOPGUARD_GATEWAY_KEYS"]
+    assert "value" not in ref, "the keys written inline"
+    assert ref["valueFrom"]["secretKeyRef"] == {
+        "name": keys_secret["metadata"]["name"],
+        "key": "gateway-keys",
+    }
+    # What the worker reads from it is a keys file it accepts: the CI values' gateway and
+    # operator (the worker takes the JSON itself in LOOPGUARD_GATEWAY_KEYS).
+    keys = GatewayKeys.load(keys_secret["stringData"]["gateway-keys"])
+    assert set(keys.rings) == {"ci-gateway"} and keys.operators is not None
+    assert keys.operators.key_id == "op1"
+
+    # New keys roll the workers (they read the keys at start); the config's checksum stays.
+    def annotations(objects: list[dict[str, Any]]) -> dict[str, str]:
+        return one(objects, "StatefulSet")["spec"]["template"]["metadata"]["annotations"]
+
+    rotated = annotations(
+        render(tools, "gatewayKeys.keys.gateways.ci-gateway.k2=new-gateway-secret-0")
+    )
+    before = annotations(rendered)
+    assert rotated["checksum/gateway-keys"] != before["checksum/gateway-keys"]
+    assert rotated["checksum/config"] == before["checksum/config"]
+
+
+def test_gateway_keys_from_an_existing_secret(tools: Tools) -> None:
+    objects = render(
+        tools, "gatewayKeys.existingSecret=fleet-gateway-keys", "gatewayKeys.keys=null"
+    )
+    assert not [o for o in objects if o["metadata"]["name"].endswith(GATEWAY_KEYS_SUFFIX)]
+    ref = env_of(worker_container(objects))["LOOPGUARD_GATEWAY_KEYS"]["valueFrom"]
+    assert ref["secretKeyRef"] == {"name": "fleet-gateway-keys", "key": "gateway-keys"}
+    pod = one(objects, "StatefulSet")["spec"]["template"]["metadata"]
+    assert "checksum/gateway-keys" not in pod["annotations"]  # yours: restart them yourself
+
+
+def test_gateway_keys_are_required_unless_turned_off(tools: Tools) -> None:
+    assert "gatewayKeys.keys" in refused(tools, "gatewayKeys.keys=null")
+    objects = render(tools, "gatewayKeys.enabled=false", "gatewayKeys.keys=null")
+    assert "LOOPGUARD_GATEWAY_KEYS" not in env_of(worker_container(objects))
+    assert [o["kind"] for o in objects].count("Secret") == 1  # the chart's own only
 
 
 # ---------------------------------------------------------------------------- autoscaling
@@ -333,7 +401,7 @@ def test_sasl_credentials_reach_the_workers_and_keda_from_the_same_secret(tools:
         tools, "kafka.saslMechanism=SCRAM-SHA-512", "kafka.securityProtocol=SASL_SSL",
         "secret.data.saslUsername=worker", "secret.data.saslPassword=pw",
     )  # fmt: skip
-    secret = one(objects, "Secret")["metadata"]["name"]
+    secret = chart_secret(objects)["metadata"]["name"]
     env = env_of(worker_container(objects))
     assert env["LOOPGUARD_SASL_MECHANISM"]["value"] == "SCRAM-SHA-512"
     assert env["LOOPGUARD_SASL_PASSWORD"]["valueFrom"]["secretKeyRef"] == {
@@ -369,7 +437,7 @@ def test_the_service_monitor_scrapes_every_worker_on_metrics(
 def test_a_token_on_metrics_is_sent_by_the_service_monitor(tools: Tools) -> None:
     objects = render(tools, "web.tokenForMetrics=true")
     (endpoint,) = one(objects, "ServiceMonitor")["spec"]["endpoints"]
-    secret = one(objects, "Secret")["metadata"]["name"]
+    secret = chart_secret(objects)["metadata"]["name"]
     assert endpoint["authorization"] == {
         "type": "Bearer",
         "credentials": {"name": secret, "key": "web-token"},

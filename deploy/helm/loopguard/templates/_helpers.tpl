@@ -43,6 +43,11 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- .Values.secret.existingSecret | default (include "loopguard.fullname" .) -}}
 {{- end -}}
 
+{{/* The Secret holding the gateway keys file (LOOPGUARD_GATEWAY_KEYS). */}}
+{{- define "loopguard.gatewayKeysSecretName" -}}
+{{- .Values.gatewayKeys.existingSecret | default (printf "%s-gateway-keys" (include "loopguard.fullname" .)) -}}
+{{- end -}}
+
 {{- define "loopguard.sasl" -}}
 {{- ne .Values.kafka.saslMechanism "" -}}
 {{- end -}}
@@ -70,6 +75,11 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 {{- if not .Values.secret.data.dbUrl -}}
 {{- fail "secret.data.dbUrl: set the audit trail's URL (postgresql+psycopg://user:password@host:5432/db), or name your own Secret in secret.existingSecret" -}}
+{{- end -}}
+{{- end -}}
+{{- if and .Values.gatewayKeys.enabled (not .Values.gatewayKeys.existingSecret) -}}
+{{- if not (and (kindIs "map" .Values.gatewayKeys.keys) .Values.gatewayKeys.keys.gateways) -}}
+{{- fail "gatewayKeys.keys: give the workers' keys file ({gateways: {<gateway id>: {<key id>: <secret>}}, operators: {...}}), or name your own Secret in gatewayKeys.existingSecret, or set gatewayKeys.enabled=false (no signing: any gateway can touch another's runs)" -}}
 {{- end -}}
 {{- end -}}
 {{- if .Values.autoscaling.enabled -}}
