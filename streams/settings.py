@@ -90,6 +90,9 @@ class BrokerProfile:
     table_standby_replicas: int = 0
     session_timeout: float = 10.0
     heartbeat_interval: float = 3.0
+    # The fetch wait an idle worker backs off to (streams.worker.fetch_backoff); not above
+    # fetch_max_wait_ms: no back-off.
+    idle_fetch_max_wait_ms: int = 500
 
 
 PROFILES = {
@@ -116,7 +119,9 @@ PROFILES = {
     # are batched as on Kafka: streams/kafka/true_end.py) and holds an empty fetch for the
     # whole wait, even when records arrive meanwhile (a short wait keeps decisions prompt:
     # 5 ms, at 200 idle fetches/s; 20 ms added 10 ms to every decision on average).
-    "tansu": BrokerProfile("tansu", 1, 1, 16_384, 5, "at_least_once"),
+    # Idle, the wait backs off to 500 ms (streams.worker.fetch_backoff: 2 fetches/s instead of
+    # ~200); the first event after an idle spell waits at most that.
+    "tansu": BrokerProfile("tansu", 1, 1, 16_384, 5, "at_least_once", idle_fetch_max_wait_ms=500),
 }
 
 
@@ -170,6 +175,7 @@ class Settings:
     shutdown_timeout: float = 30.0
     audit_batch: int = 500
     fetch_max_wait_ms: int = PROFILES["kafka"].fetch_max_wait_ms
+    idle_fetch_max_wait_ms: int = PROFILES["kafka"].idle_fetch_max_wait_ms
     batch_size: int = 500
     batch_window: float = 0.02
     commit_interval: float = 0.5
@@ -279,6 +285,7 @@ class Settings:
             shutdown_timeout=_float("SHUTDOWN_TIMEOUT", cls.shutdown_timeout),
             audit_batch=_int("AUDIT_BATCH", cls.audit_batch),
             fetch_max_wait_ms=_int("FETCH_MAX_WAIT_MS", profile.fetch_max_wait_ms),
+            idle_fetch_max_wait_ms=_int("IDLE_FETCH_MAX_WAIT_MS", profile.idle_fetch_max_wait_ms),
             batch_size=_int("BATCH_SIZE", cls.batch_size),
             batch_window=_float("BATCH_WINDOW_MS", cls.batch_window * 1000) / 1000,
             commit_interval=_float("COMMIT_INTERVAL", cls.commit_interval),

@@ -86,6 +86,9 @@ class ConfigOverrides:
 
 
 ERROR_LIMIT = 1000  # characters kept of a refused record's error (it may quote the value)
+# One poll's longest wait: records are handed over as they arrive, so a long poll only
+# makes an idle follower wake up less (issue 42); stop() waits for it at most this long.
+IDLE_POLL_MS = 1000
 
 
 def _clip(text: str) -> str:
@@ -176,6 +179,7 @@ class ConfigWatcher(ConfigOverrides):
             topic,
             self._on_record,
             thread_name="loopguard-config",
+            poll_ms=IDLE_POLL_MS,
             **kafka_options,
         )
 

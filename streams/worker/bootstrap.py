@@ -37,6 +37,7 @@ from streams.worker import state_codec
 from streams.worker.agent_cycles import AgentCycles
 from streams.worker.agents import WorkerAgents
 from streams.worker.faust_layer import install as install_faust_patches
+from streams.worker.fetch_backoff import FetchBackoff
 from streams.worker.gc_tuning import tune_collector
 from streams.worker.incidents import register_incidents
 from streams.worker.parts import WorkerParts
@@ -212,6 +213,9 @@ def build_worker(settings: Settings) -> faust.App:
     # Event age per stage: the consumer's fetches (streams.worker.fast_failover) note theirs.
     metrics.stage_ages.watch_topic(settings.topics.events)
     setattr(app, "loopguard_stage_ages", metrics.stage_ages)  # noqa: B010 - not on App's type
+    # An idle consumer's fetch wait backs off (tansu answers an empty fetch only at its end).
+    backoff = FetchBackoff(settings.fetch_max_wait_ms, settings.idle_fetch_max_wait_ms)
+    setattr(app, "loopguard_fetch_backoff", backoff)  # noqa: B010 - read by the fetch patch
     audit = AuditWriter(settings.db_url, metrics=metrics)
     parts = WorkerParts(
         settings=settings,

@@ -258,7 +258,8 @@ async def _transactions_on_rebalance(
 async def _getmany(self: Any, active_partitions: Any, timeout: float) -> Any:
     """Fetch from a snapshot of the partitions active now (an empty set fetches nothing, never
     "all"); the fetch, and the hand-over of the one before, noted for the stage-age metric
-    (:class:`streams.observability.stage_ages.StageAges`, when the app has one); during
+    (:class:`streams.observability.stage_ages.StageAges`, when the app has one) and for the
+    idle back-off (:class:`streams.worker.fetch_backoff.FetchBackoff`); during
     recovery, note the positions right after the fetch and whether its records are still
     being queued (the fetcher asks again only once they are)."""
     _Fetches.handing_over = False  # the fetcher queued the last batch before asking again
@@ -269,6 +270,10 @@ async def _getmany(self: Any, active_partitions: Any, timeout: float) -> Any:
     records = await _fetch_snapshot(self, active_partitions, timeout)
     if ages is not None and records:
         ages.fetched(records)
+    # An idle consumer's fetch wait backs off (streams.worker.fetch_backoff).
+    backoff = getattr(self.app, "loopguard_fetch_backoff", None)  # set by the composition root
+    if backoff is not None:
+        backoff.after_fetch(self._ensure_consumer(), bool(records))
     if self.app.in_recovery:
         positions = await self.call_thread(_positions, self._ensure_consumer())
         _Fetches.positions, _Fetches.handing_over = positions, bool(records)

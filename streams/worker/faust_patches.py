@@ -110,6 +110,15 @@ def set_fetch_max_wait(ms: int) -> None:
     replace(FETCH_WAIT, create_worker_consumer)
 
 
+def set_consumer_fetch_wait(consumer: Any, ms: int) -> None:
+    """The fetch wait of an aiokafka consumer's next fetch requests: its fetcher reads it for
+    each request it builds (:class:`streams.worker.fetch_backoff.FetchBackoff` moves it)."""
+    consumer._fetch_max_wait_ms = ms
+    fetcher = getattr(consumer, "_fetcher", None)
+    if fetcher is not None:
+        fetcher._fetch_max_wait_ms = ms
+
+
 class _Resumed:
     """Awaitable finishing a coroutine that was already run one step and yielded ``pending``."""
 
