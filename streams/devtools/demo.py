@@ -321,17 +321,22 @@ def _leave_running(broker: EmbeddedBroker, worker: WorkerProcess) -> bool:
         f"the worker takes signed events only: gateways sign with a key of {KEYS_FILE} "
         f"(gateway id {DEMO_GATEWAY}: LOOPGUARD_GATEWAY_KEY=demo:<its secret there>)"
     )
+    release = [*_loopguard_command(), "release", "RUN", "--reason", "WHY"]
+    _say(f"release a blocked run (signed with the file's operator key): {keys} {_shell(release)}")
     _say(f"stop both: {_shell([*_loopguard_command(), 'demo', '--stop'])} (from this folder)")
     return True
 
 
 def write_demo_keys(path: Path) -> dict[str, str]:
-    """A fresh signing key for the demo gateway, in a keys file only this user can read; the
-    gateway's own key ({key id: secret})."""
+    """A fresh signing key for the demo gateway, and one for its operator (``loopguard
+    release`` and ``abort`` sign with it when LOOPGUARD_GATEWAY_KEYS names the file: without
+    it the worker would refuse them), in a keys file only this user can read; the gateway's
+    own key ({key id: secret})."""
     key = {"demo": secrets.token_hex(32)}
+    operator = {"demo-operator": secrets.token_hex(32)}
     path.touch(mode=0o600)
     path.chmod(0o600)
-    path.write_text(json.dumps({"gateways": {DEMO_GATEWAY: key}}) + "\n")
+    path.write_text(json.dumps({"gateways": {DEMO_GATEWAY: key}, "operators": operator}) + "\n")
     return key
 
 

@@ -136,10 +136,19 @@ def test_keep_running_serves_the_status_page_and_stop_ends_it(tmp_path: Path) ->
     assert stop.group(1) == LOOPGUARD
     another = re.search(r"^another worker on it \(yours to stop with Ctrl-C\): (.+)$", out, re.M)
     assert another, out
-    command = shlex.split(another.group(1))
+    # the worker takes signed events only: its command names the demo's keys file first
+    keys, *command = shlex.split(another.group(1))
+    name, _, keys_file = keys.partition("=")
+    assert name == "LOOPGUARD_GATEWAY_KEYS" and (tmp_path / keys_file).is_file(), keys
     assert command[0] == LOOPGUARD
     parsed = build_parser().parse_args(command[1:])
     assert (parsed.command, parsed.broker_profile) == ("worker", "tansu")
+    # and an operator's release is signed with the same file's operator key
+    release = re.search(
+        r"^release a blocked run \(signed with the file's operator key\): (.+)$", out, re.M
+    )
+    assert release, out
+    assert shlex.split(release.group(1))[:3] == [keys, LOOPGUARD, "release"]
     left = processes_in(tmp_path)
     assert len(left) >= 2, left
     try:
