@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 
-import { ABORT_DETECTOR, RELEASE_DETECTOR, RunAborted, decodeEvent, decodeOperatorCommand } from '../src';
+import { ABORT_DETECTOR, KeyRing, RELEASE_DETECTOR, RunAborted, decodeEvent, decodeOperatorCommand } from '../src';
 import { type RecordingTransport, decisionFor, makeClient } from './fakes';
 
 /** A block of an agent with `onBlock: "hold"`, as the worker marks it (streams/core/hold.py). */
@@ -74,6 +74,23 @@ describe('hold instead of fail (issue 43)', () => {
     assert.equal(transport.sent.find((s) => s.value.equals(transport.sent.at(-1)!.value))?.key, 'sess-d');
     client.ingestControl(decisionFor('run-d', 1, 'abort', { detector: ABORT_DETECTOR }));
     await assert.rejects(pending, RunAborted);
+  });
+
+  it('signs its holdDefault command with its own key (a worker with keys takes it for its own run)', async () => {
+    const keys = { k1: 'hold-gateway-secret-0123456789' };
+    const ring = KeyRing.of(keys);
+    const { client, transport } = makeClient({ waitBudgetMs: 0, signingKeys: keys });
+    const run = client.startRun({ agentId: 'lenient', runId: 'run-k' });
+    const block = heldBlock('run-k', 1, 'release', 0.05);
+    client.ingestControl(block, 'control', ring.headers(block)); // the worker signs for this gateway
+    const pending = run.beforeTool('exec', { command: 'make' });
+    await until(() => commandsSent(transport).length > 0);
+    const sent = transport.sent.filter((s) => s.topic === 'loopguard.events').at(-1)!;
+    assert.equal(decodeOperatorCommand(sent.value).command, 'release');
+    assert.equal(ring.check(sent.headers, sent.value), '');
+    const release = decisionFor('run-k', 1, 'warn', { detector: RELEASE_DETECTOR });
+    client.ingestControl(release, 'control', ring.headers(release));
+    assert.equal((await pending).allowed, true);
   });
 
   it('with no answer and holdDefault refuse, refuses the call as a block does', async () => {
