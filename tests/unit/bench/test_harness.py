@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import math
 
-from bench.lab.harness import bucket_quantile, event_age_figures
+from bench.lab.harness import (
+    bucket_quantile,
+    event_age_figures,
+    labelled_buckets,
+    stage_age_figures,
+    stage_age_lines,
+)
 
 BEFORE = {0.01: 90.0, 0.03: 95.0, 0.05: 100.0, math.inf: 100.0}
 
@@ -32,3 +38,25 @@ def test_event_age_figures_are_the_quantiles_in_ms() -> None:
     }
     nothing = {"event_age_p50_max_ms": None, "event_age_p99_max_ms": None, "events_aged": 0}
     assert event_age_figures(BEFORE, dict(BEFORE)) == nothing
+
+
+def test_stage_ages_are_read_per_stage_from_a_metrics_text_and_printed_in_order() -> None:
+    text = "\n".join(
+        [
+            "# TYPE loopguard_event_stage_age_seconds histogram",
+            *(
+                f'loopguard_event_stage_age_seconds_bucket{{le="{le}",stage="{stage}"}} {n}'
+                for stage, counts in (("taken", (1, 3, 4)), ("fetched", (4, 4, 4)))
+                for le, n in zip(("0.005", "0.05", "+Inf"), counts, strict=True)
+            ),
+        ]
+    )
+    after = labelled_buckets(text + "\n", "loopguard_event_stage_age_seconds", "stage")
+    assert after["taken"] == {0.005: 1.0, 0.05: 3.0, math.inf: 4.0}
+    figures = stage_age_figures({}, after)
+    assert list(figures) == ["fetched", "taken"]  # the order the stages happen in
+    assert figures["taken"] == {"p50_max_ms": 50.0, "p99_max_ms": math.inf, "seen": 4}
+    assert figures["fetched"]["p99_max_ms"] == 5.0
+    lines = stage_age_lines(figures)
+    assert [line.split()[0] for line in lines[2:]] == ["fetched", "taken"]
+    assert stage_age_lines({}) == []  # a worker without the metric prints nothing
