@@ -44,6 +44,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from streams.observability.counted_histogram import CountedHistogram
+
 #: What ``/metrics`` answers with: Prometheus' text exposition format 0.0.4.
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -160,19 +162,20 @@ class MetricFamilies:
             "Audit records the database refused for their data, kept in audit_quarantine.",
             registry=r,
         )
-        self.latency = Histogram(
+        # A batch's observations in one call each (streams.observability.counted_histogram).
+        self.latency = CountedHistogram(
             "loopguard_event_processing_seconds",
             "Time to process one event, from decode to its decisions being sent.",
-            buckets=LATENCY_BUCKETS,
-            registry=r,
+            LATENCY_BUCKETS,
+            r,
         )
-        self.event_age = Histogram(
+        self.event_age = CountedHistogram(
             "loopguard_event_age_seconds",
             "Time from an event's timestamp (its gateway's send, as the broker stored it) to the "
             "worker taking it into a batch: the broker path's share of decision latency (Kafka "
             "Streams' record-e2e-latency).",
-            buckets=AGE_BUCKETS,
-            registry=r,
+            AGE_BUCKETS,
+            r,
         )
         self.stage_age = Histogram(
             "loopguard_event_stage_age_seconds",

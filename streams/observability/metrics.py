@@ -123,18 +123,15 @@ class WorkerMetrics(MetricFamilies):
     def observe_latency(self, seconds: float, n: int = 1) -> None:
         """Processing time of one event, in seconds; ``n`` events of a batch that took
         ``seconds`` each on average."""
-        seconds = max(0.0, seconds)
-        for _ in range(n):
-            self.latency.observe(seconds)
+        self.latency.observe(max(0.0, seconds), n)  # one call for the batch's n events
 
     def observe_event_ages(self, now: float, timestamps: Iterable[float | None]) -> None:
         """How old each event of a batch was when the worker took it in (``now`` and the
         broker timestamps in epoch seconds; an event without one is skipped). A clock ahead
         of the gateway's counts 0."""
-        observe = self.event_age.observe
-        for stamp in timestamps:
-            if stamp is not None:
-                observe(max(0.0, now - stamp))
+        self.event_age.observe_each(
+            max(0.0, now - stamp) for stamp in timestamps if stamp is not None
+        )
 
     def audit_written(self, n: int = 1) -> None:
         """``n`` records were newly written to the audit trail."""
