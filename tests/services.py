@@ -22,13 +22,13 @@ import tempfile
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 from filelock import FileLock
-from kafka import KafkaConsumer, TopicPartition
+from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka_cluster.cluster import KafkaCluster
 
 from streams.audit.store import AuditStore
@@ -36,6 +36,7 @@ from streams.core.events import Decision
 from streams.devtools.embedded_broker import EmbeddedBroker
 from streams.devtools.worker_process import WorkerProcess, wait_until_processing
 from streams.gateway.client import GatewayClient
+from streams.kafka.acls import create_acls, fleet_acls
 from streams.kafka.topics import admin_client, all_partitions, ensure_topics
 from streams.settings import Settings, Topics
 from streams.wire.avro import decode_control
@@ -212,6 +213,55 @@ def sasl_env(user: str) -> dict[str, str]:
         "LOOPGUARD_SASL_USERNAME": user,
         "LOOPGUARD_SASL_PASSWORD": SASL_USERS[user],
     }
+
+
+@dataclass(frozen=True)
+class SecuredFleet:
+    """A fleet's topics on the SASL cluster under a fresh prefix, with the ACLs of
+    streams/kafka/acls.py (those compose/ creates), as the admin made them."""
+
+    broker_url: str
+    prefix: str
+    topics: Topics
+    base: Settings
+
+    def as_user(self, user: str) -> Settings:
+        """The fleet's settings authenticating as ``user`` (one of SASL_USERS)."""
+        return replace(
+            self.base,
+            security_protocol="SASL_PLAINTEXT",
+            sasl_mechanism="SCRAM-SHA-512",
+            sasl_username=user,
+            sasl_password=SASL_USERS[user],
+        )
+
+
+def secured_fleet(cluster: KafkaCluster, db_url: str) -> SecuredFleet:
+    """Create a fresh fleet's topics and ACLs on ``sasl_kafka_cluster`` as the admin."""
+    prefix = f"lg{uuid.uuid4().hex[:10]}"
+    broker_url = ";".join(f"kafka://{a}" for a in cluster.sasl_bootstrap.split(","))
+    topics = Topics.with_prefix(prefix)
+    base = Settings.for_profile(
+        "kafka",
+        app_id=prefix,
+        broker=broker_url,
+        db_url=db_url,
+        partitions=2,
+        replication=1,
+        min_insync_replicas=1,
+        topics=topics,
+    )
+    fleet = SecuredFleet(broker_url, prefix, topics, base)
+    admin_settings = fleet.as_user("admin")
+    ensure_topics(admin_settings)
+    admin = KafkaAdminClient(
+        bootstrap_servers=cluster.sasl_bootstrap, **admin_settings.kafka_client_options()
+    )
+    try:
+        create_acls(admin, fleet_acls(topics, prefix, gateway="gateway", worker="worker"))
+    finally:
+        admin.close()
+    return fleet
 
 
 @pytest.fixture(scope="session", params=chosen_brokers())

@@ -10,65 +10,30 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from kafka import KafkaAdminClient, KafkaProducer
+from kafka import KafkaProducer
 from kafka.errors import TopicAuthorizationFailedError
-from services import FAST_GROUP_ENV, SASL_USERS, sasl_env
+from services import FAST_GROUP_ENV, sasl_env, secured_fleet
 
 from streams.audit.config_changes import config_history
 from streams.audit.store import AuditStore
 from streams.cli.main import main
 from streams.devtools.worker_process import WorkerProcess, wait_until_processing
 from streams.gateway.client import GatewayClient
-from streams.kafka.acls import create_acls, fleet_acls
-from streams.kafka.topics import ensure_topics
-from streams.settings import Settings, Topics
 
 pytestmark = [pytest.mark.integration, pytest.mark.broker("kafka")]
 
 TUNED = {"enabled": True, "warningThreshold": 3}
 
 
-def as_user(base: Settings, user: str) -> Settings:
-    return replace(
-        base,
-        security_protocol="SASL_PLAINTEXT",
-        sasl_mechanism="SCRAM-SHA-512",
-        sasl_username=user,
-        sasl_password=SASL_USERS[user],
-    )
-
-
 def test_only_the_admin_writes_config_and_its_change_is_recorded_with_its_principal(
     sasl_kafka_cluster, migrated_db_url: str, tmp_path: Path, capsys, monkeypatch
 ) -> None:
     cluster = sasl_kafka_cluster
-    prefix = f"lg{uuid.uuid4().hex[:10]}"
-    broker_url = ";".join(f"kafka://{a}" for a in cluster.sasl_bootstrap.split(","))
-    topics = Topics.with_prefix(prefix)
-    base = Settings.for_profile(
-        "kafka",
-        app_id=prefix,
-        broker=broker_url,
-        db_url=migrated_db_url,
-        partitions=2,
-        replication=1,
-        min_insync_replicas=1,
-        topics=topics,
-    )
-    admin_settings = as_user(base, "admin")
-    ensure_topics(admin_settings)
-    admin = KafkaAdminClient(
-        bootstrap_servers=cluster.sasl_bootstrap, **admin_settings.kafka_client_options()
-    )
-    try:
-        create_acls(admin, fleet_acls(topics, prefix, gateway="gateway", worker="worker"))
-    finally:
-        admin.close()
+    fleet = secured_fleet(cluster, migrated_db_url)
+    broker_url, prefix, topics = fleet.broker_url, fleet.prefix, fleet.topics
 
     block = tmp_path / "tuned.json"
     block.write_text(json.dumps(TUNED))
@@ -86,7 +51,7 @@ def test_only_the_admin_writes_config_and_its_change_is_recorded_with_its_princi
     producer = KafkaProducer(
         bootstrap_servers=cluster.sasl_bootstrap,
         max_block_ms=10_000,
-        **as_user(base, "worker").kafka_client_options(),
+        **fleet.as_user("worker").kafka_client_options(),
     )
     try:
         with pytest.raises(TopicAuthorizationFailedError):
@@ -119,7 +84,7 @@ def test_only_the_admin_writes_config_and_its_change_is_recorded_with_its_princi
         cluster.sasl_bootstrap,
         "gw-sasl",
         topics=topics,
-        **as_user(base, "gateway").kafka_client_options(),
+        **fleet.as_user("gateway").kafka_client_options(),
     )
     try:
         try:

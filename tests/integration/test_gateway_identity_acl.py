@@ -9,14 +9,12 @@ The control topic it may only read: a forged decision is refused by the broker."
 from __future__ import annotations
 
 import json
-import uuid
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from kafka import KafkaAdminClient, KafkaProducer
+from kafka import KafkaProducer
 from kafka.errors import TopicAuthorizationFailedError
-from services import FAST_GROUP_ENV, IN_TIME_BUDGET_MS, SASL_USERS, sasl_env
+from services import FAST_GROUP_ENV, IN_TIME_BUDGET_MS, sasl_env, secured_fleet
 from test_gateway_identity import (
     ATTACKER_KEY,
     CALLS,
@@ -29,51 +27,18 @@ from test_gateway_identity import (
 
 from streams.devtools.worker_process import WorkerProcess, wait_until_processing
 from streams.gateway.client import GatewayClient
-from streams.kafka.acls import create_acls, fleet_acls
-from streams.kafka.topics import ensure_topics
-from streams.settings import Settings, Topics
 from streams.wire.avro import encode_decision, encode_event
 from streams.wire.signing import KeyRing
 
 pytestmark = [pytest.mark.integration, pytest.mark.broker("kafka")]
 
 
-def as_user(base: Settings, user: str) -> Settings:
-    return replace(
-        base,
-        security_protocol="SASL_PLAINTEXT",
-        sasl_mechanism="SCRAM-SHA-512",
-        sasl_username=user,
-        sasl_password=SASL_USERS[user],
-    )
-
-
 def test_a_gateway_principal_can_neither_stop_nor_blind_another_gateways_run(
     sasl_kafka_cluster, migrated_db_url: str, tmp_path: Path
 ) -> None:
     cluster = sasl_kafka_cluster
-    prefix = f"lg{uuid.uuid4().hex[:10]}"
-    broker_url = ";".join(f"kafka://{a}" for a in cluster.sasl_bootstrap.split(","))
-    topics = Topics.with_prefix(prefix)
-    base = Settings.for_profile(
-        "kafka",
-        app_id=prefix,
-        broker=broker_url,
-        db_url=migrated_db_url,
-        partitions=2,
-        replication=1,
-        min_insync_replicas=1,
-        topics=topics,
-    )
-    admin_settings = as_user(base, "admin")
-    ensure_topics(admin_settings)
-    admin = KafkaAdminClient(
-        bootstrap_servers=cluster.sasl_bootstrap, **admin_settings.kafka_client_options()
-    )
-    try:
-        create_acls(admin, fleet_acls(topics, prefix, gateway="gateway", worker="worker"))
-    finally:
-        admin.close()
+    fleet = secured_fleet(cluster, migrated_db_url)
+    broker_url, prefix, topics = fleet.broker_url, fleet.prefix, fleet.topics
     config_file = tmp_path / "loopguard.json"
     config_file.write_text(json.dumps({"tools": {"loopDetection": {"enabled": True}}}))
     worker = WorkerProcess(
@@ -94,7 +59,7 @@ def test_a_gateway_principal_can_neither_stop_nor_blind_another_gateways_run(
             **sasl_env("worker"),
         },
     ).start()
-    gateway_options = as_user(base, "gateway").kafka_client_options()
+    gateway_options = fleet.as_user("gateway").kafka_client_options()
     victim = GatewayClient(
         cluster.sasl_bootstrap,
         "gw-victim",
