@@ -89,8 +89,16 @@ def test_a_loop_over_its_token_budget_is_aborted(
     other, made, aborted = loop(client, "unbudgeted", 14)
     assert aborted is None and made == 14  # the same loop, no budget: warnings only
     client.wait_processed(other.run_id, other.seq)
-    with pipeline.store() as store:
-        decisions = store.history(other.run_id)
+    heard = client.decisions(other.run_id)
+
+    def written() -> list:
+        # the audit agent writes apart from the guard: wait for every decision the gateway heard
+        with pipeline.store() as store:
+            found = store.history(other.run_id)
+        return found if heard and len(found) >= len(heard) else []
+
+    wait_until(written, "the unbudgeted run's decisions in the trail", pipeline)
+    decisions = written()
     assert decisions and {d.action for d in decisions} == {Action.WARN}
     assert all("model_note" not in d.extra for d in decisions)  # warnings "log": no note
 
