@@ -161,6 +161,21 @@ def worker_services(services: dict[str, dict[str, Any]]) -> dict[str, dict[str, 
     return {name: svc for name, svc in services.items() if argv(svc)[:2] == ["loopguard", "worker"]}
 
 
+def default_workers(services: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The workers a plain ``docker compose up`` starts (no profile)."""
+    return {name: svc for name, svc in worker_services(services).items() if not svc.get("profiles")}
+
+
+def role_settings(service: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> Settings:
+    """Settings.from_env over exactly this service's environment."""
+    for name in list(os.environ):
+        if name.startswith("LOOPGUARD_"):
+            monkeypatch.delenv(name)
+    for key, value in environment(service).items():
+        monkeypatch.setenv(key, value)
+    return Settings.from_env()
+
+
 def listeners(value: str) -> dict[str, tuple[str, int]]:
     """``NAME://host:port,...`` → {NAME: (host, port)}."""
     result = {}
@@ -298,18 +313,22 @@ def test_shell_dollars_are_escaped_for_compose():
 def test_workers_run_loopguard_worker_against_the_bundled_services(services, monkeypatch):
     workers = worker_services(services)
     assert workers, "no service runs `loopguard worker`"
-    replicas = sum((svc.get("deploy") or {}).get("replicas", 1) for svc in workers.values())
+    replicas = sum(
+        (svc.get("deploy") or {}).get("replicas", 1) for svc in default_workers(services).values()
+    )
     assert replicas >= 2
     for name, worker in workers.items():
         env = environment(worker)
-        for key, value in env.items():
-            monkeypatch.setenv(key, value)
+        settings = role_settings(worker, monkeypatch)
         args = build_parser().parse_args(argv(worker)[1:])  # flags exist, defaults from env
         assert args.command == "worker"
+        assert args.role == settings.role, name
         assert args.broker == env["LOOPGUARD_BROKER"], name
-        assert args.db == env["LOOPGUARD_DB_URL"], name
+        if settings.audits:
+            assert args.db == env["LOOPGUARD_DB_URL"], name
         assert env["LOOPGUARD_REPLICATION"] == "3"
-        assert int(env["LOOPGUARD_PARTITIONS"]) >= replicas  # no idle worker by design
+        # no idle worker by design (the split's guards share the events partitions)
+        assert int(env["LOOPGUARD_PARTITIONS"]) >= (worker.get("deploy") or {})["replicas"]
 
         # LOOPGUARD_BROKER reaches every broker of this file on its inter-broker listener
         servers = Settings(broker=env["LOOPGUARD_BROKER"]).bootstrap_servers
@@ -330,8 +349,9 @@ def test_workers_run_loopguard_worker_against_the_bundled_services(services, mon
         deps = worker["depends_on"]
         for broker in kafka_services(services):
             assert deps[broker]["condition"] == "service_healthy"
-        assert deps["postgres"]["condition"] == "service_healthy"
-        assert deps["migrate"]["condition"] == "service_completed_successfully"
+        if settings.audits:  # writes the audit trail: the database and its schema first
+            assert deps["postgres"]["condition"] == "service_healthy"
+            assert deps["migrate"]["condition"] == "service_completed_successfully"
         assert deps["topics"]["condition"] == "service_completed_successfully"
         assert worker["build"]["dockerfile"] == "compose/Dockerfile"
         assert "healthcheck" in worker
@@ -350,14 +370,17 @@ def test_worker_settings(worker_settings, services):
     assert worker_settings.db_url.startswith("postgresql+psycopg://")
 
 
-def test_db_url_uses_psycopg_and_the_postgres_service(services):
+def test_db_url_uses_psycopg_and_the_postgres_service(services, monkeypatch):
     postgres = services["postgres"]
     assert postgres["image"].split(":")[0] == "postgres"
     assert postgres["image"].split(":")[1].split("-")[0].split(".")[0] == "16"
     assert "healthcheck" in postgres
     assert any(v.endswith(":/var/lib/postgresql/data") for v in postgres["volumes"])
     pg_env = environment(postgres)
-    users = [*worker_services(services).values(), services["migrate"]]
+    writers = [
+        w for w in worker_services(services).values() if role_settings(w, monkeypatch).audits
+    ]
+    users = [*writers, services["migrate"]]
     for service in users:
         url = make_url(environment(service)["LOOPGUARD_DB_URL"])
         assert url.drivername == "postgresql+psycopg"
@@ -379,6 +402,76 @@ def test_migrate_job(services, monkeypatch):
     assert job["depends_on"]["postgres"]["condition"] == "service_healthy"
     assert job.get("restart") == "no"
     assert job["build"] == next(iter(worker_services(services).values()))["build"]
+
+
+# ------------------------------------------------------------- worker roles (issue 42)
+
+SPLIT_PROFILE = "split-roles"
+
+
+def test_the_default_stack_runs_one_worker_service_of_role_all(services, monkeypatch):
+    assert list(default_workers(services)) == ["worker"]
+    assert "LOOPGUARD_ROLE" not in environment(services["worker"])
+    assert role_settings(services["worker"], monkeypatch).role == "all"
+    # Only the split's two services carry a profile: a plain `up` starts what it did.
+    profiled = {name for name, svc in services.items() if svc.get("profiles")}
+    assert profiled == {"worker-guard", "worker-audit"}
+
+
+def test_the_split_roles_profile_runs_a_guard_and_an_audit_service(services, monkeypatch):
+    guard, audit, worker = services["worker-guard"], services["worker-audit"], services["worker"]
+    for svc in (guard, audit):
+        assert svc["profiles"] == [SPLIT_PROFILE]
+        for key in ("command", "volumes", "healthcheck", "build", "image", "stop_grace_period"):
+            assert svc[key] == worker[key], key  # the same worker, only its role differs
+    guard_env, audit_env = environment(guard), environment(audit)
+    assert guard_env["LOOPGUARD_ROLE"] == "guard" and audit_env["LOOPGUARD_ROLE"] == "audit"
+    # Everything the `all` worker is given but the role (and, for the guard, the database).
+    worker_env = environment(worker)
+    assert {k: v for k, v in audit_env.items() if k != "LOOPGUARD_ROLE"} == worker_env
+    without_db = {k: v for k, v in worker_env.items() if k != "LOOPGUARD_DB_URL"}
+    assert {k: v for k, v in guard_env.items() if k != "LOOPGUARD_ROLE"} == without_db
+
+    all_settings = role_settings(worker, monkeypatch)
+    guard_settings = role_settings(guard, monkeypatch)
+    audit_settings = role_settings(audit, monkeypatch)
+    # One app id: the guard takes over the `all` workers' group, offsets and changelogs;
+    # the audit process runs in <app id>-audit.
+    assert guard_settings.app_id == audit_settings.app_id == all_settings.app_id
+    assert guard_settings.group_id == all_settings.group_id == all_settings.app_id
+    assert audit_settings.group_id == f"{all_settings.app_id}-audit"
+    assert (guard_settings.guards, guard_settings.audits) == (True, False)
+    assert (audit_settings.guards, audit_settings.audits) == (False, True)
+
+    # The audit process writes the trail: the database, after postgres and the schema. The
+    # guard never opens it, so it neither gets the URL nor waits for postgres.
+    assert audit_settings.db_url == all_settings.db_url
+    assert {"postgres", "migrate"} <= set(audit["depends_on"])
+    assert "LOOPGUARD_DB_URL" not in guard_env
+    assert not {"postgres", "migrate"} & set(guard["depends_on"])
+    assert guard["deploy"]["replicas"] >= 2  # a standby for every partition's runs
+
+    # Prometheus scrapes the name `worker`: both answer to it.
+    for svc in (guard, audit):
+        assert "worker" in svc["networks"]["default"]["aliases"]
+
+
+def test_the_worker_principals_acls_cover_the_audit_roles_group_and_topics(services):
+    audit_group = f"{environment(services['worker'])['LOOPGUARD_APP_ID']}-audit"
+
+    def granted(kind: str, name: str, operation: str) -> bool:
+        return any(
+            principal == "User:worker" and rule_kind == kind and permission == "ALLOW"
+            and op == operation
+            and (rule_name == name if pattern == "LITERAL" else name.startswith(rule_name))
+            for principal, rule_kind, rule_name, pattern, op, permission in acl_job_rules(services)
+        )  # fmt: skip
+
+    assert granted("GROUP", audit_group, "READ")
+    assert granted("TRANSACTIONAL_ID", f"{audit_group}-0", "WRITE")
+    # its own internal topics, e.g. the incident tallies' changelog
+    assert granted("TOPIC", f"{audit_group}-incident-tallies-changelog", "CREATE")
+    assert granted("TOPIC", f"{audit_group}-incident-tallies-changelog", "WRITE")
 
 
 # ------------------------------------------------------------------ env vars and secrets
