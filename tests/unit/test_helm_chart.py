@@ -41,6 +41,7 @@ CUSTOM_GROUPS = ("keda.sh/", "monitoring.coreos.com/")
 # again with 30,000 runs rebuilt from the changelog (docs/benchmarks.md, "Failover").
 RECOVERY_SECONDS = 13.3
 GATEWAY_KEYS_SUFFIX = "-gateway-keys"  # the Secret the chart makes from gatewayKeys.keys
+SPLIT = "roles.split=true"  # guard and audit workers apart (docs/operations.md, "Worker roles")
 
 
 @pytest.fixture(scope="module")
@@ -121,15 +122,17 @@ def rendered(tools: Tools) -> list[dict[str, Any]]:
 # ----------------------------------------------------------------- rendering and validation
 
 
-def test_helm_lint_is_clean(tools: Tools) -> None:
-    done = helm(tools, "lint", "--strict", str(CHART), "-f", str(CI_VALUES))
+@pytest.mark.parametrize("sets", [(), ("--set", SPLIT)], ids=["role-all", "split-roles"])
+def test_helm_lint_is_clean(tools: Tools, sets: tuple[str, ...]) -> None:
+    done = helm(tools, "lint", "--strict", str(CHART), "-f", str(CI_VALUES), *sets)
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+@pytest.mark.parametrize("sets", [(), (SPLIT,)], ids=["role-all", "split-roles"])
 def test_built_in_kinds_validate_strictly_against_the_kubernetes_schemas(
-    tools: Tools, rendered: list[dict[str, Any]], tmp_path: Path
+    tools: Tools, sets: tuple[str, ...], tmp_path: Path
 ) -> None:
-    core = [o for o in rendered if not o["apiVersion"].startswith(CUSTOM_GROUPS)]
+    core = [o for o in render(tools, *sets) if not o["apiVersion"].startswith(CUSTOM_GROUPS)]
     assert {o["kind"] for o in core} >= {"StatefulSet", "Service", "ConfigMap", "Secret", "Job"}
     manifest = tmp_path / "core.yaml"
     manifest.write_text(yaml.safe_dump_all(core), encoding="utf-8")
@@ -148,14 +151,15 @@ def test_built_in_kinds_validate_strictly_against_the_kubernetes_schemas(
     assert len(passed) == len(core) * len(KUBERNETES_VERSIONS), done.stdout
 
 
+@pytest.mark.parametrize("sets", [(), (SPLIT,)], ids=["role-all", "split-roles"])
 def test_every_object_validates_with_the_kubernetes_models(
-    tools: Tools, rendered: list[dict[str, Any]]
+    tools: Tools, sets: tuple[str, ...]
 ) -> None:
     sasl = render(
         tools, "kafka.saslMechanism=SCRAM-SHA-512", "kafka.securityProtocol=SASL_SSL",
-        "secret.data.saslUsername=worker", "secret.data.saslPassword=pw",
+        "secret.data.saslUsername=worker", "secret.data.saslPassword=pw", *sets,
     )  # fmt: skip
-    objects = rendered + [o for o in sasl if o["kind"] == "TriggerAuthentication"]
+    objects = render(tools, *sets) + [o for o in sasl if o["kind"] == "TriggerAuthentication"]
     assert {o["kind"] for o in objects} >= {
         "ScaledObject", "TriggerAuthentication", "ServiceMonitor", "StatefulSet",
     }  # fmt: skip
@@ -443,3 +447,143 @@ def test_a_token_on_metrics_is_sent_by_the_service_monitor(tools: Tools) -> None
         "credentials": {"name": secret, "key": "web-token"},
     }
     assert plain_env(worker_container(objects))["LOOPGUARD_WEB_TOKEN_METRICS"] == "1"
+
+
+# --------------------------------------------------------------- worker roles (issue 42)
+
+
+def named(objects: list[dict[str, Any]], kind: str, suffix: str) -> dict[str, Any]:
+    """The object of ``kind`` whose name ends with ``suffix`` (``-worker``, ``-audit``)."""
+    (found,) = [o for o in objects if o["kind"] == kind and o["metadata"]["name"].endswith(suffix)]
+    return found
+
+
+def container_of(statefulset: dict[str, Any]) -> dict[str, Any]:
+    (container,) = statefulset["spec"]["template"]["spec"]["containers"]
+    return container
+
+
+def settings_of(container: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> Settings:
+    """Settings.from_env over exactly the container's plain env."""
+    for name in list(os.environ):
+        if name.startswith("LOOPGUARD_"):
+            monkeypatch.delenv(name)
+    for name, value in plain_env(container).items():
+        monkeypatch.setenv(name, value)
+    return Settings.from_env()
+
+
+@pytest.fixture(scope="module")
+def split(tools: Tools) -> list[dict[str, Any]]:
+    return render(tools, SPLIT)
+
+
+def test_by_default_every_worker_runs_role_all(
+    rendered: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    container = worker_container(rendered)  # the one StatefulSet
+    assert "LOOPGUARD_ROLE" not in env_of(container)
+    assert settings_of(container, monkeypatch).role == "all"
+    assert "LOOPGUARD_DB_URL" in env_of(container)
+
+
+def test_split_roles_render_a_guard_and_an_audit_statefulset(
+    split: list[dict[str, Any]], rendered: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    guard_set, audit_set = (
+        named(split, "StatefulSet", "-worker"),
+        named(split, "StatefulSet", "-audit"),
+    )
+    assert len([o for o in split if o["kind"] == "StatefulSet"]) == 2
+    # The guards are today's StatefulSet (name, selector), so an upgrade rolls it in place.
+    assert guard_set["metadata"]["name"] == one(rendered, "StatefulSet")["metadata"]["name"]
+    assert guard_set["spec"]["selector"] == one(rendered, "StatefulSet")["spec"]["selector"]
+    guard, audit = container_of(guard_set), container_of(audit_set)
+    assert plain_env(guard)["LOOPGUARD_ROLE"] == "guard"
+    assert plain_env(audit)["LOOPGUARD_ROLE"] == "audit"
+    assert guard["args"] == audit["args"] == worker_container(rendered)["args"]
+
+    all_settings = settings_of(worker_container(rendered), monkeypatch)
+    guard_settings = settings_of(guard, monkeypatch)
+    audit_settings = settings_of(audit, monkeypatch)
+    assert guard_settings.app_id == audit_settings.app_id == all_settings.app_id
+    assert guard_settings.group_id == all_settings.group_id  # the same group and changelogs
+    assert audit_settings.group_id == f"{all_settings.app_id}-audit"
+    assert (guard_settings.guards, guard_settings.audits) == (True, False)
+    assert (audit_settings.guards, audit_settings.audits) == (False, True)
+
+    # Only the audit role reads the database URL; both read the web token and gateway keys.
+    all_env = env_of(worker_container(rendered))
+    assert "LOOPGUARD_DB_URL" not in env_of(guard)
+    assert env_of(audit)["LOOPGUARD_DB_URL"] == all_env["LOOPGUARD_DB_URL"]
+    for container in (guard, audit):
+        for name in (
+            "LOOPGUARD_WEB_TOKEN",
+            "LOOPGUARD_GATEWAY_KEYS",
+            "LOOPGUARD_GROUP_INSTANCE_ID",
+        ):
+            assert env_of(container)[name] == all_env[name], name
+        names = {n for n in env_of(container) if n.startswith("LOOPGUARD_")}
+        assert names - settings_env_names() == set()
+
+    # KEDA scales the guards on their group's lag; the audit workers keep their own count.
+    scaled = one(split, "ScaledObject")["spec"]
+    assert scaled["scaleTargetRef"]["name"] == guard_set["metadata"]["name"]
+    (trigger,) = scaled["triggers"]
+    assert trigger["metadata"]["consumerGroup"] == guard_settings.group_id
+    assert "replicas" not in guard_set["spec"]
+    assert audit_set["spec"]["replicas"] == 2
+
+
+def test_split_roles_each_have_their_selector_service_budget_and_monitor(
+    split: list[dict[str, Any]],
+) -> None:
+    sets = {s["metadata"]["name"]: s for s in split if s["kind"] == "StatefulSet"}
+    services = {s["metadata"]["name"]: s for s in split if s["kind"] == "Service"}
+    budgets = {b["metadata"]["name"]: b for b in split if b["kind"] == "PodDisruptionBudget"}
+    monitors = [m for m in split if m["kind"] == "ServiceMonitor"]
+    assert set(sets) == set(services) == set(budgets)
+    pod_labels = {name: s["spec"]["template"]["metadata"]["labels"] for name, s in sets.items()}
+    for name, statefulset in sets.items():
+        selector = statefulset["spec"]["selector"]["matchLabels"]
+        # Each selector picks its own pods and never the other role's.
+        chosen = [
+            other for other, labels in pod_labels.items() if selector.items() <= labels.items()
+        ]
+        assert chosen == [name]
+        service = services[statefulset["spec"]["serviceName"]]
+        assert service["spec"]["clusterIP"] == "None"
+        assert service["spec"]["selector"] == selector
+        assert budgets[name]["spec"]["selector"]["matchLabels"] == selector
+        # One ServiceMonitor scrapes each role's Service, on /metrics.
+        scraping = [
+            m for m in monitors
+            if m["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+        ]  # fmt: skip
+        assert len(scraping) == 1, name
+        (endpoint,) = scraping[0]["spec"]["endpoints"]
+        assert endpoint["path"] == "/metrics"
+        container = container_of(statefulset)
+        assert {p["name"] for p in container["ports"]} == {
+            p["targetPort"] for p in service["spec"]["ports"]
+        }
+        assert container["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "web"}
+    # The status pages live on the audit role's pods: its Service reaches them.
+    assert any(name.endswith("-audit") for name in services)
+
+
+def test_the_audit_role_can_have_its_own_resources(tools: Tools) -> None:
+    objects = render(tools, SPLIT, "roles.audit.resources.requests.cpu=100m")
+    assert container_of(named(objects, "StatefulSet", "-audit"))["resources"] == {
+        "requests": {"cpu": "100m"}
+    }
+    defaults = yaml.safe_load((CHART / "values.yaml").read_text(encoding="utf-8"))["resources"]
+    assert container_of(named(objects, "StatefulSet", "-worker"))["resources"] == defaults
+    assert (
+        container_of(named(render(tools, SPLIT), "StatefulSet", "-audit"))["resources"] == defaults
+    )
+
+
+@pytest.mark.parametrize("count", ["0", "13"])
+def test_the_chart_refuses_audit_replicas_beyond_the_partitions(tools: Tools, count: str) -> None:
+    assert "roles.audit.replicaCount" in refused(tools, SPLIT, f"roles.audit.replicaCount={count}")

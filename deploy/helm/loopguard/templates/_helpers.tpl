@@ -12,10 +12,26 @@
 {{- printf "%s-worker" (include "loopguard.fullname" .) -}}
 {{- end -}}
 
+{{/* A workload's selector labels: (dict "root" $ "component" "worker"|"audit"). */}}
 {{- define "loopguard.selectorLabels" -}}
-app.kubernetes.io/name: {{ .Chart.Name }}
-app.kubernetes.io/instance: {{ .Release.Name }}
-app.kubernetes.io/component: worker
+app.kubernetes.io/name: {{ .root.Chart.Name }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{/*
+The worker workloads, one StatefulSet, Service, PDB and ServiceMonitor each: by default the
+workers of role all; with roles.split the guarding workers (the same `-worker` objects and
+selector, KEDA's target, LOOPGUARD_ROLE=guard) and the audit workers (`-audit`,
+LOOPGUARD_ROLE=audit: the audit trail, incidents and the status pages).
+*/}}
+{{- define "loopguard.workloads" -}}
+{{- if .Values.roles.split -}}
+- {name: {{ include "loopguard.workers" . }}, component: worker, role: guard}
+- {name: {{ include "loopguard.fullname" . }}-audit, component: audit, role: audit}
+{{- else -}}
+- {name: {{ include "loopguard.workers" . }}, component: worker, role: all}
+{{- end -}}
 {{- end -}}
 
 {{- define "loopguard.labels" -}}
@@ -93,6 +109,12 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 {{- if gt $max (int .Values.partitions) -}}
 {{- fail (printf "autoscaling.maxReplicaCount (%d) exceeds partitions (%d): a worker beyond the partitions sits idle" $max (int .Values.partitions)) -}}
+{{- end -}}
+{{- end -}}
+{{- if .Values.roles.split -}}
+{{- $audit := int .Values.roles.audit.replicaCount -}}
+{{- if or (lt $audit 1) (gt $audit (int .Values.partitions)) -}}
+{{- fail (printf "roles.audit.replicaCount (%d) must be between 1 and partitions (%d)" $audit (int .Values.partitions)) -}}
 {{- end -}}
 {{- end -}}
 {{- if .Values.staticMembership.enabled -}}
