@@ -38,7 +38,6 @@ from streams.service.records import (
     Produced,
     TopicPartition,
 )
-from streams.state.state_format import encode as encode_state
 from streams.wire.avro import (
     DeadLetterRecord,
     RunWatermark,
@@ -198,7 +197,8 @@ def process_batch(
         partition = partition_for(topics.changelog, state_routing_key(run.key, run.state))
         source = (topics.events, partition)
         out.state_writes.append(StateWrite(run.key, run.state))
-        out.add(OutRecord(topics.changelog, run.key, encode_state(run.state), partition, source))
+        stored = context.states.encode(run.state)
+        out.add(OutRecord(topics.changelog, run.key, stored, partition, source))
         destination = partition_for(control, run.key)
         if per_run_watermarks:
             value = encode_watermark(run.watermark)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from streams.core.events import AgentEvent
+from streams.state.state_encoder import StateEncoder
 from streams.wire.avro import decode_event
 from streams.wire.schema_registry import SchemaRegistry
 from streams.wire.signing import GatewayKeys
@@ -95,6 +96,8 @@ class BatchContext:
     partition_for: Partitioner
     max_message_bytes: int
     keys: GatewayKeys | None = None
+    # run states as changelog bytes, each looping run's recent decisions packed once
+    states: StateEncoder = field(default_factory=StateEncoder)
 
     def sign(self, gateway_id: str, value: bytes) -> tuple[tuple[str, bytes], ...]:
         """A control record's headers: signed for ``gateway_id`` when keys are set."""

@@ -297,11 +297,24 @@ GUARD_AT = SCALARS.index("guard")
 
 def encode_dict(data: dict[str, Any]) -> bytes | None:
     """Version 3 bytes of a :meth:`RunState.to_dict` form, or None if it cannot hold it."""
+    recent = packed_recent(data)
+    if recent is False:
+        return None
+    return encode_with_recent(data, recent)
+
+
+def packed_recent(data: dict[str, Any]) -> bytes | None | bool:
+    """The recent decisions of a :meth:`RunState.to_dict` form as version 3 writes them
+    (:func:`recent_format.pack_recent`): None for none, False when the rows cannot hold them."""
+    return recent_format.pack_recent(data.get("recent") or [], data, _pack)
+
+
+def encode_with_recent(data: dict[str, Any], recent: bytes | None) -> bytes | None:
+    """Version 3 bytes of a :meth:`RunState.to_dict` form whose recent decisions are already
+    packed (:func:`packed_recent`; ``data["recent"]`` is not read), or None if it cannot hold
+    it."""
     history = pack_history(data["history"], data["next_index"])
     if history is None:
-        return None
-    recent = recent_format.pack_recent(data.get("recent") or [], data, _pack)
-    if recent is False:
         return None
     scalars = [data[key] for key in _REQUIRED]
     for key in OPTIONAL_TAIL:

@@ -49,7 +49,9 @@ def require_unicode(record: str, values: Mapping[str, Any], names: Iterable[str]
     written back out to the changelog, the control topic or SQL, so refuse them here."""
     for name in names:
         value = values[name]
-        if isinstance(value, str):
+        # isascii reads a flag CPython keeps on every string: ASCII text holds no surrogate,
+        # so only other text is encoded to find one (an event's longest strings are ASCII).
+        if isinstance(value, str) and not value.isascii():
             try:
                 value.encode("utf-8")
             except UnicodeEncodeError:
