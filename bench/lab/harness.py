@@ -50,20 +50,28 @@ def start_workers(
     prefix: str = "loopguard",
     env: dict[str, str] | None = None,
     web_port: int | None = None,
+    role: str = "all",
 ) -> list[WorkerProcess]:
-    """Start ``count`` workers of one app (one consumer group); the caller stops them.
-    ``web_port``: the first worker's web port (its /metrics), the next ones' the ports after."""
+    """Start ``count`` workers of one app and ``role`` (one consumer group); the caller
+    stops them. ``web_port``: the first worker's web port (its /metrics), the next ones' the
+    ports after. A role other than all names its logs and data dirs (``<app>-worker-guard-0``)."""
+    suffix = "" if role == "all" else f"-{role}"
     workers = [
         WorkerProcess(
             broker.url,
             db_url,
             profile=broker.profile,
             app_id=app_id,
-            log_path=workdir / f"{app_id}-worker-{i}.log",
+            log_path=workdir / f"{app_id}-worker{suffix}-{i}.log",
             config_file=str(config_file),
             partitions=partitions,
-            data_dir=str(workdir / f"{app_id}-data-{i}"),
-            env={**GROUP_ENV, **(env or {}), "LOOPGUARD_TOPIC_PREFIX": prefix},
+            data_dir=str(workdir / f"{app_id}-data{suffix}-{i}"),
+            env={
+                **GROUP_ENV,
+                **(env or {}),
+                "LOOPGUARD_TOPIC_PREFIX": prefix,
+                "LOOPGUARD_ROLE": role,
+            },
             web_port=web_port + i if web_port else None,
         )
         for i in range(count)
@@ -71,6 +79,40 @@ def start_workers(
     for worker in workers:
         worker.start()
     return workers
+
+
+ROLES = ("all", "split")  # the benches' --roles
+
+
+def start_roles(broker, count: int, workdir: Path, *, roles: str, **kwargs) -> list[WorkerProcess]:
+    """``count`` workers of role all, or with ``roles="split"`` ``count`` guards and one audit
+    process of the same app (consumer group ``<app>-audit``), guards first; ``kwargs`` as
+    :func:`start_workers`, whose web port only the guards get."""
+    if roles == "all":
+        return start_workers(broker, count, workdir, **kwargs)
+    guards = start_workers(broker, count, workdir, role="guard", **kwargs)
+    return guards + start_workers(broker, 1, workdir, role="audit", **{**kwargs, "web_port": None})
+
+
+def process_role(process: WorkerProcess) -> str:
+    """The role a worker was started with (all where none was set: a baseline too)."""
+    return process.env.get("LOOPGUARD_ROLE", "all")
+
+
+def event_consumers(processes: list[WorkerProcess]) -> list[WorkerProcess]:
+    """The processes that own events partitions: all but an audit process."""
+    return [p for p in processes if process_role(p) != "audit"]
+
+
+def worker_ready(process: WorkerProcess) -> bool:
+    """Whether this run of the worker logged Faust's ``Ready`` (its first assignment
+    recovered; an audit process logs no events partitions). Lines an earlier run left in the
+    same log carry another pid."""
+    if process.process is None or process.log_path is None or not process.log_path.exists():
+        return False
+    pid = f"[{process.process.pid}]"
+    text = process.log_path.read_text(errors="replace")
+    return any(pid in line and "]: Ready" in line for line in text.splitlines())
 
 
 FORWARDERS = Path(__file__).resolve().parents[1] / "forwarders.py"  # its launcher
@@ -275,6 +317,14 @@ def assignment_complete(workers: list[WorkerProcess], partitions: int) -> bool:
         return False
     owned = [p for parts in latest for p in parts or []]
     return sorted(owned) == list(range(partitions))
+
+
+def settled(processes: list[WorkerProcess], partitions: int) -> bool:
+    """Whether a contender is past its start-up: its event consumers hold every partition
+    once (:func:`assignment_complete`) and an audit process (``--roles split``) is ready."""
+    consumers = event_consumers(processes)
+    audits = [p for p in processes if p not in consumers]
+    return assignment_complete(consumers, partitions) and all(worker_ready(p) for p in audits)
 
 
 def scan_topic(bootstrap: str, topic: str, partitions: int, timeout: float = 300.0):

@@ -33,7 +33,12 @@ tracemalloc in-process).
 
     python bench/throughput_bench.py [--broker tansu|kafka] [--events 100000] [--runs 10000]
                                      [--partitions 4] [--only aiokafka,loopguardx1,loopguardx4]
-                                     [--rate 2000] [--latency-seconds 30] [--json]
+                                     [--rate 2000] [--latency-seconds 30]
+                                     [--roles all|split] [--json]
+
+``--roles split`` runs each loopguard contender's N workers as ``LOOPGUARD_ROLE=guard`` plus
+one ``LOOPGUARD_ROLE=audit`` process (same app id, topics, database and config; docs/
+operations.md "Worker roles"): its CPU counts in all the processes', its line names the role.
 """
 
 from __future__ import annotations
@@ -52,16 +57,19 @@ from kafka import KafkaProducer
 from bench.lab.brokers import add_broker_arg, start_broker
 from bench.lab.harness import (
     CONFIG,
+    ROLES,
     GroupProgress,
     RssSampler,
-    assignment_complete,
     bench_settings,
     broker_pids,
+    event_consumers,
     load_average,
+    process_role,
     rss_kb,
     scan_topic,
+    settled,
     start_forwarder,
-    start_workers,
+    start_roles,
 )
 from bench.lab.heard import sentinel_ids
 from bench.lab.latency import latency_at_rate, memory_per_run_safe
@@ -99,8 +107,8 @@ def start_contender(name: str, ctx: dict, prefix: str) -> list[WorkerProcess]:
     if name in BASELINES:
         return start_forwarder(name, broker, prefix, args.partitions, tmp)
     env = {"LOOPGUARD_RUN_IDLE_TTL": "3600"}  # every run stays in the table meanwhile
-    return start_workers(
-        broker, contender_workers(name), tmp, db_url=ctx["db_url"],
+    return start_roles(
+        broker, contender_workers(name), tmp, roles=args.roles, db_url=ctx["db_url"],
         config_file=ctx["config_file"],
         partitions=args.partitions, app_id=prefix, prefix=prefix, env=env,
     )  # fmt: skip
@@ -158,14 +166,16 @@ def run_contender(name: str, ctx: dict, plan) -> dict:
         sampler.start()
         drain = time_drain(name, args, processes, progress, ends, broker_pids(broker))
         sampler.stop()
-        figures.update(drain_figures(drain, before, started))
+        roles = [process_role(p) for p in processes]
+        figures.update(drain_figures(drain, before, started, roles))
         figures.update(
             processes=len(processes),
             events=len(plan.values),
             drained=drain.last.count >= total,
             rss_peak_kb=sampler.peak_between(0, float("inf")),
             rss_end_kb=[rss_kb(pid) or 0 for pid in pids],
-            rebalances=sum(assignments(p) for p in processes),
+            roles=roles,
+            rebalances=sum(assignments(p) for p in event_consumers(processes)),
         )
         print(
             f"  {name}: {figures['events_per_s']:,} events/s ({figures['timed_events']:,} "
@@ -190,9 +200,11 @@ def run_contender(name: str, ctx: dict, plan) -> dict:
     return figures
 
 
-def drain_figures(drain: Drain, before: int, started: float) -> dict:
-    """Events/s and CPU per event, all processes and each, over the timed window; from the
-    process start where one commit held every event (then without CPU)."""
+def drain_figures(drain: Drain, before: int, started: float, roles: list[str]) -> dict:
+    """Events/s and CPU per event, all processes (an audit process's too) and each, over the
+    timed window; from the process start where one commit held every event (then without
+    CPU). Work left after the window (the audit of its last decisions) is not counted, in
+    either role layout."""
     with_start = drain.first is None or drain.last.count <= drain.first.count
     if with_start:
         counted, elapsed = drain.last.count - before, drain.last.at - started
@@ -203,7 +215,9 @@ def drain_figures(drain: Drain, before: int, started: float) -> dict:
     workers = None
     if not with_start and not drain.reassigned():
         owned = drain.last.owned
-        workers = per_worker(owned, drain.events_by_partition(), drain.cpu_by_process(), elapsed)
+        workers = per_worker(
+            owned, drain.events_by_partition(), drain.cpu_by_process(), elapsed, roles
+        )
     return {
         "timed_with_start_up": with_start,
         "timed_events": counted,
@@ -234,7 +248,7 @@ def latency_phase(ctx: dict) -> dict:
     processes = start_contender(f"loopguardx{LATENCY_WORKERS}", ctx, prefix)
     try:
         deadline = time.monotonic() + 180
-        while not assignment_complete(processes, args.partitions):
+        while not settled(processes, args.partitions):
             if time.monotonic() > deadline or not all(p.alive for p in processes):
                 raise RuntimeError(f"latency workers not assigned; see {processes[0].log_path}")
             time.sleep(0.2)
@@ -312,6 +326,14 @@ def main() -> int:
     )
     parser.add_argument("--progress", type=float, default=10.0, help="progress line every N s (10)")
     parser.add_argument("--seed", type=int, default=1, help="workload seed (1)")
+    parser.add_argument(
+        "--roles",
+        choices=ROLES,
+        default="all",
+        help="all: each loopguard worker runs every role (default); split: its N workers run "
+        "LOOPGUARD_ROLE=guard plus one LOOPGUARD_ROLE=audit process, whose CPU counts in "
+        "the contender's",
+    )
     parser.add_argument("--json", action="store_true", help="also print one JSON line")
     args = parser.parse_args()
     # A stopped bench stops its broker and processes (the finally clauses run).

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.lab.harness import GroupProgress, assignment_complete, cpu_seconds, owned_partitions
+from bench.lab.harness import GroupProgress, cpu_seconds, owned_partitions, settled
 from streams.devtools.worker_process import WorkerProcess
 
 
@@ -83,7 +83,8 @@ def mark(
     partitions: int,
     broker_pids: list[int],
 ) -> Mark:
-    """Commits, CPU and partitions now; a baseline owns every partition (it logs none)."""
+    """Commits, CPU and partitions now; a baseline owns every partition (it logs none), an
+    audit process none."""
     owned = [(owned_partitions(p) or []) if workers else list(range(partitions)) for p in processes]
     return Mark(time.monotonic(), committed, process_cpu(processes), owned, pids_cpu(broker_pids))
 
@@ -100,7 +101,8 @@ def time_drain(
     every process has its final partitions (start-up, joins and rebalances stay outside) and
     stops when every partition is committed to its end, or at ``--drain-timeout`` (then the
     figure is the rate until then). Both ends fall on a commit, so the commit interval cancels
-    out."""
+    out. An audit process (``--roles split``) owns no events partition: it must be ready too,
+    and alive throughout."""
     workers = name.startswith("loopguard")
     total = sum(ends.values())
     deadline = time.monotonic() + args.drain_timeout + 180  # start-up: at most 180 s
@@ -109,10 +111,11 @@ def time_drain(
     first: Mark | None = None
     last_report = time.monotonic()
     while True:
-        if not all(p.alive for p in processes):
-            raise RuntimeError(f"{name}: a process died; see {processes[0].log_path}")
+        dead = [p for p in processes if not p.alive]
+        if dead:
+            raise RuntimeError(f"{name}: a process died; see {dead[0].log_path}")
         if not stable:
-            stable = assignment_complete(processes, args.partitions)
+            stable = settled(processes, args.partitions)
         offsets = {tp.partition: c for tp, c in progress.committed().items()}
         committed = {p: min(offsets.get(p, 0), end) for p, end in ends.items()}
         now = time.monotonic()
@@ -131,8 +134,14 @@ def time_drain(
 
 
 def assignments(process: WorkerProcess) -> int:
-    """Partition assignments a worker logged (1 = no rebalance after it joined)."""
+    """Partition assignments a worker logged (1 = no rebalance after it joined; an audit
+    process logs none). Only this run's: lines an earlier run left in the same log (the one
+    worker's idle start) carry another pid."""
     log: Path | None = process.log_path
-    if log is None or not log.exists():
+    if process.process is None or log is None or not log.exists():
         return 0
-    return log.read_text(errors="replace").count("events partitions assigned to this worker")
+    pid = f"[{process.process.pid}]"
+    marker = "events partitions assigned to this worker"
+    return sum(
+        pid in line and marker in line for line in log.read_text(errors="replace").splitlines()
+    )

@@ -18,6 +18,7 @@ BASELINES = {
     "faustconsume": "bare Faust agent, consume only",
 }
 LOOPGUARD = "loopguardx"
+AUDIT = "audit"  # the role of the process that owns no events partition
 
 
 def contender_workers(name: str) -> int:
@@ -60,10 +61,14 @@ def check_contenders(names: Sequence[str], partitions: int, latency_workers: int
     return None
 
 
-def label(name: str) -> str:
+def label(name: str, roles: str = "all") -> str:
+    """The table's name of a contender: ``loopguard, 2 workers``; with ``--roles split``
+    ``loopguard, 2 guards + audit``."""
     if name in BASELINES:
         return BASELINES[name]
     workers = contender_workers(name)
+    if roles == "split":
+        return f"loopguard, {workers} guard{'s' if workers > 1 else ''} + audit"
     return f"loopguard, {workers} worker{'s' if workers > 1 else ''}"
 
 
@@ -72,17 +77,23 @@ def per_worker(
     events_by_partition: dict[int, int],
     cpu_s: Sequence[float],
     elapsed: float,
+    roles: Sequence[str] | None = None,
 ) -> list[dict]:
-    """Each process's share of a timed window: the events of the partitions it owned, its CPU
-    seconds, CPU per event (what one worker costs, whatever the others do), its share of the
-    contender's CPU and how busy it kept a core (CPU / wall time)."""
+    """Each process's share of a timed window: its role, the events of the partitions it
+    owned, its CPU seconds, CPU per event (what one worker costs, whatever the others do), its
+    share of the contender's CPU and how busy it kept a core (CPU / wall time). An audit
+    process owns no events partition: its events are every event of the window (what its
+    CPU per event is divided by)."""
     total_cpu = sum(cpu_s)
     figures = []
-    for partitions, cpu in zip(owned, cpu_s, strict=True):
+    roles = roles or ["all"] * len(cpu_s)
+    for partitions, cpu, role in zip(owned, cpu_s, roles, strict=True):
         partitions = sorted(partitions)
-        events = sum(events_by_partition.get(p, 0) for p in partitions)
+        counted = events_by_partition if role == AUDIT else partitions
+        events = sum(events_by_partition.get(p, 0) for p in counted)
         figures.append(
             {
+                "role": role,
                 "partitions": partitions,
                 "events": events,
                 "cpu_s": round(cpu, 3),
@@ -92,6 +103,26 @@ def per_worker(
             }
         )
     return figures
+
+
+def worker_lines(workers: Sequence[dict]) -> list[str]:
+    """One line per process of :func:`per_worker`, naming its role."""
+    lines = []
+    for i, w in enumerate(workers):
+        cpu = f"{w['cpu_s']:.2f} s CPU, {_us(w['cpu_us_per_event'])} us CPU/event"
+        if w.get("role") == AUDIT:
+            head = f"audit process (no events partition): {cpu} of all {w['events']:,} events"
+        else:
+            parts = ",".join(map(str, w["partitions"]))
+            head = (
+                f"worker {i}, role {w.get('role', 'all')} (partitions {parts}): "
+                f"{w['events']:,} events, {cpu}"
+            )
+        lines.append(
+            f"{head}, {_pct(w['cpu_share'])} of the contender's CPU, "
+            f"kept {_pct(w['core_busy'])} of a core busy"
+        )
+    return lines
 
 
 def share(value: float | None, base: float | None) -> float | None:
@@ -137,7 +168,9 @@ def scaling(results: dict[str, dict], cores: int) -> dict[str, dict]:
             entry["events_per_s_per_worker"] = round(r["events_per_s"] / workers)
         if r.get("cpu_us_per_event"):
             entry["predicted"] = prediction(workers, r["cpu_us_per_event"], one)
-            costs = [w["cpu_us_per_event"] for w in r.get("per_worker") or []]
+            costs = [
+                w["cpu_us_per_event"] for w in r.get("per_worker") or [] if w.get("role") != AUDIT
+            ]
             if costs and all(costs):
                 entry["predicted_costliest"] = prediction(workers, max(costs), one)
             entry["predicted"]["printed"] = cores < workers
@@ -164,6 +197,15 @@ def print_report(
         f"throughput side by side: broker {args.broker}, {args.partitions} partitions, "
         f"{args.runs:,} runs interleaved, pre-produced backlog, {cores} cores"
     )
+    print(
+        "  roles: "
+        + (
+            "split: each loopguard contender's N workers LOOPGUARD_ROLE=guard plus one "
+            "LOOPGUARD_ROLE=audit process (its CPU counted in all its processes')"
+            if args.roles == "split"
+            else "all: each loopguard worker runs every role (guard and audit)"
+        )
+    )
     base = results.get("aiokafka", {}).get("events_per_s")
     print(
         "  producer batches: 16 KB for both baselines; loopguard's from its broker profile; "
@@ -188,10 +230,10 @@ def print_report(
             notes.append(f"rate over {r['timed_events']:,} events (drain timeout)")
         if r.get("cpu_us_per_event"):
             notes.append(f"{1e6 / r['cpu_us_per_event']:,.0f} events/s per busy core")
-        if r.get("rebalances", 0) > r.get("processes", 1) and name not in BASELINES:
+        if name not in BASELINES and r.get("rebalances", 0) > contender_workers(name):
             notes.append(f"{r['rebalances']} assignments in all (timed after the last)")
         print(
-            f"  {label(name):<28}{r['events_per_s']:>10,}{_pct(r['vs_aiokafka']):>13}"
+            f"  {label(name, args.roles):<28}{r['events_per_s']:>10,}{_pct(r['vs_aiokafka']):>13}"
             f"{r['seconds']:>9.1f}{_us(r.get('cpu_us_per_event')):>14}  " + "; ".join(notes)
         )
         print(
@@ -205,13 +247,8 @@ def print_report(
                 f"{r['cpu_count']} cores busy"
             )
         if name not in BASELINES:
-            for i, w in enumerate(r.get("per_worker") or []):
-                print(
-                    f"      worker {i} (partitions {','.join(map(str, w['partitions']))}): "
-                    f"{w['events']:,} events, {w['cpu_s']:.2f} s CPU, "
-                    f"{_us(w['cpu_us_per_event'])} us CPU/event, {_pct(w['cpu_share'])} of "
-                    f"its group's CPU, kept {_pct(w['core_busy'])} of a core busy"
-                )
+            for line in worker_lines(r.get("per_worker") or []):
+                print(f"      {line}")
     if results.get("aiokafka", {}).get("timed_with_start_up"):
         print(
             "  (the aiokafka loop drained its backlog within one commit, so it was timed from "
@@ -255,6 +292,7 @@ def print_report(
                     "guarantee": guarantee,
                     "partitions": args.partitions,
                     "runs": args.runs,
+                    "roles": args.roles,
                     "cpu_count": cores,
                     "results": results,
                     "scaling": scaled,
@@ -277,8 +315,9 @@ def print_other(args, results: dict, latency: dict | None, memory: dict | None, 
         )
     if one and one.get("rss_idle_kb"):
         grown = one["rss_peak_kb"][0] - one["rss_idle_kb"][0]
+        who = "1 worker's guard" if args.roles == "split" else "1 worker"
         print(
-            f"  worker RSS (1 worker): idle {mb(one['rss_idle_kb'][0])}, peak "
+            f"  worker RSS ({who}): idle {mb(one['rss_idle_kb'][0])}, peak "
             f"{mb(one['rss_peak_kb'][0])}: {grown * 1024 / args.runs:,.0f} bytes per run "
             f"held ({args.runs:,} runs)"
         )
@@ -289,8 +328,9 @@ def print_other(args, results: dict, latency: dict | None, memory: dict | None, 
         )
     if latency:
         caught = latency["catch_up_s"]
+        who = "2 guards + audit" if args.roles == "split" else "2 workers"
         print(
-            f"  decision latency, 2 workers, {latency['offered_per_s']:,.0f} events/s offered "
+            f"  decision latency, {who}, {latency['offered_per_s']:,.0f} events/s offered "
             f"for {latency['seconds']:.0f}s ({args.runs:,} runs interleaved + timed "
             f"compaction loops): p50 {latency['p50_ms']:,.1f} ms, p99 "
             f"{latency['p99_ms']:,.1f} ms over {latency['samples']:,} decisions "

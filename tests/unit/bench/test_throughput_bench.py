@@ -1,5 +1,6 @@
 """The arithmetic of bench/throughput_bench.py, without a broker: contender names and their
-partitions check, each worker's events and CPU, N workers / one and the prediction from CPU."""
+partitions check, each worker's events and CPU (an audit process's too), N workers / one and
+the prediction from CPU."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ import pytest
 from bench.lab.throughput_report import (
     check_contenders,
     contender_workers,
+    label,
     per_worker,
     prediction,
     scaling,
+    worker_lines,
 )
 
 
@@ -83,3 +86,48 @@ def test_scaling_measures_against_one_worker_and_predicts_where_cores_are_short(
     assert set(scaling(results, cores=2)) == {"loopguardx4"}  # baselines and x1 not scaled
     alone = scaling({"loopguardx2": {"events_per_s": 900, "cpu_us_per_event": None}}, 2)
     assert alone["loopguardx2"] == {"workers": 2, "measured_vs_x1": None, "predicted": None}
+
+
+def test_split_roles_name_guards_and_the_audit_process() -> None:
+    assert label("loopguardx2") == "loopguard, 2 workers"
+    assert label("loopguardx1", "split") == "loopguard, 1 guard + audit"
+    assert label("loopguardx4", "split") == "loopguard, 4 guards + audit"
+    assert label("aiokafka", "split") == "bare aiokafka loop"
+
+
+def test_the_audit_process_is_charged_per_event_of_the_whole_window() -> None:
+    events = {0: 1000, 1: 1000, 2: 500, 3: 1500}
+    workers = per_worker(
+        [[0, 1], [2, 3], []],
+        events,
+        [0.5, 1.5, 0.4],
+        elapsed=2.0,
+        roles=["guard", "guard", "audit"],
+    )
+    assert [w["role"] for w in workers] == ["guard", "guard", "audit"]
+    assert [w["events"] for w in workers] == [2000, 2000, 4000]
+    assert [w["cpu_us_per_event"] for w in workers] == [250.0, 750.0, 100.0]
+    assert [w["cpu_share"] for w in workers] == [0.208, 0.625, 0.167]
+    assert per_worker([[0]], {0: 10}, [0.01], elapsed=1.0)[0]["role"] == "all"
+    guard, _, audit = worker_lines(workers)
+    assert guard.startswith("worker 0, role guard (partitions 0,1): 2,000 events, 0.50 s CPU")
+    assert audit.startswith("audit process (no events partition): 0.40 s CPU, 100 us CPU/event")
+    assert "of all 4,000 events" in audit
+
+
+def test_the_costliest_worker_prediction_leaves_the_audit_process_out() -> None:
+    results = {
+        "loopguardx1": {"events_per_s": 2000, "cpu_us_per_event": 400.0},
+        "loopguardx2": {
+            "events_per_s": 3000,
+            "cpu_us_per_event": 500.0,
+            "per_worker": [
+                {"role": "guard", "cpu_us_per_event": 800.0},
+                {"role": "guard", "cpu_us_per_event": 1000.0},
+                {"role": "audit", "cpu_us_per_event": 50.0},
+            ],
+        },
+    }
+    two = scaling(results, cores=1)["loopguardx2"]
+    assert two["workers"] == 2
+    assert two["predicted_costliest"]["cpu_us_per_event"] == 1000.0
