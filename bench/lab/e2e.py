@@ -9,7 +9,12 @@ throughput to the bare detector core on the same events, so a regression anywher
 pipeline shows up as a ratio.
 
     python bench/e2e_bench.py [--broker tansu|kafka] [--events 40000] [--rate 1000]
-                              [--seconds 10] [--warmup 2] [--db URL] [--json]
+                              [--seconds 10] [--warmup 2] [--db URL] [--roles all|split]
+                              [--json]
+
+``--roles split`` runs the worker as ``LOOPGUARD_ROLE=guard`` plus one ``LOOPGUARD_ROLE=audit``
+process (same app id, database and config): CPU per event is then printed for the guard and
+for both processes.
 
 Everything runs on loopback and stops by itself.
 """
@@ -30,6 +35,7 @@ from bench.lab.brokers import add_broker_arg, gateway_fetch_wait_ms, start_broke
 from bench.lab.harness import (
     AGE_METRIC,
     CONFIG,
+    ROLES,
     GroupProgress,
     cpu_seconds,
     event_age_figures,
@@ -37,14 +43,16 @@ from bench.lab.harness import (
     stage_age_buckets,
     stage_age_figures,
     stage_age_lines,
-    start_workers,
+    start_roles,
+    worker_ready,
 )
 from bench.lab.heard import sentinel_ids
+from bench.lab.throughput_drain import process_cpu
 from streams.core.engine import LoopGuard
 from streams.core.events import CompactionRetry, Decision, Envelope, ToolCall, ToolResult
 from streams.core.fleet import fleet_from_document
 from streams.devtools.embedded_broker import free_port
-from streams.devtools.worker_process import wait_until_processing
+from streams.devtools.worker_process import WorkerProcess, wait_until_processing
 from streams.gateway.client import GatewayClient
 from streams.kafka.topics import ensure_topics
 from streams.settings import Settings
@@ -95,6 +103,19 @@ def wait_committed(bootstrap: str, group: str, topic: str, timeout: float) -> No
         progress.close()
 
 
+def wait_ready(processes: list[WorkerProcess], timeout: float = 120.0) -> None:
+    """Return once every process logged Faust's Ready: the canary proves the guard, not an
+    audit process, whose start-up would otherwise fall into the measured burst."""
+    deadline = time.monotonic() + timeout
+    while not all(worker_ready(p) for p in processes):
+        dead = [p for p in processes if not p.alive]
+        if dead or time.monotonic() > deadline:
+            raise SystemExit(
+                f"a worker process is not ready; see {(dead or processes)[0].log_path}"
+            )
+        time.sleep(0.2)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=40_000, help="events for throughput")
@@ -108,6 +129,13 @@ def main() -> int:
         "just-started worker and cluster answer their first second slower)",
     )
     parser.add_argument("--db", help="audit DB URL (default: SQLite in a temp dir)")
+    parser.add_argument(
+        "--roles",
+        choices=ROLES,
+        default="all",
+        help="all: one worker runs every role (default); split: a LOOPGUARD_ROLE=guard "
+        "worker plus a LOOPGUARD_ROLE=audit process",
+    )
     parser.add_argument("--json", action="store_true", help="also print one JSON line")
     add_broker_arg(parser)
     args = parser.parse_args()
@@ -117,7 +145,7 @@ def main() -> int:
     config_file = tmp / "config.json"
     config_file.write_text(json.dumps(CONFIG))
     broker = start_broker(args.broker, tmp)
-    worker = None
+    processes: list[WorkerProcess] = []
     arrivals: dict[str, float] = {}
     arrived = threading.Condition()
 
@@ -131,22 +159,25 @@ def main() -> int:
             Settings.for_profile(broker.profile, broker=broker.url, partitions=PARTITIONS)
         )
         web_port = free_port()  # its /metrics: how old events were when it took them in
-        (worker,) = start_workers(
+        processes = start_roles(
             broker,
             1,
             tmp,
+            roles=args.roles,
             db_url=db_url,
             config_file=config_file,
             partitions=PARTITIONS,
             web_port=web_port,
         )
+        worker = processes[0]  # role all, or the guard
         client = GatewayClient(
             broker.bootstrap,
             "bench-gw",
             on_decision=on_decision,
             fetch_max_wait_ms=gateway_fetch_wait_ms(broker.profile),
         )
-        wait_until_processing(client, workers=[worker])
+        wait_until_processing(client, workers=processes)
+        wait_ready(processes)
         producer = KafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=5, acks="all")
         topic = Settings().topics.events
 
@@ -165,6 +196,7 @@ def main() -> int:
         encoded = [(e.envelope.run_id.encode(), encode_event(e)) for e in events]
         assert worker.process is not None
         cpu_before = cpu_seconds(worker.process.pid)
+        all_before = sum(process_cpu(processes))
         start = time.perf_counter()
         for key, value in encoded:
             producer.send(topic, key=key, value=value)
@@ -180,6 +212,7 @@ def main() -> int:
         wait_committed(broker.bootstrap, "loopguard", topic, timeout=600)
         committed_in = time.perf_counter() - start
         worker_cpu_us = (cpu_seconds(worker.process.pid) - cpu_before) / len(encoded) * 1e6
+        all_cpu_us = (sum(process_cpu(processes)) - all_before) / len(encoded) * 1e6
 
         core = LoopGuard(fleet_from_document(CONFIG))
         core_start = time.perf_counter()
@@ -238,22 +271,32 @@ def main() -> int:
         client.close()
         producer.close()
     finally:
-        if worker is not None:
-            worker.stop()
+        for process in processes:
+            process.stop()
         broker.stop()
 
-    print(f"loopguard end-to-end benchmark (1 worker, broker: {args.broker}, loopback)")
+    workers = "1 guard worker + 1 audit process" if args.roles == "split" else "1 worker"
+    print(
+        f"loopguard end-to-end benchmark ({workers}, roles {args.roles}, broker: "
+        f"{args.broker}, loopback)"
+    )
     print(f"  throughput: {len(encoded)} events in {elapsed:.2f}s = {e2e_rate:,.0f} events/s")
     print(
         f"              (producer alone took {produced_in:.2f}s; every decision in at "
         f"{elapsed:.2f}s, everything committed at {committed_in:.2f}s = "
         f"{len(encoded) / committed_in:,.0f} events/s)"
     )
+    who = "guard worker" if args.roles == "split" else "worker"
     print(
-        f"  worker CPU per event: {worker_cpu_us:.0f} µs until committed, {decided_cpu_us:.0f} "
-        f"µs until decided (= {1e6 / worker_cpu_us:,.0f} events/s if the worker had a core "
+        f"  {who} CPU per event: {worker_cpu_us:.0f} µs until committed, {decided_cpu_us:.0f} "
+        f"µs until decided (= {1e6 / worker_cpu_us:,.0f} events/s if the {who} had a core "
         "to itself)"
     )
+    if args.roles == "split":
+        print(
+            f"  all processes (guard + audit) CPU per event: {all_cpu_us:.0f} µs until the "
+            "guard committed (the audit's work after that is not counted)"
+        )
     print(f"  bare core on the same events: {core_rate:,.0f} events/s")
     print(f"  end-to-end / core ratio: {e2e_rate / core_rate:.3f}")
     print(
@@ -282,7 +325,9 @@ def main() -> int:
                     "e2e_events_per_s": round(e2e_rate),
                     "core_events_per_s": round(core_rate),
                     "ratio": round(e2e_rate / core_rate, 4),
+                    "roles": args.roles,
                     "worker_cpu_us_per_event": round(worker_cpu_us, 1),
+                    "all_processes_cpu_us_per_event": round(all_cpu_us, 1),
                     "committed_events_per_s": round(len(encoded) / committed_in),
                     "latency_p50_ms": round(p50, 2),
                     "latency_p99_ms": round(p99, 2),
