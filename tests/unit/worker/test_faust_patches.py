@@ -280,19 +280,38 @@ def test_events_arriving_while_a_batch_is_guarded_make_the_next_batch_unacked() 
     assert not any(acked)
 
 
-def test_a_stream_that_fails_raises_in_the_batch_loop() -> None:
+def test_an_error_thrown_into_the_channel_raises_in_the_batch_loop() -> None:
     async def scenario() -> None:
         stream, deliver = faust_stream()
-
-        def broken(value: Any) -> Any:
-            raise RuntimeError("processor failed")
-
-        stream.add_processor(broken)
+        await stream.channel.throw(RuntimeError("channel failed"))
         deliver(0)
         await anext(take_ready(stream, 10, HOUR))
 
-    with pytest.raises(RuntimeError, match="processor failed"):
+    with pytest.raises(RuntimeError, match="channel failed"):
         asyncio.run(asyncio.wait_for(scenario(), 60))
+
+
+def test_events_of_an_older_generation_or_under_suspended_flow_are_dropped() -> None:
+    async def scenario() -> tuple[list[int], list[int]]:
+        stream, deliver = faust_stream()
+        app = stream.app
+        deliver(0)
+        app.consumer_generation_id += 1  # a rebalance since: offset 0 is not this worker's
+        deliver(1)
+        batches = take_ready(stream, 10, HOUR)
+        after_rebalance = offsets(await anext(batches))
+        deliver(2)
+        app.flow_control.suspend()  # the next rebalance has begun
+        deliver(3)
+        app.flow_control.resume()  # Faust clears the queues it suspended
+        deliver(4)
+        resumed = offsets(await anext(batches))
+        await batches.aclose()
+        return after_rebalance, resumed
+
+    after_rebalance, resumed = asyncio.run(asyncio.wait_for(scenario(), 60))
+    assert after_rebalance == [1]
+    assert resumed == [4]  # what was queued before the rebalance is never handed on
 
 
 # -- fetch wait --------------------------------------------------------------------------
