@@ -31,17 +31,28 @@ from faust.types import EventT
 async def take_ready(stream: Any, max_: int, within: float) -> AsyncIterator[list[Any]]:
     """Yield lists of at most ``max_`` events (``faust.EventT``) of ``stream``'s channel, each
     as soon as no more are queued (or ``within`` seconds after its first); the caller acks
-    them. An error thrown into the channel is raised here."""
+    them. An error thrown into the channel is raised here; the end Faust throws into a
+    stopping agent's channel (StopAsyncIteration) ends the batches, as it ends the stream."""
     app, loop = stream.app, asyncio.get_running_loop()
     queue = stream.channel.queue
     while True:
-        taken = [await queue.get()]
+        try:
+            taken = [await queue.get()]
+        except StopAsyncIteration:  # Faust ends a stopping agent's channel with it
+            return
+        ended = False
         deadline = loop.time() + within
         while len(taken) < max_ and not queue.empty() and loop.time() < deadline:
-            taken.append(queue.get_nowait())
+            try:
+                taken.append(queue.get_nowait())
+            except StopAsyncIteration:
+                ended = True
+                break
         batch = live_events(app, taken)
         if batch:
             yield batch
+        if ended:
+            return
 
 
 def live_events(app: Any, values: list[Any]) -> list[Any]:

@@ -291,6 +291,19 @@ def test_an_error_thrown_into_the_channel_raises_in_the_batch_loop() -> None:
         asyncio.run(asyncio.wait_for(scenario(), 60))
 
 
+def test_a_stopped_channel_ends_the_batches() -> None:
+    async def scenario() -> list[list[int]]:
+        stream, deliver = faust_stream()
+        deliver(0)
+        deliver(1)
+        await stream.channel.throw(StopAsyncIteration())  # how Faust stops an agent's channel
+        return [offsets(batch) async for batch in take_ready(stream, 10, HOUR)]
+
+    # The queue raises what was thrown into it before what it holds: the queued events are
+    # never handed on (unacked, a later owner reads them again), and the agent ends cleanly.
+    assert asyncio.run(asyncio.wait_for(scenario(), 60)) == []
+
+
 def test_events_of_an_older_generation_or_under_suspended_flow_are_dropped() -> None:
     async def scenario() -> tuple[list[int], list[int]]:
         stream, deliver = faust_stream()
