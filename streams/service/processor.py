@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, MutableMapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 from streams.core.config import LoopDetectionConfig
 from streams.core.engine import LoopGuard
@@ -37,6 +37,22 @@ class Outcome:
     event: AgentEvent | None = None  # the decoded event, when it was applied
     loop_tokens: int = 0  # tokens the event added to its run's loop (issue 28, /metrics)
     saved_tokens: int = 0  # the saved-tokens estimate it took, when it stopped its run
+
+
+class RunGuard(Protocol):
+    """What the processor asks of the core (:class:`streams.core.engine.LoopGuard`): a run's
+    state, the verdict on an event, an operator's command. A seam, so a test can make the core
+    fail where the processor is compiled (setup.py) and a patch of the class would not reach."""
+
+    def config_for(self, agent_id: str) -> LoopDetectionConfig: ...
+
+    def state_for(self, envelope: Envelope, cfg: LoopDetectionConfig) -> RunState: ...
+
+    def apply(
+        self, state: RunState, event: AgentEvent, cfg: LoopDetectionConfig
+    ) -> list[Decision]: ...
+
+    def command(self, command: OperatorCommand) -> list[Decision]: ...
 
 
 @dataclass(frozen=True)
@@ -141,7 +157,7 @@ class EventProcessor:
         self.runs = BatchRuns(load_state)
         self.sessions = BatchSessions(load_latest_run or (lambda key: None))
         self.carries: dict[str, SessionCarry] = {}  # what a run was seeded from, this batch
-        self.guard = LoopGuard(
+        self.guard: RunGuard = LoopGuard(
             configs=config_for, runs=self.runs, sessions=self.sessions, carries=self.carries
         )
         self.envelopes: dict[str, Envelope] = {}  # the newest of each touched run

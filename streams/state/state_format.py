@@ -41,7 +41,7 @@ import json
 import logging
 import sys
 import zlib
-from typing import Any
+from typing import Any, ClassVar
 
 import msgpack
 import orjson
@@ -298,7 +298,7 @@ GUARD_AT = SCALARS.index("guard")
 def encode_dict(data: dict[str, Any]) -> bytes | None:
     """Version 3 bytes of a :meth:`RunState.to_dict` form, or None if it cannot hold it."""
     recent = packed_recent(data)
-    if recent is False:
+    if isinstance(recent, bool):  # False: the rows cannot hold them
         return None
     return encode_with_recent(data, recent)
 
@@ -381,7 +381,7 @@ class JsonFallbacks:
     """States written as JSON because the binary form could not hold them (the first is
     logged: it means this module has something to learn)."""
 
-    count = 0
+    count: ClassVar[int] = 0
 
 
 def encode(state: RunState) -> bytes:

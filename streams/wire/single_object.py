@@ -31,6 +31,7 @@ from streams.wire.errors import (
     TruncatedMessageError,
     one_line,
 )
+from streams.wire.read_probe import ReadProbe
 from streams.wire.schema_registry import (
     ParsedSchema,
     SchemaRegistry,
@@ -156,9 +157,11 @@ class SchemaCodec:
             raise EncodeError(f"cannot encode {self.name}: {one_line(exc)}") from exc
 
     def decode(
-        self, data: bytes | bytearray | memoryview, registry: SchemaRegistry | None, max_size: int
+        self, data: object, registry: SchemaRegistry | None, max_size: int
     ) -> dict[str, Any]:
-        """Check the framing, then read the datum (resolving a foreign writer schema onto ours)."""
+        """Check the framing, then read the datum (resolving a foreign writer schema onto ours).
+        ``data`` is whatever a caller handed in: anything but bytes, a bytearray or a memoryview
+        is an :class:`InvalidDatumError`, also where this module is compiled (setup.py)."""
         if not isinstance(data, bytes | bytearray | memoryview):
             raise InvalidDatumError(f"expected bytes, got {type(data).__name__}")
         size = len(data)
@@ -207,10 +210,10 @@ class SchemaCodec:
     ) -> CodecError:
         """Truncated if fastavro asked for bytes past the end, else an invalid datum.
 
-        Reads again through :class:`_ReadProbe` (errors are rare; this keeps the hot path
-        free of a Python-level ``read``) to see whether a read came up short.
+        Reads again through :class:`~streams.wire.read_probe.ReadProbe` (errors are rare; this
+        keeps the hot path free of a Python-level ``read``) to see whether a read came up short.
         """
-        probe = _ReadProbe(buf)
+        probe = ReadProbe(buf)
         probe.seek(HEADER_SIZE)
         with contextlib.suppress(Exception):  # it fails again; only the probe's record counts
             _read(probe, writer, reader)
@@ -231,21 +234,6 @@ def _read(stream: io.BytesIO, writer: ParsedSchema, reader: ParsedSchema | None)
         None if reader is None else reader.parsed,
         return_record_name=True,
     )
-
-
-class _ReadProbe(io.BytesIO):
-    """Records the first read that asked for a negative length or got fewer bytes than asked."""
-
-    anomaly: str | None = None
-
-    def read(self, size: int | None = -1) -> bytes:
-        data = super().read(size)
-        if self.anomaly is None:
-            if size is None or size < 0:
-                self.anomaly = "negative length"
-            elif len(data) < size:
-                self.anomaly = "short"
-        return data
 
 
 @cache

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from core_helpers import Run, fleet, guard, text_result
 
-from streams.core.engine import LoopGuard
+from streams.core.config import LoopDetectionConfig
+from streams.core.events import AgentEvent
 from streams.core.run_state import RunState
 from streams.service.config_book import ConfigBook
-from streams.service.processor import EventProcessor
+from streams.service.processor import EventProcessor, RunGuard
 
 
 class NoOverrides:
@@ -88,26 +89,15 @@ def test_a_message_under_another_key_is_rekeyed_and_a_bad_seq_dead_lettered() ->
     assert "seq must be 1 or more" in (proc.apply(b"run-9", bad).dead_letter or "")
 
 
-def test_an_event_whose_evaluation_fails_is_dead_lettered_and_the_run_kept_as_it_was(
-    monkeypatch,
-) -> None:
+def test_an_event_whose_evaluation_fails_is_dead_lettered_and_the_run_kept_as_it_was() -> None:
     """Should a rule ever raise, the event is parked and its run is as before that event."""
     events = looping_events(cycles=12)
     bad_at = 15
     table: dict[bytes, RunState] = {}
     proc = processor(table)
-    # Patched where the worker's (interpreted) processor calls the core: LoopGuard.apply. A
-    # patch of RunState.apply would be bypassed by the compiled core, whose LoopGuard calls it
-    # natively.
-    original = LoopGuard.apply
-
-    def apply(self, state, event, cfg):
-        if event is events[bad_at]:
-            state.history_size = -1  # a half-done change the rollback must undo
-            raise TypeError("boom")
-        return original(self, state, event, cfg)
-
-    monkeypatch.setattr(LoopGuard, "apply", apply)
+    # The core fails through the processor's seam (RunGuard): a patch of LoopGuard.apply would
+    # not reach a compiled processor, which calls the compiled core natively.
+    proc.guard = FailingGuard(proc.guard, fails_on=events[bad_at])
     decisions = []
     for i, event in enumerate(events):
         outcome = proc.apply(b"run-1", event)
@@ -122,3 +112,21 @@ def test_an_event_whose_evaluation_fails_is_dead_lettered_and_the_run_kept_as_it
     core = guard({"enabled": True})
     expected = [d for e in events if e is not events[bad_at] for d in core.process(e)]
     assert decisions == expected
+
+
+class FailingGuard:
+    """The processor's core, raising on one event after a half-done change to its run."""
+
+    def __init__(self, guard: RunGuard, fails_on: object) -> None:
+        self.guard, self.fails_on = guard, fails_on
+        self.config_for, self.state_for, self.command = (
+            guard.config_for,
+            guard.state_for,
+            guard.command,
+        )
+
+    def apply(self, state: RunState, event: AgentEvent, cfg: LoopDetectionConfig) -> list:
+        if event is self.fails_on:
+            state.history_size = -1  # a half-done change the rollback must undo
+            raise TypeError("boom")
+        return self.guard.apply(state, event, cfg)
