@@ -27,6 +27,7 @@ from streams.kafka.topics import topic_specs
 from streams.settings import Settings
 from streams.wire.schema_registry import SCHEMA_DIR
 from streams.wire.signing import GatewayKeys
+from tests.settings_env import settings_from_env
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_DIR = ROOT / "compose"
@@ -168,12 +169,7 @@ def default_workers(services: dict[str, dict[str, Any]]) -> dict[str, dict[str, 
 
 def role_settings(service: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> Settings:
     """Settings.from_env over exactly this service's environment."""
-    for name in list(os.environ):
-        if name.startswith("LOOPGUARD_"):
-            monkeypatch.delenv(name)
-    for key, value in environment(service).items():
-        monkeypatch.setenv(key, value)
-    return Settings.from_env()
+    return settings_from_env(environment(service), monkeypatch)
 
 
 def listeners(value: str) -> dict[str, tuple[str, int]]:
@@ -202,14 +198,8 @@ def internal_bootstrap(services: dict[str, dict[str, Any]]) -> set[str]:
 @pytest.fixture
 def worker_settings(services, monkeypatch) -> Settings:
     """The Settings a compose worker ends up with: Settings.from_env over its environment."""
-    for name in list(os.environ):
-        if name.startswith("LOOPGUARD_"):
-            monkeypatch.delenv(name)
-    for worker in worker_services(services).values():
-        for key, value in environment(worker).items():
-            monkeypatch.setenv(key, value)
-        break
-    return Settings.from_env()
+    worker = next(iter(worker_services(services).values()))
+    return settings_from_env(environment(worker), monkeypatch)
 
 
 def settings_env_names() -> set[str]:

@@ -27,6 +27,7 @@ from helm_tools.tools import Tools, installed, planned
 from streams.settings import Settings
 from streams.web import register_views
 from streams.wire.signing import GatewayKeys
+from tests.settings_env import settings_from_env
 from tests.unit.test_compose import settings_env_names
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -465,12 +466,7 @@ def container_of(statefulset: dict[str, Any]) -> dict[str, Any]:
 
 def settings_of(container: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> Settings:
     """Settings.from_env over exactly the container's plain env."""
-    for name in list(os.environ):
-        if name.startswith("LOOPGUARD_"):
-            monkeypatch.delenv(name)
-    for name, value in plain_env(container).items():
-        monkeypatch.setenv(name, value)
-    return Settings.from_env()
+    return settings_from_env(plain_env(container), monkeypatch)
 
 
 @pytest.fixture(scope="module")
