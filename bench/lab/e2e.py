@@ -48,7 +48,7 @@ from bench.lab.harness import (
 )
 from bench.lab.heard import sentinel_ids
 from bench.lab.throughput_drain import process_cpu
-from streams.core.engine import LoopGuard
+from streams.core.engine import LoopGuard, core_build
 from streams.core.events import CompactionRetry, Decision, Envelope, ToolCall, ToolResult
 from streams.core.fleet import fleet_from_document
 from streams.devtools.embedded_broker import free_port
@@ -278,7 +278,7 @@ def main() -> int:
     workers = "1 guard worker + 1 audit process" if args.roles == "split" else "1 worker"
     print(
         f"loopguard end-to-end benchmark ({workers}, roles {args.roles}, broker: "
-        f"{args.broker}, loopback)"
+        f"{args.broker}, loopback; build: {core_build()})"
     )
     print(f"  throughput: {len(encoded)} events in {elapsed:.2f}s = {e2e_rate:,.0f} events/s")
     print(

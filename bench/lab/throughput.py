@@ -84,6 +84,7 @@ from bench.lab.throughput_report import (
     per_worker,
     print_report,
 )
+from streams.core.engine import core_build
 from streams.devtools.worker_process import WorkerProcess
 from streams.kafka.topics import create_like, ensure_topics
 from streams.settings import PROFILES
@@ -347,7 +348,11 @@ def main() -> int:
         print(f"throughput_bench: {error}", file=sys.stderr)
         return 2
     args.load_at_start = load_average()
-    print(f"{os.cpu_count()} cores, load average (1/5/15 min) {args.load_at_start}", flush=True)
+    print(
+        f"{os.cpu_count()} cores, load average (1/5/15 min) {args.load_at_start}; "
+        f"build: {core_build()}",
+        flush=True,
+    )
 
     tmp = Path(tempfile.mkdtemp(prefix="loopguard-throughput-"))
     config_file = tmp / "config.json"
