@@ -1,7 +1,7 @@
 """A stream that notes how a failed Avro read went wrong, for the decoder's error path.
 
-Its own module so it stays interpreted when the decoder is compiled (setup.py): a compiled
-subclass of :class:`io.BytesIO` is refused its own buffer by fastavro's reader.
+Its own module so it stays interpreted when the decoder is compiled (setup.py): compiled with
+it, the probe raised BufferError ("existing exports of data") instead of noting the short read.
 """
 
 from __future__ import annotations
