@@ -15,6 +15,7 @@ from streams.core.outcome_memory import CHANGING_TOOLS
 from streams.core.outcomes import Outcome
 from streams.core.run_data import ABORTED, RunData
 from streams.core.session_failures import remembers_failures
+from streams.core.streaks import previous_with_result
 
 
 def on_result(run: RunData, event: ToolResult, cfg: LoopDetectionConfig) -> list[Decision]:
@@ -137,9 +138,11 @@ def remember_outcome(
         memory.drop_stale(index, within)
     if memory.extend(record.sig, result_hash, index, within):
         return
-    previous = record.prev_same_sig  # the call's previous outcome, if still in the window
-    while previous is not None and previous.result_hash is None:
-        previous = previous.prev_same_sig
+    # The call's previous outcome, if still in the window: a record keeps its link to one that
+    # has left the window since, and a state restored from the changelog has only the window,
+    # so neither may start a streak from it.
+    records = run.history.records
+    previous = previous_with_result(record, records[0].index if records else index)
     if (
         previous is not None
         and previous.result_hash == result_hash
