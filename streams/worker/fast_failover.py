@@ -6,8 +6,18 @@ Standby offsets: with the in-memory store (``persisted_offset`` is always None) 
 how far a standby replica had read when its partition becomes active, and recovers the active
 partition from the start of its changelog again, although the table holds it all already: a
 standby saved nothing. :func:`fast_failover` carries the standby's offset over, so the
-promoted partition reads only what the standby had not yet read (the table's data was never
-cleared: the memory store keeps every key across rebalances).
+promoted partition reads only what the standby had not yet read (the table holds what the
+standby read: below).
+
+Standby keys: the promoted standby's reading starts where it stopped only because the table
+still holds what it read. Faust's memory store drops, at the end of every recovery, the keys
+it read from the changelog of any partition that is not active here (``Store.
+on_recovery_completed``), standby partitions included, while recovery keeps the standby's
+offset: a partition that stayed a standby across one more rebalance lost every key read
+before it, and when promoted later its runs started again from nothing (their counts began
+anew: warnings, blocks and aborts went missing). The store now keeps the keys of standby
+partitions too; only a partition that is neither active nor a standby here is dropped (its
+offset goes with it: Faust's ``Recovery.revoke``).
 
 Kept partitions: likewise Faust forgets that a partition it keeps across a rebalance is up to
 date (its active offset is where its last recovery stopped, not what the worker wrote since),
@@ -58,6 +68,7 @@ import logging
 import time
 from typing import Any
 
+from faust.stores import memory as faust_memory
 from faust.tables import recovery as faust_recovery
 from faust.transport import consumer as faust_consumer
 from faust.transport.drivers import aiokafka as faust_aiokafka
@@ -72,6 +83,7 @@ _original_transactions_rebalance = faust_consumer.TransactionManager.on_rebalanc
 _original_build_offsets = faust_recovery.Recovery._build_offsets
 _original_thread_getmany = faust_aiokafka.AIOKafkaConsumerThread.getmany
 _slurp = faust_recovery.Recovery._slurp_changelogs
+_original_store_recovery_completed = faust_memory.Store.on_recovery_completed
 
 GETMANY = Patch(
     faust_aiokafka.AIOKafkaConsumerThread,
@@ -120,7 +132,24 @@ TRANSACTIONS_REBALANCE = Patch(
     proof="tests/unit/worker/test_fast_failover.py::"
     "test_producers_of_partitions_gone_are_stopped_at_a_rebalance",
 )
-PATCHES = (GETMANY, ON_REBALANCE, BUILD_OFFSETS, HIGHWATERS, TRANSACTIONS_REBALANCE)
+STANDBY_KEYS = Patch(
+    faust_memory.Store,
+    "on_recovery_completed",
+    _original_store_recovery_completed,
+    "a00bef343e139602",
+    fixes="the memory store dropped a standby partition's keys at every recovery's end while "
+    "recovery kept its offset: promoted after one more rebalance, its runs started from nothing",
+    proof="tests/unit/worker/test_fast_failover.py::"
+    "test_a_standby_keeps_the_keys_it_read_across_a_rebalance",
+)
+PATCHES = (
+    GETMANY,
+    ON_REBALANCE,
+    BUILD_OFFSETS,
+    HIGHWATERS,
+    TRANSACTIONS_REBALANCE,
+    STANDBY_KEYS,
+)
 # Not replaced, but the end watcher relies on how it takes events off the queue and moves
 # the active offsets.
 RELIED_ON = (
@@ -168,6 +197,16 @@ async def _on_rebalance(
     self.loopguard_kept = kept & self.active_tps
     if getattr(self, "loopguard_end_watch", None) is None:
         self.loopguard_end_watch = asyncio.ensure_future(_end_when_read(self))
+
+
+async def _store_recovery_completed(self: Any, active_tps: Any, standby_tps: Any) -> None:
+    """Faust's memory Store.on_recovery_completed, keeping the keys of standby partitions:
+    drops only what was read from partitions neither active nor a standby here."""
+    kept = {tp.partition for tp in active_tps} | {tp.partition for tp in standby_tps}
+    gone = [key for key, partition in self._key_partition.items() if partition not in kept]
+    for key in gone:
+        self.data.pop(key, None)
+        self._key_partition.pop(key, None)
 
 
 def _behind(recovery: Any) -> dict[Any, int]:
@@ -291,11 +330,12 @@ async def _fetch_snapshot(self: Any, active_partitions: Any, timeout: float) -> 
 
 
 def fast_failover() -> None:
-    """Install all five: the fetch snapshot (and fetches noted for the recovery end watcher),
+    """Install all six: the fetch snapshot (and fetches noted for the recovery end watcher),
     standby offsets kept on promotion, kept partitions not re-read, listed highwaters, stale
-    transactional producers stopped."""
+    transactional producers stopped, standby keys kept."""
     replace(GETMANY, _getmany)
     replace(ON_REBALANCE, _on_rebalance)
     replace(BUILD_OFFSETS, _build_offsets)
     replace(HIGHWATERS, _highwaters)
     replace(TRANSACTIONS_REBALANCE, _transactions_on_rebalance)
+    replace(STANDBY_KEYS, _store_recovery_completed)

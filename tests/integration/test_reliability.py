@@ -163,7 +163,8 @@ def test_a_second_worker_joins_then_leaves_mid_stream_and_nothing_is_lost_or_dou
             client.flush()
             time.sleep(0.05)
     client.flush()
-    assert wait_for_decisions(client, leave_ids, len(want_after)) == want_after
+    got_after = wait_for_decisions(client, leave_ids, len(want_after))
+    assert got_after == want_after, pipeline.worker_logs()
     on_topic = control_topic_decisions(
         pipeline.broker.bootstrap, pipeline.settings.topics.control, set(run_ids + leave_ids)
     )

@@ -85,3 +85,25 @@ def test_producers_of_partitions_gone_are_stopped_at_a_rebalance(monkeypatch) ->
     )
     asyncio.run(fast_failover._transactions_on_rebalance(manager, {TP("ev", 1)}, set(), set()))
     assert calls == [("stopped", ["lg-0-3"]), "faust"]
+
+
+def test_a_standby_keeps_the_keys_it_read_across_a_rebalance() -> None:
+    """A recovery ends with partition 3 still a standby here and partition 5 gone: Faust's
+    store dropped the standby's keys too (its offset kept: promoted later, its runs started
+    from nothing); the patch drops only the gone partition's."""
+
+    def store() -> Any:
+        return SimpleNamespace(
+            data={b"active": 1, b"standby": 2, b"gone": 3, b"written-live": 4},
+            _key_partition={b"active": 1, b"standby": 3, b"gone": 5},
+        )
+
+    actives, standbys = {TP("lg-runs-changelog", 1)}, {CHANGELOG}
+    faust_store = store()
+    asyncio.run(fast_failover._original_store_recovery_completed(faust_store, actives, standbys))
+    assert b"standby" not in faust_store.data  # what the patch fixes
+
+    patched = store()
+    asyncio.run(fast_failover._store_recovery_completed(patched, actives, standbys))
+    assert patched.data == {b"active": 1, b"standby": 2, b"written-live": 4}
+    assert patched._key_partition == {b"active": 1, b"standby": 3}
