@@ -8,6 +8,7 @@ immediate control delivery the control records go out first and the rest is sett
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import Any, Protocol, TypeVar
@@ -23,6 +24,11 @@ from streams.worker.exactly_once import (
     source_transaction,
 )
 from streams.worker.settling import Settling
+
+log = logging.getLogger("loopguard.worker")
+
+# How long a rebalance waits for the batches still settling before the worker rejoins.
+REJOIN_SETTLE_SECONDS = 10.0
 
 
 class BatchWork(Protocol):
@@ -73,6 +79,21 @@ class Checkpoint:
         self.settling = Settling(
             self.send_transactional, partial(commit_batch, app.consumer), on_delivery_error
         )
+
+    async def settle_before_rejoining(self) -> None:
+        """Wait, at most :data:`REJOIN_SETTLE_SECONDS`, for the batches still settling, when a
+        rebalance has taken this worker's partitions back (Faust's ``on_partitions_revoked``
+        signal, sent before the worker rejoins the group). Their commits ran on past the
+        rejoin, and a partition's new owner starts its transactional producer as soon as it is
+        assigned, which fences ours: the commit failed with ProducerFenced and Faust crashed
+        the worker."""
+        try:
+            await asyncio.wait_for(self.settling.settled(), REJOIN_SETTLE_SECONDS)
+        except TimeoutError:
+            log.warning(
+                "batches still settling after %.0f s: rejoining the group without them",
+                REJOIN_SETTLE_SECONDS,
+            )
 
     def transaction_of(self, source: tuple[str, int]) -> str | None:
         return source_transaction(self.app, TP(*source))

@@ -14,8 +14,10 @@ What stays true: a batch's records are sent before its events are acked, so comm
 offsets never run ahead of committed state; its decisions were acknowledged before its
 records were sent, so committed state never runs ahead of its decisions (events replayed
 over it publish nothing, as :class:`streams.service.processor.EventProcessor` does exactly
-once). A rebalance waits for every taken event to be acked (Faust's ``wait_empty``), so a
-partition leaves only once its batches are settled and committed.
+once). A rebalance waits for every taken event to be acked (Faust's ``wait_empty``), and the
+worker rejoins the group only once the rounds holding those acks have committed
+(:meth:`streams.worker.checkpoint.Checkpoint.settle_before_rejoining`), so a partition leaves
+only once its batches are settled and committed.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Settling rounds (exactly once, immediate control delivery): what a round sends, acks and
-commits, and in which order; no broker, no Faust."""
+commits, and in which order, and what a rebalance waits for; no broker, no Faust."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import asyncio
 from typing import Any
 
 from streams.service.records import OutRecord
+from streams.worker import checkpoint as checkpoint_module
+from streams.worker.checkpoint import Checkpoint
 from streams.worker.settling import Settling
 
 CHANGELOG = ("lg-runs-changelog", 2)
@@ -122,3 +124,44 @@ def test_the_agent_waits_only_while_a_full_queue_is_not_yet_taken() -> None:
 
     asyncio.run(scenario())
     assert [e[1] for e in log.entries if e[0] == "ack"] == [1, 2, 3, 4, 5]
+
+
+def rebalancing_checkpoint(settling: Settling) -> Checkpoint:
+    """A Checkpoint as a rebalance finds it: only its settling matters here."""
+    checkpoint = object.__new__(Checkpoint)
+    checkpoint.settling = settling
+    return checkpoint
+
+
+def test_a_revoked_worker_rejoins_only_once_its_batches_are_committed() -> None:
+    """Left running past the rejoin, a commit raced the partition's new owner, whose
+    producer fences ours (ProducerFenced: the worker crashed)."""
+    log = Log()
+
+    async def scenario() -> list[Any]:
+        settling = log.settling()
+        log.hold.clear()  # the round's commit is under way when the rebalance comes
+        await settling.add(delivered(), {CHANGELOG: [state(1)]}, log.ack(1))
+        asyncio.get_running_loop().call_later(0.05, log.hold.set)
+        await rebalancing_checkpoint(settling).settle_before_rejoining()
+        return list(log.entries)
+
+    assert asyncio.run(scenario()) == [("send", [b"state 1"]), ("ack", 1), ("commit",)]
+
+
+def test_a_commit_that_hangs_lets_the_worker_rejoin_after_the_bound(monkeypatch, caplog) -> None:
+    monkeypatch.setattr(checkpoint_module, "REJOIN_SETTLE_SECONDS", 0.05)
+    log = Log()
+
+    async def scenario() -> list[Any]:
+        settling = log.settling()
+        log.hold.clear()  # never released: a broker that stopped answering
+        await settling.add(delivered(), {CHANGELOG: [state(1)]}, log.ack(1))
+        await rebalancing_checkpoint(settling).settle_before_rejoining()
+        entries = list(log.entries)
+        assert settling.rounds is not None
+        settling.rounds.cancel()
+        return entries
+
+    assert asyncio.run(scenario()) == [("send", [b"state 1"]), ("ack", 1)]
+    assert "rejoining the group without them" in caplog.text
