@@ -42,6 +42,13 @@ class RunHistory:
     def __len__(self) -> int:
         return len(self.records)
 
+    @property
+    def window_start(self) -> int:
+        """The index of the oldest call still in the window (the next index while it is
+        empty): a record keeps its links to calls trimmed since, but no streak starts there."""
+        records = self.records
+        return records[0].index if records else self.next_index
+
     def count(self, sig: str) -> int:
         """Calls with this signature in the window (generic-repeat warning count)."""
         head = self.sig_last.get(sig)
@@ -176,10 +183,10 @@ class RunHistory:
                 record,
                 records[-2] if size > 1 else None,
                 records[-3] if size > 2 else None,
-                records[0].index,
+                self.window_start,
             )
         else:  # an older call finished late: recompute what follows it
-            self._rederive_from(record.index - self.records[0].index)
+            self._rederive_from(record.index - self.window_start)
 
     def append_result(
         self,
@@ -250,7 +257,7 @@ class RunHistory:
             record,
             records[-2] if size > 1 else None,
             records[-3] if size > 2 else None,
-            records[0].index,
+            self.window_start,
         )
         if size > self.max_size:
             self._trim()
@@ -316,7 +323,7 @@ class RunHistory:
             records[pos],
             records[pos - 1] if pos > 0 else None,
             records[pos - 2] if pos > 1 else None,
-            records[0].index,
+            self.window_start,
         )
 
     def _rederive_from(self, pos: int) -> None:

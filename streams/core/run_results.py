@@ -141,8 +141,7 @@ def remember_outcome(
     # The call's previous outcome, if still in the window: a record keeps its link to one that
     # has left the window since, and a state restored from the changelog has only the window,
     # so neither may start a streak from it.
-    records = run.history.records
-    previous = previous_with_result(record, records[0].index if records else index)
+    previous = previous_with_result(record, run.history.window_start)
     if (
         previous is not None
         and previous.result_hash == result_hash
