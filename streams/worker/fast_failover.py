@@ -23,7 +23,14 @@ Kept partitions: likewise Faust forgets that a partition it keeps across a rebal
 date (its active offset is where its last recovery stopped, not what the worker wrote since),
 and re-read each kept partition's changelog at every rebalance: everything the worker had
 written since it started. A partition kept active after a finished recovery starts at its
-highwater.
+highwater. "Finished" is the recovery's completion (``Recovery.on_recovery_completed``, which
+:mod:`streams.worker.faust_patches` reports with :func:`mark_recovered`), not Faust's
+``in_recovery`` flag: Faust's changelog reader clears that flag whenever it finds nothing left
+to read, which it also finds when its 5 s idle tick lands after a recovery started and before
+its offsets were read. A rebalance right after that took every partition for kept: a
+replacement worker started at the highwaters with empty tables and decided the rest of its runs
+from nothing (CI: ``test_replacement_of_an_idle_worker_recovers_the_newest_state``, the
+replacement kicked out of the group once while starting).
 
 Transaction markers: exactly once, a changelog partition ends with a commit marker, never a
 record, so the recovery's offsets stay one short of the end offset and Faust only notices that
@@ -178,12 +185,9 @@ async def _on_rebalance(
 ) -> None:
     """Faust's Recovery.on_rebalance; a partition that was a standby here and is now active
     starts reading its changelog where the standby stopped, one that stays active here (its
-    recovery had finished) at its end."""
-    settled = not self.in_recovery and (self._recovery_ended_at or 0.0) > getattr(
-        self, "loopguard_rebalanced_at", 0.0
-    )
-    kept = set(self.active_tps) - set(revoked) if settled else set()
-    self.loopguard_rebalanced_at = time.monotonic()
+    recovery had completed: :func:`mark_recovered`) at its end."""
+    kept = set(getattr(self, "loopguard_recovered", ())) - set(revoked)
+    self.loopguard_recovered = set()  # until this rebalance's recovery completes
     standby = {
         tp: offset
         for tp, offset in self.standby_offsets.items()
@@ -207,6 +211,12 @@ async def _store_recovery_completed(self: Any, active_tps: Any, standby_tps: Any
     for key in gone:
         self.data.pop(key, None)
         self._key_partition.pop(key, None)
+
+
+def mark_recovered(recovery: Any) -> None:
+    """Note that ``recovery`` completed: its active partitions' tables now hold everything up
+    to their highwaters, and whatever the worker writes from here on (kept partitions)."""
+    recovery.loopguard_recovered = set(recovery.active_tps)
 
 
 def _behind(recovery: Any) -> dict[Any, int]:

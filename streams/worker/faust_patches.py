@@ -43,6 +43,7 @@ from mode.services import WaitResults
 
 from streams.kafka.true_end import true_end_offsets
 from streams.settings import Settings
+from streams.worker.fast_failover import mark_recovered
 from streams.worker.patching import Patch, replace
 
 _original = faust_aiokafka.AIOKafkaConsumerThread._create_worker_consumer
@@ -203,6 +204,7 @@ async def _on_recovery_completed(self: Any, generation_id: int = 0) -> None:
         await asyncio.wait(callbacks)
     if not await _resume_stream_partitions(self, generation_id):
         return
+    mark_recovered(self)  # its partitions, kept at the next rebalance, start at their ends
     self.tables.on_actives_ready()
     if not self.app.assignor.assigned_standbys():
         self.tables.on_standbys_ready()

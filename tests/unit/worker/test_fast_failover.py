@@ -107,3 +107,27 @@ def test_a_standby_keeps_the_keys_it_read_across_a_rebalance() -> None:
     asyncio.run(fast_failover._store_recovery_completed(patched, actives, standbys))
     assert patched.data == {b"active": 1, b"standby": 2, b"written-live": 4}
     assert patched._key_partition == {b"active": 1, b"standby": 3}
+
+
+def test_only_a_completed_recovery_makes_its_partitions_kept(monkeypatch) -> None:
+    """Faust's reader marks a recovery ended whenever it finds nothing left to read, also
+    before the recovery's offsets were read; a rebalance then took every partition for kept
+    (started at its highwater, tables empty). Only mark_recovered makes them kept."""
+
+    async def faust_on_rebalance(self: Any, assigned: Any, revoked: Any, new: Any, gen: int):
+        self.active_tps = {CHANGELOG}
+
+    monkeypatch.setattr(fast_failover, "_original_on_rebalance", faust_on_rebalance)
+    state = recovery(active_tps={CHANGELOG}, _recovery_ended_at=1e12)  # ended, not completed
+    asyncio.run(fast_failover._on_rebalance(state, {CHANGELOG}, set(), set(), 5))
+    assert state.loopguard_kept == set()  # recovered from the changelog again
+
+    fast_failover.mark_recovered(state)  # this rebalance's recovery completed
+    asyncio.run(fast_failover._on_rebalance(state, {CHANGELOG}, set(), set(), 6))
+    assert state.loopguard_kept == {CHANGELOG}
+    asyncio.run(fast_failover._on_rebalance(state, {CHANGELOG}, set(), set(), 7))
+    assert state.loopguard_kept == set()  # gen 6's recovery never completed
+
+    fast_failover.mark_recovered(state)
+    asyncio.run(fast_failover._on_rebalance(state, set(), {CHANGELOG}, set(), 8))
+    assert state.loopguard_kept == set()  # revoked: another worker wrote it meanwhile
