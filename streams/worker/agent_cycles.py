@@ -90,16 +90,9 @@ class AgentCycles:
 
     def register(self) -> None:
         exit_after = CrashExit(self.settings.crash_exit_seconds)
-        self.app.on_partitions_revoked.connect(self.settle_before_rejoining)
         self.app.agent(self.topic, name=AGENT_NAME, supervisor_strategy=CrashingSupervisor)(
             exit_after.guard(AGENT_NAME, self.guard_cycles)
         )
-
-    async def settle_before_rejoining(self, sender: Any, revoked: Any, **kwargs: Any) -> None:
-        """This agent's batches settled before the worker rejoins the group
-        (:meth:`Checkpoint.settle_before_rejoining`); nothing to wait for before its first."""
-        if "checkpoint" in self.__dict__:  # built with the first batch
-            await self.checkpoint.settle_before_rejoining()
 
     @cached_property
     def checkpoint(self) -> Checkpoint:

@@ -81,7 +81,6 @@ class WorkerAgents:
             app.timer(interval=10.0, name="expire_runs")(self.expire_runs)
             app.timer(interval=LAG_SAMPLE_SECONDS, name="sample_lag")(self.sample_lag)
             app.on_partitions_assigned.connect(self.log_assignment)
-            app.on_partitions_revoked.connect(self.settle_before_rejoining)
         app.task(self.announce)
         app.task(freeze_start_up_objects)  # after table recovery, once
         if settings.audits and parts.webhooks is not None:
@@ -341,14 +340,6 @@ class WorkerAgents:
         )
         self.parts.overrides.start()
         await asyncio.sleep(0)
-
-    async def settle_before_rejoining(
-        self, sender: faust.App, revoked: set[Any], **kwargs: Any
-    ) -> None:
-        """The guarding agent's batches settled before the worker rejoins the group
-        (:meth:`Checkpoint.settle_before_rejoining`); nothing to wait for before its first."""
-        if "checkpoint" in self.__dict__:  # built with the first batch
-            await self.checkpoint.settle_before_rejoining()
 
     async def log_assignment(self, sender: faust.App, assigned: set[Any], **kwargs: Any) -> None:
         """One line per rebalance saying which events partitions this worker now owns."""

@@ -79,11 +79,13 @@ class Checkpoint:
         self.settling = Settling(
             self.send_transactional, partial(commit_batch, app.consumer), on_delivery_error
         )
+        app.on_partitions_revoked.connect(self.settle_before_rejoining)
 
-    async def settle_before_rejoining(self) -> None:
+    async def settle_before_rejoining(self, sender: Any, revoked: Any, **kwargs: Any) -> None:
         """Wait, at most :data:`REJOIN_SETTLE_SECONDS`, for the batches still settling, when a
         rebalance has taken this worker's partitions back (Faust's ``on_partitions_revoked``
-        signal, sent before the worker rejoins the group). Their commits ran on past the
+        signal, sent before the worker rejoins the group; connected when the checkpoint is
+        built, with its agent's first batch). Their commits ran on past the
         rejoin, and a partition's new owner starts its transactional producer as soon as it is
         assigned, which fences ours: the commit failed with ProducerFenced and Faust crashed
         the worker."""

@@ -18,6 +18,7 @@ from typing import Any
 
 from aiokafka.partitioner import DefaultPartitioner
 from faust.types import TP
+from mode import Signal
 
 from streams.core.agent_cycles import cycle_key
 from streams.core.events import Action, Decision, Envelope, ToolCall
@@ -126,6 +127,7 @@ class App:
         self.consumer = Consumer(log)
         self.in_transaction = in_transaction
         self.crashed: list[BaseException] = []
+        self.on_partitions_revoked = Signal()
 
     def topic(self, name: str, **options: Any) -> str:
         return name

@@ -17,6 +17,7 @@ from typing import Any
 
 from core_helpers import Run, fleet, text_result
 from faust.types import TP
+from mode import Signal
 
 from streams.core.events import AgentEvent
 from streams.observability.metrics import WorkerMetrics
@@ -122,6 +123,7 @@ def worker(block: dict, delivery: str = "transactional") -> tuple[WorkerAgents, 
         producer=producer,
         in_transaction=True,
         consumer=BatchCommitter([], asyncio.Lock()),
+        on_partitions_revoked=Signal(),
     )
     runs, sessions = RunsTable(producer, Topic("lg-runs-changelog")), {}
     configs = ConfigBook(fleet(block), NoOverrides())

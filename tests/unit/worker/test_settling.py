@@ -143,7 +143,7 @@ def test_a_revoked_worker_rejoins_only_once_its_batches_are_committed() -> None:
         log.hold.clear()  # the round's commit is under way when the rebalance comes
         await settling.add(delivered(), {CHANGELOG: [state(1)]}, log.ack(1))
         asyncio.get_running_loop().call_later(0.05, log.hold.set)
-        await rebalancing_checkpoint(settling).settle_before_rejoining()
+        await rebalancing_checkpoint(settling).settle_before_rejoining(None, set())
         return list(log.entries)
 
     assert asyncio.run(scenario()) == [("send", [b"state 1"]), ("ack", 1), ("commit",)]
@@ -157,7 +157,7 @@ def test_a_commit_that_hangs_lets_the_worker_rejoin_after_the_bound(monkeypatch,
         settling = log.settling()
         log.hold.clear()  # never released: a broker that stopped answering
         await settling.add(delivered(), {CHANGELOG: [state(1)]}, log.ack(1))
-        await rebalancing_checkpoint(settling).settle_before_rejoining()
+        await rebalancing_checkpoint(settling).settle_before_rejoining(None, set())
         entries = list(log.entries)
         assert settling.rounds is not None
         settling.rounds.cancel()
