@@ -74,6 +74,10 @@ class RunData:
     # Session scope: the previous run of the session, to seed from on the first event
     # processed (streams.core.session); handed in by the engine, never stored.
     predecessor: SessionCarry | None = field(default=None, repr=False, compare=False)
+    # The changelog bytes it was last written as or read from (the worker's encoder and
+    # codec set them): the state a batch rolls a failed event back to, kept rather than
+    # converted anew at each batch's first touch. Never stored itself.
+    written: bytes | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.history = RunHistory(self.history_size)

@@ -197,12 +197,6 @@ class RunState(RunData):
             self, [[seq, [recent_decision_dict(d) for d in ds]] for seq, ds in self.recent]
         )
 
-    def snapshot(self) -> dict[str, Any]:
-        """What :meth:`from_dict` restores, taken to roll a failed event back: as
-        :meth:`to_dict`, but the decisions the run keeps stay objects (frozen, so nothing to
-        copy; converting each to a dict was most of what a snapshot cost)."""
-        return run_as_dict(self, [[seq, list(ds)] for seq, ds in self.recent])
-
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunState:
         state = cls(

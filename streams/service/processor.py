@@ -22,6 +22,7 @@ from streams.core.operator_command import OperatorCommand
 from streams.core.operator_release import apply_command
 from streams.core.run_state import RunState
 from streams.core.session import SessionCarry
+from streams.state import state_format
 from streams.wire.avro import RunWatermark
 from streams.wire.signing import FOREIGN_RUN
 
@@ -131,6 +132,13 @@ class BatchSessions(MutableMapping[str, str]):
         return len(self.changed)
 
 
+def rollback_point(state: RunState) -> bytes:
+    """A stored run's state as a failed event of this batch goes back to: the bytes it was
+    last written as or read from (the worker keeps them), else its encoding now (states no
+    encoder wrote: tests', replay's)."""
+    return state.written if state.written is not None else state_format.encode(state)
+
+
 class EventProcessor:
     """Applies decoded events to per-run state through the core's one orchestration
     (:class:`streams.core.engine.LoopGuard`, hosted over the tables as one batch sees them),
@@ -163,7 +171,7 @@ class EventProcessor:
         self.envelopes: dict[str, Envelope] = {}  # the newest of each touched run
         # this batch's events (and operator commands) per run
         self.applied: dict[str, list[AgentEvent | OperatorCommand]] = {}
-        self.before_batch: dict[str, dict[str, Any] | None] = {}  # run state at batch start
+        self.before_batch: dict[str, bytes | None] = {}  # run state at batch start
 
     def take_touched(self) -> list[TouchedRun]:
         """The runs changed since the last call, to be stored and announced once per batch."""
@@ -230,7 +238,7 @@ class EventProcessor:
         if run_id not in self.runs.touched:
             # As the run was before this batch: what a failed evaluation goes back to.
             stored = self.runs.get(run_id)
-            self.before_batch[run_id] = None if stored is None else stored.snapshot()
+            self.before_batch[run_id] = None if stored is None else rollback_point(stored)
         state = self.runs.touched[run_id] = self.guard.state_for(envelope, cfg)
         self.envelopes[run_id] = envelope
         if state.is_duplicate(envelope.seq):
@@ -261,9 +269,9 @@ class EventProcessor:
     def rebuild(self, run_id: str, cfg: LoopDetectionConfig) -> None:
         """Put a run back as it was before the event that failed: its state at the start of
         the batch plus the batch's earlier events (they applied cleanly and do so again)."""
-        snapshot = self.before_batch.get(run_id)
+        written = self.before_batch.get(run_id)
         state = (
-            RunState(run_id, cfg.history_size) if snapshot is None else RunState.from_dict(snapshot)
+            RunState(run_id, cfg.history_size) if written is None else state_format.decode(written)
         )
         carry = self.carries.get(run_id)
         if carry is not None and not state.stats.events:
@@ -289,7 +297,7 @@ class EventProcessor:
                 "(it ended and expired, or never started)"
             )
         if run_id not in self.runs.touched:
-            self.before_batch[run_id] = stored.snapshot()
+            self.before_batch[run_id] = rollback_point(stored)
         self.runs.touched[run_id] = stored
         if run_id not in self.envelopes:
             self.envelopes[run_id] = replace(

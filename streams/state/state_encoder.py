@@ -43,6 +43,12 @@ class StateEncoder:
         self.packed: OrderedDict[str, tuple[tuple[Any, ...], bytes | None]] = OrderedDict()
 
     def encode(self, state: RunState) -> bytes:
+        """The state's changelog bytes, which it keeps as its rollback point
+        (:attr:`RunState.written`)."""
+        state.written = payload = self.pack(state)
+        return payload
+
+    def pack(self, state: RunState) -> bytes:
         if not state.recent:  # nothing to pack, nothing to remember
             return state_format.encode(state)
         marker = recent_marker(state)

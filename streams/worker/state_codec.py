@@ -23,7 +23,9 @@ class RunStateCodec(codecs.Codec):
         return state_format.encode(obj)
 
     def _loads(self, s: bytes) -> Any:
-        return state_format.decode(s)
+        state = state_format.decode(s)
+        state.written = s  # a read state's rollback point: what it was read from
+        return state
 
 
 def register() -> None:

@@ -925,20 +925,3 @@ def test_a_decisions_dict_owns_its_extra_flat_or_nested() -> None:
     data = nested.to_dict()
     data["extra"]["cycle"]["agents"].append("c")
     assert nested.extra == {"cycle": {"agents": ["a", "b"]}}
-
-
-def test_a_snapshot_restores_the_state_it_was_taken_of_whatever_happens_after() -> None:
-    """The processor's rollback point: kept decisions stay objects in it, and a run that goes
-    on deciding after the snapshot leaves what the snapshot restores unchanged."""
-    lg = loop_guard(enabled=True, warningThreshold=1)
-    run = Run(lg)
-    for _ in range(3):
-        run.plain_cycle("read", {"path": "a"}, text_result("same"))
-    state = lg.runs["run-1"]
-    before = state.to_dict()
-    assert before["recent"]  # it keeps decisions
-    snapshot = state.snapshot()
-    for _ in range(3):
-        run.plain_cycle("read", {"path": "a"}, text_result("same"))
-    assert state.to_dict() != before
-    assert RunState.from_dict(snapshot).to_dict() == before

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from core_helpers import Run, fleet, guard, text_result
 
 from streams.core.config import LoopDetectionConfig
@@ -9,6 +10,7 @@ from streams.core.events import AgentEvent
 from streams.core.run_state import RunState
 from streams.service.config_book import ConfigBook
 from streams.service.processor import EventProcessor, RunGuard
+from streams.state.state_encoder import StateEncoder
 
 
 class NoOverrides:
@@ -89,8 +91,13 @@ def test_a_message_under_another_key_is_rekeyed_and_a_bad_seq_dead_lettered() ->
     assert "seq must be 1 or more" in (proc.apply(b"run-9", bad).dead_letter or "")
 
 
-def test_an_event_whose_evaluation_fails_is_dead_lettered_and_the_run_kept_as_it_was() -> None:
-    """Should a rule ever raise, the event is parked and its run is as before that event."""
+@pytest.mark.parametrize("written", [True, False], ids=["encoded-states", "plain-states"])
+def test_an_event_whose_evaluation_fails_is_dead_lettered_and_the_run_kept_as_it_was(
+    written: bool,
+) -> None:
+    """Should a rule ever raise, the event is parked and its run is as before that event:
+    rolled back to the bytes the worker's encoder last wrote the run as, or (a state no
+    encoder wrote) to its encoding at the batch's first touch."""
     events = looping_events(cycles=12)
     bad_at = 15
     table: dict[bytes, RunState] = {}
@@ -98,6 +105,13 @@ def test_an_event_whose_evaluation_fails_is_dead_lettered_and_the_run_kept_as_it
     # The core fails through the processor's seam (RunGuard): a patch of LoopGuard.apply would
     # not reach a compiled processor, which calls the compiled core natively.
     proc.guard = FailingGuard(proc.guard, fails_on=events[bad_at])
+    encoder = StateEncoder()
+
+    def store(state: RunState) -> RunState:
+        if written:  # as the worker's checkpoint writes the batch's states
+            encoder.encode(state)
+        return state
+
     decisions = []
     for i, event in enumerate(events):
         outcome = proc.apply(b"run-1", event)
@@ -105,7 +119,7 @@ def test_an_event_whose_evaluation_fails_is_dead_lettered_and_the_run_kept_as_it
             assert outcome.dead_letter == "evaluation failed: TypeError: boom"
         decisions += outcome.decisions
         if i % 10 == 9:
-            table.update({run.key: run.state for run in proc.take_touched()})
+            table.update({run.key: store(run.state) for run in proc.take_touched()})
     (state,) = [run.state for run in proc.take_touched()]
     assert state.history_size != -1
     # The same as a core that never saw the failed event (later seqs wait for it: a gap).

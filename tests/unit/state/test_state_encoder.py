@@ -22,6 +22,7 @@ def test_every_write_of_a_looping_run_is_the_plain_encoding() -> None:
         state = lg.runs[run.run_id]
         assert encoder.encode(state) == state_format.encode(state)
         assert encoder.encode(state) == state_format.encode(state)  # the remembered bytes
+        assert state.written == state_format.encode(state)  # kept: the rollback point
     assert state.recent, "the run was never decided on"
     # An ordinary event after the loop: its decisions stay, so do their packed bytes.
     run.cycle("read_file", {"path": "a"}, text_result("new"), call_id="c-last")

@@ -19,8 +19,10 @@ def test_state_round_trips_and_decides_the_same_afterwards() -> None:
     assert state.waiting
 
     codec = RunStateCodec()
-    restored = codec.loads(codec.dumps(state))
+    written = codec.dumps(state)
+    restored = codec.loads(written)
     assert restored.to_dict() == state.to_dict()
+    assert restored.written == written  # a read state keeps what it was read from
     assert codec.dumps(restored) == codec.dumps(state)
 
     cfg = lg.fleet.for_agent(run.agent_id)
