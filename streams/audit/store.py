@@ -9,7 +9,7 @@ never calls ``create_all``, so production and tests run exactly the same DDL.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +22,7 @@ from streams.audit.database import migrate
 from streams.audit.engines import DEFAULT_URL, create_audit_engine
 from streams.audit.models import Base, DeadLetter, DecisionRow, ProcessedEvent, RunUsageRow
 from streams.audit.observed import enforced_abort_exists, reported_status
+from streams.audit.progress_rows import USAGE_COLUMNS, progress_rows, usage_rows
 from streams.audit.releases import record_releases
 from streams.core.events import Action, Decision
 
@@ -29,17 +30,6 @@ if TYPE_CHECKING:
     from streams.wire.avro import RunWatermark
 
 _SEVERITY_ORDER = (Action.WARN, Action.BLOCK, Action.ABORT)
-# run_usage's columns, as RunWatermark names them (issue 28)
-USAGE_COLUMNS = (
-    "input_tokens",
-    "output_tokens",
-    "cost_usd",
-    "tool_calls",
-    "loop_tokens",
-    "loop_cost_usd",
-    "loop_calls",
-    "saved_tokens",
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,43 +85,6 @@ def row_to_decision(row: DecisionRow) -> Decision:
     values = {f.name: getattr(row, f.name) for f in dataclasses.fields(Decision)}
     values["extra"] = dict(row.extra or {})
     return Decision.from_dict(values)
-
-
-def _in_waves(
-    marks: Iterable[RunWatermark], row: Callable[[RunWatermark], dict[str, Any]]
-) -> list[list[dict[str, Any]]]:
-    """Split rows so no run appears twice in one statement, keeping each run's order.
-
-    PostgreSQL refuses an ON CONFLICT DO UPDATE that touches one row twice, which a
-    multi-row VALUES batch (psycopg2's insertmanyvalues) would do for a repeated run.
-    """
-    waves: list[list[dict[str, Any]]] = []
-    seen: dict[str, int] = {}
-    for mark in marks:
-        n = seen.get(mark.run_id, 0)
-        seen[mark.run_id] = n + 1
-        if n == len(waves):
-            waves.append([])
-        waves[n].append(row(mark))
-    return waves
-
-
-def _progress_row(mark: RunWatermark) -> dict[str, Any]:
-    return {
-        "run_id": mark.run_id,
-        "agent_id": mark.agent_id,
-        "gateway_id": mark.gateway_id,
-        "last_seq": mark.seq,
-        "events": mark.event_count,
-        "first_event_time": mark.event_time,
-        "last_event_time": mark.event_time,
-        "status": mark.status,
-    }
-
-
-def _usage_row(mark: RunWatermark) -> dict[str, Any]:
-    row = {name: getattr(mark, name) for name in USAGE_COLUMNS}
-    return {"run_id": mark.run_id, "last_seq": mark.seq, **row}
 
 
 class AuditStore:
@@ -233,9 +186,11 @@ class AuditStore:
             },
         )
         marks = list(watermarks)
+        if not marks:
+            return
         with self.engine.begin() as conn:
-            for wave in _in_waves(marks, _progress_row):
-                conn.execute(upsert, wave)
+            # One row per run (PostgreSQL refuses an upsert that touches a row twice).
+            conn.execute(upsert, progress_rows(marks))
             self._record_usage(conn, [m for m in marks if m.has_usage])
 
     def _record_usage(self, conn: Any, marks: list[RunWatermark]) -> None:
@@ -253,8 +208,7 @@ class AuditStore:
                 for name in (*USAGE_COLUMNS, "last_seq")
             },
         )
-        for wave in _in_waves(marks, _usage_row):
-            conn.execute(upsert, wave)
+        conn.execute(upsert, usage_rows(marks))
 
     def run_usage(self, run_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
         """Stored usage of these runs (issue 28), by run id; runs without usage are absent."""

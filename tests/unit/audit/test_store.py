@@ -398,18 +398,18 @@ def _expected_progress(marks: list[RunWatermark]) -> tuple[int, int, int, int, s
         min_size=1,
         max_size=12,
     ),
-    batched=st.booleans(),
+    alone=st.integers(0, 12),
 )
 def test_run_progress_matches_reference(
-    audit_store: AuditStore, updates: list[tuple[int, int, str, int]], batched: bool
+    audit_store: AuditStore, updates: list[tuple[int, int, str, int]], alone: int
 ) -> None:
+    """The first ``alone`` watermarks are recorded one at a time, the rest in one batch (its
+    watermarks merged per run first, progress_rows.py): the same row as one by one."""
     run = f"prop-{next(_unique)}"
     marks = [mark(run, seq, t, status, count) for seq, t, status, count in updates]
-    if batched:
-        audit_store.record_progress(marks)
-    else:
-        for m in marks:
-            audit_store.record_progress([m])
+    for m in marks[:alone]:
+        audit_store.record_progress([m])
+    audit_store.record_progress(marks[alone:])
     got = audit_store.run_progress(run)
     assert got is not None
     assert (got.last_seq, got.events, got.first_event_time, got.last_event_time, got.status) == (
@@ -540,3 +540,41 @@ def test_hostile_identifiers_are_stored_and_matched_literally(audit_store: Audit
     assert progress is not None and progress.run_id == HOSTILE
     assert audit_store.decision_count() == 4
     assert set(inspect(audit_store.engine).get_table_names()) >= AUDIT_TABLES
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(
+    updates=st.lists(
+        st.tuples(st.sampled_from("ab"), st.integers(0, 6), st.integers(1, 500)),
+        min_size=1,
+        max_size=10,
+    ),
+    alone=st.integers(0, 10),
+)
+def test_run_usage_of_a_merged_batch_is_that_of_one_by_one(
+    audit_store: AuditStore, updates: list[tuple[str, int, int]], alone: int
+) -> None:
+    """Usage: the watermark at the highest seq wins, the later one at an equal seq."""
+    prefix = f"usage-{next(_unique)}-"
+    marks = [
+        replace(mark(prefix + run, seq, 0), input_tokens=tokens, saved_tokens=seq)
+        for run, seq, tokens in updates
+    ]
+    for m in marks[:alone]:
+        audit_store.record_progress([m])
+    audit_store.record_progress(marks[alone:])
+    got = audit_store.run_usage({m.run_id for m in marks})
+    for run_id in {m.run_id for m in marks}:
+        wins: RunWatermark | None = None
+        for m in marks:
+            if m.run_id == run_id and (wins is None or m.seq >= wins.seq):
+                wins = m
+        assert wins is not None
+        assert (got[run_id]["input_tokens"], got[run_id]["saved_tokens"]) == (
+            wins.input_tokens,
+            wins.saved_tokens,
+        )
