@@ -41,6 +41,9 @@ DECISION_INDEXES = {
 }
 HOSTILE = "x'; DROP TABLE decisions; --"
 _unique = itertools.count()
+# Property tests on the audit_store fixture: one store for all of a test's examples (each
+# example keeps to rows of its own), and a database round trip has no deadline.
+ON_THE_STORE = settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
 def make_decision(**overrides: Any) -> Decision:
@@ -247,11 +250,7 @@ _json = st.recursive(
 )
 
 
-@settings(
-    max_examples=30,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture],
-)
+@settings(ON_THE_STORE, max_examples=30)
 @given(
     template=st.builds(
         make_decision,
@@ -382,11 +381,7 @@ def _expected_progress(marks: list[RunWatermark]) -> tuple[int, int, int, int, s
     return tuple(state)  # type: ignore[return-value]
 
 
-@settings(
-    max_examples=25,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture],
-)
+@settings(ON_THE_STORE, max_examples=25)
 @given(
     updates=st.lists(
         st.tuples(
@@ -542,11 +537,7 @@ def test_hostile_identifiers_are_stored_and_matched_literally(audit_store: Audit
     assert set(inspect(audit_store.engine).get_table_names()) >= AUDIT_TABLES
 
 
-@settings(
-    max_examples=25,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture],
-)
+@settings(ON_THE_STORE, max_examples=25)
 @given(
     updates=st.lists(
         st.tuples(st.sampled_from("ab"), st.integers(0, 6), st.integers(1, 500)),
