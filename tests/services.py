@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 import uuid
@@ -359,6 +360,21 @@ class Pipeline:
     def worker_logs(self, tail: int = 4000) -> str:
         return "\n".join(
             f"--- {w.log_path} ---\n{w.log_path.read_text(errors='replace')[-tail:]}"
+            for w in self.workers
+            if w.log_path and w.log_path.exists()
+        )
+
+    def worker_story(self, tail: int = 12_000) -> str:
+        """The workers' logs for a failure message: without Faust's offset tables and its
+        timer-overlap warnings, which otherwise fill a tail that should show the rebalances."""
+        noise = re.compile(r"^(?:[|+]|\S*〃|.*Timer commit is overlapping)")
+        return "\n".join(
+            f"--- {w.log_path} ---\n"
+            + "\n".join(
+                line
+                for line in w.log_path.read_text(errors="replace").splitlines()
+                if line.strip() and not noise.match(line.strip())
+            )[-tail:]
             for w in self.workers
             if w.log_path and w.log_path.exists()
         )
