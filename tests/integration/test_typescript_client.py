@@ -171,6 +171,7 @@ def test_typescript_integration_suite_against_a_real_worker(
         "LOOPGUARD_TEST_TOPIC_PREFIX": pipeline.prefix,
         "LOOPGUARD_TEST_WORKER": "1",
         "LOOPGUARD_TEST_EXPECT_WATERMARKS": "1",
+        "LOOPGUARD_TEST_WAIT_BUDGET_MS": str(IN_TIME_BUDGET_MS),
     }
     env.pop("LOOPGUARD_TEST_TANSU", None)
     if pipeline.broker.profile != "kafka":
