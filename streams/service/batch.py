@@ -56,10 +56,12 @@ log = logging.getLogger("loopguard.worker")
 @dataclass(frozen=True, slots=True)
 class StateWrite:
     """A run's state after the batch, to store in the table (its changelog record is in
-    :attr:`BatchOutput.records`)."""
+    :attr:`BatchOutput.records`), and the changelog partition that record goes to (its
+    events' partition)."""
 
     key: bytes
     state: RunState
+    partition: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,7 +198,7 @@ def process_batch(
         # its seq (in-time enforcement, run progress).
         partition = partition_for(topics.changelog, state_routing_key(run.key, run.state))
         source = (topics.events, partition)
-        out.state_writes.append(StateWrite(run.key, run.state))
+        out.state_writes.append(StateWrite(run.key, run.state, partition))
         stored = context.states.encode(run.state)
         out.add(OutRecord(topics.changelog, run.key, stored, partition, source))
         destination = partition_for(control, run.key)

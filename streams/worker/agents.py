@@ -35,6 +35,7 @@ from streams.service.records import BatchContext
 from streams.worker.checkpoint import Checkpoint
 from streams.worker.config_audit import start_config_audit
 from streams.worker.crash_exit import CrashExit
+from streams.worker.fast_failover import note_written
 from streams.worker.gc_tuning import freeze_start_up_objects
 from streams.worker.parts import WorkerParts
 from streams.worker.ready_batches import take_ready
@@ -168,6 +169,7 @@ class WorkerAgents:
             # Stored without the table's own changelog write (Faust's producer buffer sends
             # one message at a time); the checkpoint sends it with the batch's records.
             runs.data[write.key] = write.state
+            note_written(runs.data, write.key, write.partition)
             expiry.touch(write.key, now)
         if output.newest_event_time_ms is not None:
             expiry.observe(output.newest_event_time_ms, now)

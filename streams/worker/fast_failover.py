@@ -19,6 +19,13 @@ anew: warnings, blocks and aborts went missing). The store now keeps the keys of
 partitions too; only a partition that is neither active nor a standby here is dropped (its
 offset goes with it: Faust's ``Recovery.revoke``).
 
+Live writes: Faust's memory store notes a key's partition only when it reads the key from a
+changelog, so the states the worker writes itself were never dropped when their partition left
+it (neither active nor a standby here any more): they stayed in memory, outside every expiry
+sweep (which sweeps the partitions active here). The guarding agent notes each state it writes
+(:func:`note_written`) and run expiry forgets each it drops (:func:`forget`), so a recovery
+drops them like the keys it read.
+
 Kept partitions: likewise Faust forgets that a partition it keeps across a rebalance is up to
 date (its active offset is where its last recovery stopped, not what the worker wrote since),
 and re-read each kept partition's changelog at every rebalance: everything the worker had
@@ -211,6 +218,19 @@ async def _store_recovery_completed(self: Any, active_tps: Any, standby_tps: Any
     for key in gone:
         self.data.pop(key, None)
         self._key_partition.pop(key, None)
+
+
+def note_written(store: Any, key: Any, partition: int) -> None:
+    """Note the changelog partition of a state this worker wrote itself to the memory
+    ``store`` (a table's ``data``), as Faust notes what it reads from a changelog, so that the
+    key goes when its partition leaves this worker (:func:`_store_recovery_completed`)."""
+    store._key_partition[key] = partition
+
+
+def forget(store: Any, key: Any) -> None:
+    """Drop ``key`` from the memory ``store`` with its noted partition (run expiry)."""
+    store.data.pop(key, None)
+    store._key_partition.pop(key, None)
 
 
 def mark_recovered(recovery: Any) -> None:

@@ -13,6 +13,7 @@ from streams.core.run_state import ACTIVE
 from streams.service.records import OutRecord, TopicPartition
 from streams.state.eviction import QUOTA, eviction_class
 from streams.worker.checkpoint import Checkpoint
+from streams.worker.fast_failover import forget
 from streams.worker.parts import WorkerParts
 
 log = logging.getLogger("loopguard.worker")
@@ -107,7 +108,7 @@ class ExpirySweep:
         in its partition's transaction (a Faust table delete goes through Faust's producer
         buffer, which sends one message at a time)."""
         tp = self.parts.runs.changelog_tp(run_id, state)
-        self.parts.runs.data.pop(run_id, None)
+        forget(self.parts.runs.data, run_id)
         source = (self.settings.topics.events, tp.partition)
         tombstone = OutRecord(tp.topic, run_id, None, tp.partition, source)
         tombstones.setdefault((tp.topic, tp.partition), []).append(tombstone)

@@ -105,6 +105,7 @@ class RunsTable(dict):
         super().__init__()
         self.producer = producer
         self.data = self  # the agent stores a state here and sends its changelog write itself
+        self._key_partition: dict[bytes, int] = {}  # as Faust's memory store notes them
         self.changelog_topic = changelog_topic
 
     def changelog_tp(self, key: bytes, state: Any) -> Any:
@@ -215,6 +216,21 @@ def test_expired_state_is_committed_in_its_partitions_transaction_at_once() -> N
     assert agents.parts.runs == {} and agents.parts.sessions == {}
     # No event will carry partition 2's offsets: the deletion's transaction is committed now.
     assert producer.log == [("commit", "lg-0-2"), ("begin", "lg-0-2")]
+
+
+def test_a_written_state_is_noted_with_its_partition_until_it_expires() -> None:
+    """So a recovery drops it once its partition leaves this worker (Faust's memory store
+    notes only what it reads from a changelog): the events' partition (2), not the run id's."""
+    agents, _ = worker(BLOCK)
+
+    async def scenario() -> None:
+        await guard(agents, batch(session_run()))
+        assert agents.parts.runs._key_partition == {b"run-b": 2}
+        agents.parts.expiry.last_touched[b"run-b"] -= 1.0  # the run ended: it may go
+        await agents.expire_runs()
+
+    asyncio.run(scenario())
+    assert agents.parts.runs == {} and agents.parts.runs._key_partition == {}
 
 
 def test_the_expiry_sweep_leaves_a_standby_copy_to_its_owner() -> None:

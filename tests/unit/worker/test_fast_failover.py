@@ -8,6 +8,7 @@ import asyncio
 from types import SimpleNamespace
 from typing import Any
 
+from faust.stores import memory as faust_memory
 from faust.types import TP
 
 from streams.worker import fast_failover
@@ -107,6 +108,24 @@ def test_a_standby_keeps_the_keys_it_read_across_a_rebalance() -> None:
     asyncio.run(fast_failover._store_recovery_completed(patched, actives, standbys))
     assert patched.data == {b"active": 1, b"standby": 2, b"written-live": 4}
     assert patched._key_partition == {b"active": 1, b"standby": 3}
+
+
+def test_a_state_written_here_goes_when_its_partition_leaves() -> None:
+    """Faust notes a key's partition only when it reads it from a changelog: a state the
+    worker wrote itself stayed after its partition left. Noted (note_written), it goes with
+    the partition, and stays while the partition is a standby here."""
+    table = SimpleNamespace(name="runs")
+    faust_store = faust_memory.Store("memory://", app=SimpleNamespace(conf=None), table=table)
+    fast_failover.note_written(faust_store, b"run-a", 5)  # what the guarding agent does
+    faust_store[b"run-a"] = "state"
+    fast_failover.note_written(faust_store, b"run-b", 3)
+    faust_store[b"run-b"] = "state"
+    actives, standbys = {TP("lg-runs-changelog", 1)}, {CHANGELOG}  # 5 left, 3 a standby
+    asyncio.run(fast_failover._store_recovery_completed(faust_store, actives, standbys))
+    assert dict(faust_store.data) == {b"run-b": "state"}
+
+    fast_failover.forget(faust_store, b"run-b")  # run expiry
+    assert not faust_store.data and not faust_store._key_partition
 
 
 def test_only_a_completed_recovery_makes_its_partitions_kept(monkeypatch) -> None:
