@@ -51,6 +51,8 @@ FAST_GROUP_ENV = {
 }
 ENABLED = {"tools": {"loopDetection": {"enabled": True}}}
 IN_TIME_BUDGET_MS = 10_000  # a gateway waits this long for a live worker's verdict
+# Worker log lines a failure message can do without: Faust's offset tables, its timer warnings.
+LOG_NOISE = re.compile(r"^(?:[|+]|\S*〃|.*Timer commit is overlapping)")
 
 
 SHARED_DIR_ENV = "LOOPGUARD_TEST_SHARED_DIR"  # made by conftest.py for the session's processes
@@ -357,27 +359,20 @@ class Pipeline:
     def store(self) -> AuditStore:
         return AuditStore(self.db_url)
 
-    def worker_logs(self, tail: int = 4000) -> str:
-        return "\n".join(
-            f"--- {w.log_path} ---\n{w.log_path.read_text(errors='replace')[-tail:]}"
-            for w in self.workers
-            if w.log_path and w.log_path.exists()
-        )
-
-    def worker_story(self, tail: int = 12_000) -> str:
-        """The workers' logs for a failure message: without Faust's offset tables and its
-        timer-overlap warnings, which otherwise fill a tail that should show the rebalances."""
-        noise = re.compile(r"^(?:[|+]|\S*〃|.*Timer commit is overlapping)")
-        return "\n".join(
-            f"--- {w.log_path} ---\n"
-            + "\n".join(
-                line
-                for line in w.log_path.read_text(errors="replace").splitlines()
-                if line.strip() and not noise.match(line.strip())
-            )[-tail:]
-            for w in self.workers
-            if w.log_path and w.log_path.exists()
-        )
+    def worker_logs(self, tail: int = 4000, *, without_noise: bool = False) -> str:
+        """Each worker's log, its last ``tail`` characters; ``without_noise`` drops Faust's
+        offset tables and timer-overlap warnings first, which otherwise fill a failure
+        message's tail that should show the rebalances."""
+        logs = []
+        for w in self.workers:
+            if not (w.log_path and w.log_path.exists()):
+                continue
+            text = w.log_path.read_text(errors="replace")
+            if without_noise:
+                lines = (line for line in text.splitlines() if line.strip())
+                text = "\n".join(line for line in lines if not LOG_NOISE.match(line.strip()))
+            logs.append(f"--- {w.log_path} ---\n{text[-tail:]}")
+        return "\n".join(logs)
 
     def close(self) -> None:
         for client in self.clients:
@@ -465,6 +460,26 @@ def where_missing(pipeline: Pipeline, missing: list[str], client: GatewayClient)
         f"of {len(wanted)} missing at the gateway: {len(wanted & on_topic)} on the control "
         f"topic, {len(wanted & audited)} in the audit trail; events on the events topic: "
         f"{events}; events committed/end {worker}; control read/end {gateway}"
+    )
+
+
+def decision_differences(
+    pipeline: Pipeline, client: GatewayClient, got: dict[str, Decision], want: dict[str, Decision]
+) -> str:
+    """A failed comparison of decisions by id, for its message: how many were missing, extra
+    and changed and which, where the missing ones got to (:func:`where_missing`), then the
+    workers' logs (CI's output cuts the assertion's own diff off)."""
+    missing = sorted(set(want) - set(got))
+    extra = sorted(set(got) - set(want))
+    changed = sorted(i for i in set(want) & set(got) if want[i] != got[i])
+    try:
+        where = where_missing(pipeline, missing, client)
+    except Exception as exc:  # the logs below matter more
+        where = f"where the missing went not read: {exc!r}"
+    return (
+        f"{len(got)} decisions, {len(want)} expected; {len(missing)} missing {missing[:12]}, "
+        f"{len(extra)} extra {extra[:12]}, {len(changed)} changed {changed[:6]}; {where}\n"
+        f"{pipeline.worker_logs(12_000, without_noise=True)}"
     )
 
 

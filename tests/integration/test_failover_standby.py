@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from kafka import KafkaProducer
 from kafka.partitioner.default import murmur2
-from services import ENABLED, KafkaClusterBroker, Pipeline
+from services import ENABLED, KafkaClusterBroker, Pipeline, decision_differences
 from test_reliability import expected, looping_run, wait_for_decisions
 
 from streams.core.events import Action, Envelope, RunStarted, ToolCall, ToolResult
@@ -143,10 +143,7 @@ def test_a_standby_takes_over_a_killed_worker_with_its_runs_state(
         client.flush()
 
         got = wait_for_decisions(client, warned, len(want))
-        assert got == want, (
-            f"missing {sorted(set(want) - set(got))[:4]}, extra {sorted(set(got) - set(want))[:4]}"
-            f"\n{pipeline.worker_logs()}"
-        )
+        assert got == want, decision_differences(pipeline, client, got, want)
         for run_id in warned:  # the states held: each run blocked at the core's call
             blocks = sorted(
                 d.seq for d in got.values() if d.run_id == run_id and d.action is Action.BLOCK

@@ -21,7 +21,7 @@ from services import (
     Pipeline,
     check_republished,
     control_topic_decisions,
-    where_missing,
+    decision_differences,
 )
 from test_reliability import expected, looping_run, wait_for_decisions
 
@@ -75,13 +75,7 @@ def test_a_broker_crash_and_a_rolling_restart_lose_and_double_nothing(
         assert published.is_set()
 
         got = wait_for_decisions(client, run_ids, len(want))
-        missing, extra = sorted(set(want) - set(got)), sorted(set(got) - set(want))
-        changed = sorted(k for k in set(want) & set(got) if want[k] != got[k])
-        assert not (missing or extra or changed), (
-            f"{len(missing)} missing {missing[:4]}, {len(extra)} extra {extra[:4]}, "
-            f"{len(changed)} changed {changed[:4]}; {where_missing(pipeline, missing, client)}\n"
-            f"{pipeline.worker_logs(tail=3000)}"
-        )
+        assert got == want, decision_differences(pipeline, client, got, want)
         on_topic = control_topic_decisions(
             pipeline.broker.bootstrap, pipeline.settings.topics.control, set(run_ids)
         )

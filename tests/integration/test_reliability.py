@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 from db_fixtures import fresh_pg_database
 from kafka import KafkaConsumer, TopicPartition
-from services import ENABLED, check_republished, control_topic_decisions
+from services import ENABLED, check_republished, control_topic_decisions, decision_differences
 from sqlalchemy.engine import make_url
 from tcp_proxy import TcpProxy
 
@@ -42,30 +42,6 @@ def looping_run(run_id: str, cycles: int) -> list:
 def expected(events) -> dict[str, Decision]:
     core = LoopGuard(fleet_from_document(ENABLED))
     return {d.decision_id: d for d in core.process_all(events)}
-
-
-def differences(pipeline, got: dict[str, Decision], want: dict[str, Decision]) -> str:
-    """What a failed comparison of decisions by id lost, added or changed, whether the lost
-    ones are on the control topic (the gateway missed them) or not (the workers did), and
-    the workers' logs: the assertion's own diff is cut off in CI's output."""
-    missing = sorted(set(want) - set(got))
-    extra = sorted(set(got) - set(want))
-    changed = sorted(i for i in set(want) & set(got) if want[i] != got[i])
-    runs = {want[i].run_id for i in missing} | {got[i].run_id for i in extra}
-    try:
-        topic = pipeline.settings.topics.control
-        on_topic = {
-            d.decision_id for d in control_topic_decisions(pipeline.broker.bootstrap, topic, runs)
-        }
-        found = f"{len(on_topic & set(missing))} of them on the control topic"
-    except Exception as exc:  # the logs below matter more than this count
-        found = f"the control topic not read: {exc!r}"
-    return (
-        f"{len(got)} decisions, {len(want)} expected; missing {len(missing)}: {missing[:12]} "
-        f"({found}); "
-        f"extra {len(extra)}: {extra[:12]}; changed {len(changed)}: {changed[:6]}\n"
-        f"{pipeline.worker_story()}"
-    )
 
 
 def wait_for_decisions(client, run_ids: list[str], count: int) -> dict[str, Decision]:
@@ -110,7 +86,7 @@ def test_worker_killed_mid_stream_is_replaced_without_losing_state(running_pipel
     assert killed_at < len(want), "the kill came too late to be mid-stream"
 
     got = wait_for_decisions(client, run_ids, len(want))
-    assert got == want, differences(pipeline, got, want)
+    assert got == want, decision_differences(pipeline, client, got, want)
 
     with pipeline.store() as store:
         deadline = time.monotonic() + 30
@@ -160,7 +136,7 @@ def test_a_second_worker_joins_then_leaves_mid_stream_and_nothing_is_lost_or_dou
             time.sleep(0.05)
     client.flush()
     got = wait_for_decisions(client, run_ids, len(want))
-    assert got == want, differences(pipeline, got, want)
+    assert got == want, decision_differences(pipeline, client, got, want)
 
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -188,7 +164,7 @@ def test_a_second_worker_joins_then_leaves_mid_stream_and_nothing_is_lost_or_dou
             time.sleep(0.05)
     client.flush()
     got_after = wait_for_decisions(client, leave_ids, len(want_after))
-    assert got_after == want_after, differences(pipeline, got_after, want_after)
+    assert got_after == want_after, decision_differences(pipeline, client, got_after, want_after)
     on_topic = control_topic_decisions(
         pipeline.broker.bootstrap, pipeline.settings.topics.control, set(run_ids + leave_ids)
     )
@@ -302,4 +278,4 @@ def test_replacement_of_an_idle_worker_recovers_the_newest_state(running_pipelin
     client.flush()
     want = expected(interleaved)
     got = wait_for_decisions(client, run_ids, len(want))
-    assert got == want, differences(pipeline, got, want)
+    assert got == want, decision_differences(pipeline, client, got, want)
