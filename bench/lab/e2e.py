@@ -36,10 +36,12 @@ from bench.lab.harness import (
     AGE_METRIC,
     CONFIG,
     ROLES,
+    ROUND_METRIC,
     GroupProgress,
     cpu_seconds,
     event_age_figures,
     histogram_buckets,
+    round_figures,
     stage_age_buckets,
     stage_age_figures,
     stage_age_lines,
@@ -194,6 +196,7 @@ def main() -> int:
         for run_id in sentinels:
             events += compaction_loop_run(run_id)
         encoded = [(e.envelope.run_id.encode(), encode_event(e)) for e in events]
+        rounds_start = histogram_buckets(web_port, ROUND_METRIC)
         assert worker.process is not None
         cpu_before = cpu_seconds(worker.process.pid)
         all_before = sum(process_cpu(processes))
@@ -211,6 +214,7 @@ def main() -> int:
         # and offsets that follow them are committed: the burst is done once those are.
         wait_committed(broker.bootstrap, "loopguard", topic, timeout=600)
         committed_in = time.perf_counter() - start
+        rounds_burst = histogram_buckets(web_port, ROUND_METRIC)
         worker_cpu_us = (cpu_seconds(worker.process.pid) - cpu_before) / len(encoded) * 1e6
         all_cpu_us = (sum(process_cpu(processes)) - all_before) / len(encoded) * 1e6
 
@@ -227,11 +231,13 @@ def main() -> int:
         measured_from = next_at + args.warmup
         deadline = measured_from + args.seconds
         ages_before: dict[float, float] | None = None
+        rounds_before: dict[float, float] = {}
         stages_before: dict[str, dict[float, float]] = {}
         i = 0
         while time.perf_counter() < deadline:
             if ages_before is None and time.perf_counter() >= measured_from:
                 ages_before = histogram_buckets(web_port, AGE_METRIC)
+                rounds_before = histogram_buckets(web_port, ROUND_METRIC)
                 stages_before = stage_age_buckets(web_port)
             run_id = f"lat-{i}"
             run_events = compaction_loop_run(run_id)
@@ -248,6 +254,11 @@ def main() -> int:
         with arrived:
             arrived.wait_for(lambda: all(r in arrivals for r in sent_at), timeout=120)
         ages_after = histogram_buckets(web_port, AGE_METRIC)
+        rounds_after = histogram_buckets(web_port, ROUND_METRIC)
+        burst_rounds = round_figures(rounds_start, rounds_burst)
+        latency_rounds = round_figures(
+            rounds_before if ages_before is not None else rounds_after, rounds_after
+        )
         ages = event_age_figures(ages_before or ages_after, ages_after)
         stages = stage_age_figures(stages_before, stage_age_buckets(web_port))
         warm = sorted(
@@ -318,6 +329,14 @@ def main() -> int:
     )
     for line in stage_age_lines(stages):
         print(line)
+    for phase, figures in (("burst", burst_rounds), ("latency phase", latency_rounds)):
+        if figures["rounds"]:
+            print(
+                f"  settling rounds (its {ROUND_METRIC}, exactly once), {phase}: "
+                f"{figures['rounds']}, p50 <= {_ms(figures['p50_max_ms'])}, "
+                f"p99 <= {_ms(figures['p99_max_ms'])} (bucket bounds): how far committed "
+                "state trailed the decisions"
+            )
     if args.json:
         print(
             json.dumps(
@@ -341,6 +360,8 @@ def main() -> int:
                     "event_age_p50_max_ms": ages["event_age_p50_max_ms"],
                     "event_age_p99_max_ms": ages["event_age_p99_max_ms"],
                     "stage_ages": stages,
+                    "settle_rounds_burst": burst_rounds,
+                    "settle_rounds_latency": latency_rounds,
                 }
             )
         )

@@ -363,6 +363,7 @@ def scan_topic(bootstrap: str, topic: str, partitions: int, timeout: float = 300
 AGE_METRIC = "loopguard_event_age_seconds"  # a worker's event age at take (its /metrics)
 
 
+ROUND_METRIC = "loopguard_settle_round_seconds"  # exactly once: its settling rounds
 STAGE_METRIC = "loopguard_event_stage_age_seconds"  # its age at each stage, per fetch/batch
 STAGES = ("fetched", "handed", "taken", "decided", "published")  # in the order they happen
 
@@ -440,6 +441,18 @@ def bucket_quantile(before: dict[float, float], after: dict[float, float], q: fl
         if cumulative >= q * total:
             return le, int(total)
     return counts[-1][0], int(total)
+
+
+def round_figures(before: dict[float, float], after: dict[float, float]) -> dict:
+    """The settling rounds committed between two scrapes of :data:`ROUND_METRIC`: how many,
+    and their p50 and p99 as bucket upper bounds in ms (None when there were none)."""
+    p50, rounds = bucket_quantile(before, after, 0.5)
+    p99, _ = bucket_quantile(before, after, 0.99)
+    return {
+        "rounds": rounds,
+        "p50_max_ms": None if p50 is None else p50 * 1000,
+        "p99_max_ms": None if p99 is None else p99 * 1000,
+    }
 
 
 def event_age_figures(before: dict[float, float], after: dict[float, float]) -> dict:

@@ -25,6 +25,11 @@ agent,tool,enforced}``                                    "false": observe-only 
                                                           handed, taken, decided, published (one
                                                           observation per fetch or batch,
                                                           :mod:`~streams.observability.stage_ages`)
+``loopguard_settle_round_seconds``             histogram  exactly once: one settling round of
+                                                          the guarding agent (its batches'
+                                                          deliveries, state, acks and commit):
+                                                          how far committed state trails the
+                                                          decisions already out
 ``loopguard_gateway_wait_timeouts_total        counter    gateways that gave up waiting for a
 {gateway}``                                               decision (when they report it)
 ``loopguard_last_event_timestamp_seconds``     gauge      wall-clock time of the last event
@@ -91,6 +96,7 @@ METRIC_NAMES = (
     "loopguard_event_processing_seconds",
     "loopguard_event_age_seconds",
     "loopguard_event_stage_age_seconds",
+    "loopguard_settle_round_seconds",
     "loopguard_gateway_wait_timeouts",
     "loopguard_last_event_timestamp_seconds",
     "loopguard_worker_start_time_seconds",
@@ -184,6 +190,15 @@ class MetricFamilies:
             "decided, published; one observation per fetch (its oldest events record) or per "
             "batch (its first event).",
             ["stage"],
+            buckets=AGE_BUCKETS,
+            registry=r,
+        )
+        self.settle_round = Histogram(
+            "loopguard_settle_round_seconds",
+            "Exactly once: one settling round of the guarding agent, from taking its queued "
+            "batches to their transactions' commit (deliveries awaited, state records sent, "
+            "events acked, offsets committed). A worker killed mid-round is succeeded from the "
+            "last commit, so this is how far committed state trails the decisions already out.",
             buckets=AGE_BUCKETS,
             registry=r,
         )

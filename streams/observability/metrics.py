@@ -86,6 +86,10 @@ class WorkerMetrics(MetricFamilies):
         for decision in decisions:
             self.observe_decision(decision)
 
+    def observe_settle_round(self, seconds: float) -> None:
+        """One settling round committed (exactly once), ``seconds`` from start to commit."""
+        self.settle_round.observe(max(0.0, seconds))
+
     def observe_dead_letter(self, kind: str | BaseException, n: int = 1) -> None:
         """``n`` messages parked; ``kind``: a short label or the exception (dead_letter_kind)."""
         self.dead_letters.labels(kind=dead_letter_kind(kind)).inc(n)

@@ -95,7 +95,14 @@ class WorkerAgents:
             # decisions and watermarks, and the agent-to-agent sends ordered before them
             immediate = frozenset({self.batch_topics.control, self.batch_topics.agent_sends})
         ahead = frozenset({self.batch_topics.agent_sends})
-        return Checkpoint(parts.app, parts.commit_barrier, self.delivery_failed, immediate, ahead)
+        return Checkpoint(
+            parts.app,
+            parts.commit_barrier,
+            self.delivery_failed,
+            immediate,
+            ahead,
+            on_settled_round=parts.metrics.observe_settle_round,
+        )
 
     @cached_property
     def expiry_sweep(self) -> ExpirySweep:

@@ -66,6 +66,7 @@ class Checkpoint:
         on_delivery_error: Callable[[BaseException], None],
         immediate_topics: frozenset[str] = frozenset(),
         ahead_topics: frozenset[str] = frozenset(),
+        on_settled_round: Callable[[float], None] | None = None,
     ) -> None:
         self.app, self.barrier = app, barrier
         self.sends = BatchSends(app.producer, self.transaction_of, on_delivery_error)
@@ -77,7 +78,10 @@ class Checkpoint:
         # gateway go on (the next agent's send must come after it, on any worker).
         self.ahead_topics = ahead_topics & self.immediate_topics
         self.settling = Settling(
-            self.send_transactional, partial(commit_batch, app.consumer), on_delivery_error
+            self.send_transactional,
+            partial(commit_batch, app.consumer),
+            on_delivery_error,
+            on_round=on_settled_round,
         )
         app.on_partitions_revoked.connect(self.settle_before_rejoining)
 

@@ -26,6 +26,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from time import monotonic
 from typing import Any
 
 from streams.service.records import OutRecord, Records, TopicPartition
@@ -59,9 +60,11 @@ class Settling:
         commit: Callable[[], Awaitable[Any]],
         on_failure: Callable[[BaseException], None],
         limit: int = MAX_UNSETTLED,
+        on_round: Callable[[float], None] | None = None,
     ) -> None:
         self.send, self.commit, self.on_failure = send, commit, on_failure
         self.limit = limit
+        self.on_round = on_round  # a committed round's seconds (the worker's metric)
         self.queued: list[Unsettled] = []
         self.room = asyncio.Event()
         self.room.set()
@@ -98,6 +101,7 @@ class Settling:
         while self.queued and self.failed is None:
             batches, self.queued = self.queued, []
             self.room.set()
+            started = monotonic()
             try:
                 await self.settle(batches)
             except Exception as exc:  # the worker stops; its successor resumes from the commit
@@ -105,6 +109,9 @@ class Settling:
                 self.room.set()  # the agent's next add raises it
                 log.error("could not settle a batch (its state and offsets): %r", exc)
                 self.on_failure(exc)
+            else:
+                if self.on_round is not None:
+                    self.on_round(monotonic() - started)
 
     async def settle(self, batches: list[Unsettled]) -> None:
         """One round: deliveries, records, acks, then the commit that carries them."""

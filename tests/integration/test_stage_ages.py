@@ -1,6 +1,6 @@
 """The per-stage event age on a real broker and worker: once the worker has guarded a run, its
 /metrics shows each stage of the guarding path observed (fetched, handed, taken, decided,
-published), one observation per fetch or batch."""
+published), one observation per fetch or batch; exactly once, its settling rounds too."""
 
 from __future__ import annotations
 
@@ -18,20 +18,25 @@ from streams.observability.stage_ages import STAGES
 pytestmark = pytest.mark.integration
 
 
-def stage_counts(port: int) -> dict[str, float]:
-    """Observations per stage on the worker's /metrics (empty while it does not answer)."""
+def metric_counts(port: int, name: str) -> dict[str, float]:
+    """Observations of histogram ``name`` on the worker's /metrics, by its ``stage`` label
+    ("" for none); empty while the worker does not answer."""
     url = f"http://127.0.0.1:{port}/metrics"
     try:
         text = urllib.request.urlopen(url, timeout=10).read().decode()
     except OSError:
         return {}
     return {
-        sample.labels["stage"]: sample.value
+        sample.labels.get("stage", ""): sample.value
         for family in text_string_to_metric_families(text)
-        if family.name == "loopguard_event_stage_age_seconds"
+        if family.name == name
         for sample in family.samples
         if sample.name.endswith("_count")
     }
+
+
+def stage_counts(port: int) -> dict[str, float]:
+    return metric_counts(port, "loopguard_event_stage_age_seconds")
 
 
 def test_a_guarded_run_is_seen_at_every_stage(
@@ -52,3 +57,14 @@ def test_a_guarded_run_is_seen_at_every_stage(
         "every stage observed",
         pipeline,
     )
+    settings = pipeline.settings
+    rounds = metric_counts(port, "loopguard_settle_round_seconds")
+    if settings.processing_guarantee == "exactly_once" and settings.control_delivery == "immediate":
+        # the run's batch settles in a round of its own or a later one: wait for one committed
+        wait_until(
+            lambda: metric_counts(port, "loopguard_settle_round_seconds").get("", 0) >= 1,
+            "a settling round observed",
+            pipeline,
+        )
+    else:  # no settling rounds at least once: the histogram is there, empty
+        assert rounds == {"": 0}

@@ -9,6 +9,7 @@ from bench.lab.harness import (
     bucket_quantile,
     event_age_figures,
     labelled_buckets,
+    round_figures,
     stage_age_figures,
     stage_age_lines,
 )
@@ -38,6 +39,16 @@ def test_event_age_figures_are_the_quantiles_in_ms() -> None:
     }
     nothing = {"event_age_p50_max_ms": None, "event_age_p99_max_ms": None, "events_aged": 0}
     assert event_age_figures(BEFORE, dict(BEFORE)) == nothing
+
+
+def test_round_figures_count_the_rounds_between_two_scrapes() -> None:
+    after = {0.01: 150.0, 0.03: 194.0, 0.05: 199.0, math.inf: 200.0}
+    assert round_figures(BEFORE, after) == {"rounds": 100, "p50_max_ms": 10.0, "p99_max_ms": 30.0}
+    assert round_figures(BEFORE, dict(BEFORE)) == {
+        "rounds": 0,
+        "p50_max_ms": None,
+        "p99_max_ms": None,
+    }
 
 
 def test_stage_ages_are_read_per_stage_from_a_metrics_text_and_printed_in_order() -> None:

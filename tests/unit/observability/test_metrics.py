@@ -71,6 +71,17 @@ def test_names_types_and_exposition_format() -> None:
     assert "# TYPE loopguard_event_processing_seconds histogram" in text
 
 
+def test_settle_rounds_are_a_histogram_of_seconds() -> None:
+    m = WorkerMetrics()
+    assert families(m)["loopguard_settle_round_seconds"].type == "histogram"
+    m.observe_settle_round(0.12)
+    m.observe_settle_round(1.6)
+    m.observe_settle_round(-0.001)  # a clock step back counts as no time, never raises
+    assert sample(m, "loopguard_settle_round_seconds_count") == 3
+    assert sample(m, "loopguard_settle_round_seconds_bucket", le="0.25") == 2
+    assert sample(m, "loopguard_settle_round_seconds_sum") == pytest.approx(1.72)
+
+
 def test_each_instance_has_its_own_registry() -> None:
     a, b = WorkerMetrics(), WorkerMetrics()
     a.observe_event("tool_call")

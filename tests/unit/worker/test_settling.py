@@ -165,3 +165,31 @@ def test_a_commit_that_hangs_lets_the_worker_rejoin_after_the_bound(monkeypatch,
 
     assert asyncio.run(scenario()) == [("send", [b"state 1"]), ("ack", 1)]
     assert "rejoining the group without them" in caplog.text
+
+
+def test_each_committed_round_reports_its_seconds_and_a_failed_one_nothing(monkeypatch) -> None:
+    """The worker's loopguard_settle_round_seconds: a round's time from taking its batches to
+    its commit, reported once it committed."""
+    clock = [100.0]
+    monkeypatch.setattr("streams.worker.settling.monotonic", lambda: clock[0])
+    log = Log()
+    rounds: list[float] = []
+
+    async def commit() -> None:
+        clock[0] += 0.25  # the transaction's commit takes a quarter of a second
+        await log.commit()
+
+    async def scenario() -> None:
+        settling = Settling(log.send, commit, log.failures.append, on_round=rounds.append)
+        await settling.add(delivered(), {CHANGELOG: [state(1)]}, log.ack(1))
+        await settling.settled()
+        await settling.add(delivered(), {CHANGELOG: [state(2)]}, log.ack(2))
+        await settling.settled()
+        refused = asyncio.get_running_loop().create_future()
+        refused.set_exception(RuntimeError("NotEnoughReplicas"))
+        await settling.add([refused], {CHANGELOG: [state(3)]}, log.ack(3))
+        await settling.settled()
+
+    asyncio.run(scenario())
+    assert rounds == [0.25, 0.25]  # the third round failed: not reported
+    assert [str(e) for e in log.failures] == ["NotEnoughReplicas"]
