@@ -38,14 +38,14 @@ from bench.lab.harness import (
     ROLES,
     ROUND_METRIC,
     GroupProgress,
+    WorkerHistograms,
     cpu_seconds,
     event_age_figures,
-    histogram_buckets,
     round_figures,
-    stage_age_buckets,
     stage_age_figures,
     stage_age_lines,
     start_roles,
+    worker_histograms,
     worker_ready,
 )
 from bench.lab.heard import sentinel_ids
@@ -196,7 +196,7 @@ def main() -> int:
         for run_id in sentinels:
             events += compaction_loop_run(run_id)
         encoded = [(e.envelope.run_id.encode(), encode_event(e)) for e in events]
-        rounds_start = histogram_buckets(web_port, ROUND_METRIC)
+        rounds_start = worker_histograms(web_port).rounds
         assert worker.process is not None
         cpu_before = cpu_seconds(worker.process.pid)
         all_before = sum(process_cpu(processes))
@@ -214,7 +214,7 @@ def main() -> int:
         # and offsets that follow them are committed: the burst is done once those are.
         wait_committed(broker.bootstrap, "loopguard", topic, timeout=600)
         committed_in = time.perf_counter() - start
-        rounds_burst = histogram_buckets(web_port, ROUND_METRIC)
+        rounds_burst = worker_histograms(web_port).rounds
         worker_cpu_us = (cpu_seconds(worker.process.pid) - cpu_before) / len(encoded) * 1e6
         all_cpu_us = (sum(process_cpu(processes)) - all_before) / len(encoded) * 1e6
 
@@ -230,15 +230,11 @@ def main() -> int:
         next_at = time.perf_counter()
         measured_from = next_at + args.warmup
         deadline = measured_from + args.seconds
-        ages_before: dict[float, float] | None = None
-        rounds_before: dict[float, float] = {}
-        stages_before: dict[str, dict[float, float]] = {}
+        before: WorkerHistograms | None = None
         i = 0
         while time.perf_counter() < deadline:
-            if ages_before is None and time.perf_counter() >= measured_from:
-                ages_before = histogram_buckets(web_port, AGE_METRIC)
-                rounds_before = histogram_buckets(web_port, ROUND_METRIC)
-                stages_before = stage_age_buckets(web_port)
+            if before is None and time.perf_counter() >= measured_from:
+                before = worker_histograms(web_port)
             run_id = f"lat-{i}"
             run_events = compaction_loop_run(run_id)
             for n, event in enumerate(run_events):
@@ -253,14 +249,12 @@ def main() -> int:
             i += 1
         with arrived:
             arrived.wait_for(lambda: all(r in arrivals for r in sent_at), timeout=120)
-        ages_after = histogram_buckets(web_port, AGE_METRIC)
-        rounds_after = histogram_buckets(web_port, ROUND_METRIC)
+        after = worker_histograms(web_port)
+        before = before or after  # a phase too short to reach its measured part
         burst_rounds = round_figures(rounds_start, rounds_burst)
-        latency_rounds = round_figures(
-            rounds_before if ages_before is not None else rounds_after, rounds_after
-        )
-        ages = event_age_figures(ages_before or ages_after, ages_after)
-        stages = stage_age_figures(stages_before, stage_age_buckets(web_port))
+        latency_rounds = round_figures(before.rounds, after.rounds)
+        ages = event_age_figures(before.ages, after.ages)
+        stages = stage_age_figures(before.stages, after.stages)
         warm = sorted(
             (arrivals[r] - sent_at[r]) * 1000
             for r in sent_at

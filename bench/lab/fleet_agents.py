@@ -15,13 +15,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench.lab.harness import (
-    AGE_METRIC,
     cpu_seconds,
     event_age_figures,
-    histogram_buckets,
     percentile,
-    stage_age_buckets,
     stage_age_figures,
+    worker_histograms,
 )
 from streams.core.engine import LoopGuard
 from streams.core.events import Action, AgentEvent, Decision, ToolCall
@@ -78,8 +76,8 @@ class WorkerWindow:
         self.cpu[name] = cpu_seconds(self.pid)
         self.broker_cpu[name] = sum(cpu_seconds(pid) for pid in self.broker_pids)
         if self.web_port is not None:
-            self.ages[name] = histogram_buckets(self.web_port, AGE_METRIC)
-            self.stages[name] = stage_age_buckets(self.web_port)
+            scraped = worker_histograms(self.web_port)
+            self.ages[name], self.stages[name] = scraped.ages, scraped.stages
 
     def figures(self) -> dict[str, Any]:
         ages = event_age_figures(self.ages.get("measuring", {}), self.ages.get("stopped", {}))

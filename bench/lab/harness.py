@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 import urllib.request
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from kafka import KafkaConsumer, TopicPartition
@@ -373,9 +373,25 @@ def scrape_metrics(port: int) -> str:
         return response.read().decode()
 
 
-def histogram_buckets(port: int, name: str) -> dict[float, float]:
-    """A worker's histogram ``name`` from its /metrics: cumulative count per upper bound."""
-    return labelled_buckets(scrape_metrics(port), name).get("", {})
+@dataclass(frozen=True)
+class WorkerHistograms:
+    """The histograms the benches read off a worker's /metrics, from one scrape: cumulative
+    count per upper bound (empty for a histogram the worker does not have)."""
+
+    ages: dict[float, float]  # AGE_METRIC
+    rounds: dict[float, float]  # ROUND_METRIC
+    stages: dict[str, dict[float, float]]  # STAGE_METRIC, per stage
+
+
+def worker_histograms(port: int) -> WorkerHistograms:
+    """One scrape of a worker's /metrics, read for every histogram the benches report (one
+    request at a measurement's start and end, not one per histogram)."""
+    text = scrape_metrics(port)
+    return WorkerHistograms(
+        ages=labelled_buckets(text, AGE_METRIC).get("", {}),
+        rounds=labelled_buckets(text, ROUND_METRIC).get("", {}),
+        stages=labelled_buckets(text, STAGE_METRIC, "stage"),
+    )
 
 
 def labelled_buckets(text: str, name: str, label: str = "") -> dict[str, dict[float, float]]:
@@ -390,11 +406,6 @@ def labelled_buckets(text: str, name: str, label: str = "") -> dict[str, dict[fl
                 key = sample.labels.get(label, "") if label else ""
                 series.setdefault(key, {})[float(sample.labels["le"])] = sample.value
     return series
-
-
-def stage_age_buckets(port: int) -> dict[str, dict[float, float]]:
-    """A worker's :data:`STAGE_METRIC` per stage (empty when it has none)."""
-    return labelled_buckets(scrape_metrics(port), STAGE_METRIC, "stage")
 
 
 def stage_age_figures(
