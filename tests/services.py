@@ -468,7 +468,7 @@ def decision_differences(
 ) -> str:
     """A failed comparison of decisions by id, for its message: how many were missing, extra
     and changed and which, where the missing ones got to (:func:`where_missing`), then the
-    workers' logs (CI's output cuts the assertion's own diff off)."""
+    workers' logs, then that account again (CI keeps only the output's tail)."""
     missing = sorted(set(want) - set(got))
     extra = sorted(set(got) - set(want))
     changed = sorted(i for i in set(want) & set(got) if want[i] != got[i])
@@ -476,11 +476,21 @@ def decision_differences(
         where = where_missing(pipeline, missing, client)
     except Exception as exc:  # the logs below matter more
         where = f"where the missing went not read: {exc!r}"
-    return (
+    account = (
         f"{len(got)} decisions, {len(want)} expected; {len(missing)} missing {missing[:12]}, "
-        f"{len(extra)} extra {extra[:12]}, {len(changed)} changed {changed[:6]}; {where}\n"
-        f"{pipeline.worker_logs(12_000, without_noise=True)}"
+        f"{len(extra)} extra {extra[:12]}, {len(changed)} changed {changed[:6]}; {where}"
     )
+    logs = pipeline.worker_logs(12_000, without_noise=True)
+    return f"{account}\n{logs}\n{account}"
+
+
+def assert_same_decisions(
+    pipeline: Pipeline, client: GatewayClient, got: dict[str, Decision], want: dict[str, Decision]
+) -> None:
+    """Fail with :func:`decision_differences` alone: pytest's diff of the two dicts of
+    decisions came after it and filled the tail of CI's output, the only part CI keeps."""
+    if got != want:
+        pytest.fail(decision_differences(pipeline, client, got, want), pytrace=False)
 
 
 def check_republished(settings: Settings, on_topic: list[Decision], want: dict) -> int:

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 from db_fixtures import fresh_pg_database
 from kafka import KafkaConsumer, TopicPartition
-from services import ENABLED, check_republished, control_topic_decisions, decision_differences
+from services import ENABLED, assert_same_decisions, check_republished, control_topic_decisions
 from sqlalchemy.engine import make_url
 from tcp_proxy import TcpProxy
 
@@ -86,7 +86,7 @@ def test_worker_killed_mid_stream_is_replaced_without_losing_state(running_pipel
     assert killed_at < len(want), "the kill came too late to be mid-stream"
 
     got = wait_for_decisions(client, run_ids, len(want))
-    assert got == want, decision_differences(pipeline, client, got, want)
+    assert_same_decisions(pipeline, client, got, want)
 
     with pipeline.store() as store:
         deadline = time.monotonic() + 30
@@ -136,7 +136,7 @@ def test_a_second_worker_joins_then_leaves_mid_stream_and_nothing_is_lost_or_dou
             time.sleep(0.05)
     client.flush()
     got = wait_for_decisions(client, run_ids, len(want))
-    assert got == want, decision_differences(pipeline, client, got, want)
+    assert_same_decisions(pipeline, client, got, want)
 
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -164,7 +164,7 @@ def test_a_second_worker_joins_then_leaves_mid_stream_and_nothing_is_lost_or_dou
             time.sleep(0.05)
     client.flush()
     got_after = wait_for_decisions(client, leave_ids, len(want_after))
-    assert got_after == want_after, decision_differences(pipeline, client, got_after, want_after)
+    assert_same_decisions(pipeline, client, got_after, want_after)
     on_topic = control_topic_decisions(
         pipeline.broker.bootstrap, pipeline.settings.topics.control, set(run_ids + leave_ids)
     )
@@ -278,4 +278,4 @@ def test_replacement_of_an_idle_worker_recovers_the_newest_state(running_pipelin
     client.flush()
     want = expected(interleaved)
     got = wait_for_decisions(client, run_ids, len(want))
-    assert got == want, decision_differences(pipeline, client, got, want)
+    assert_same_decisions(pipeline, client, got, want)
