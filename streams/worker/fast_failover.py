@@ -39,6 +39,16 @@ replacement worker started at the highwaters with empty tables and decided the r
 from nothing (CI: ``test_replacement_of_an_idle_worker_recovers_the_newest_state``, the
 replacement kicked out of the group once while starting).
 
+Own writes: a kept partition's changelog is read from its last stable offset on whenever
+another partition recovers (Faust resumes every active changelog partition for the read), and
+the read applies whatever it fetches. Exactly once, this worker's own writes that committed
+after the offset was listed (batches decided meanwhile) were read back, oldest first, cut off
+where recovery paused the partition: runs went back to an older state while the events after
+it stayed committed, and their next events waited behind the gap for good (CI's
+join-then-leave failures). A changelog partition this worker writes (kept across the
+rebalance, or any active one once its recovery completed: :func:`written_here`) is never read
+back into its table.
+
 Transaction markers: exactly once, a changelog partition ends with a commit marker, never a
 record, so the recovery's offsets stay one short of the end offset and Faust only notices that
 the partition is read after its changelog queue was empty for two 5 s timeouts
@@ -80,6 +90,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from faust.stores import memory as faust_memory
@@ -98,6 +109,7 @@ _original_build_offsets = faust_recovery.Recovery._build_offsets
 _original_thread_getmany = faust_aiokafka.AIOKafkaConsumerThread.getmany
 _slurp = faust_recovery.Recovery._slurp_changelogs
 _original_store_recovery_completed = faust_memory.Store.on_recovery_completed
+_original_store_apply_changelog_batch = faust_memory.Store.apply_changelog_batch
 
 GETMANY = Patch(
     faust_aiokafka.AIOKafkaConsumerThread,
@@ -156,6 +168,18 @@ STANDBY_KEYS = Patch(
     proof="tests/unit/worker/test_fast_failover.py::"
     "test_a_standby_keeps_the_keys_it_read_across_a_rebalance",
 )
+OWN_WRITES = Patch(
+    faust_memory.Store,
+    "apply_changelog_batch",
+    _original_store_apply_changelog_batch,
+    "71863e3cd727aac2",
+    fixes="another partition's recovery read the changelog of a partition kept active here "
+    "from its last stable offset on: this worker's own writes committed meanwhile, older "
+    "states first, cut off where recovery paused the partition; runs went back to an older "
+    "state past events already committed, which then waited behind the gap for good",
+    proof="tests/unit/worker/test_fast_failover.py::"
+    "test_a_changelog_this_worker_writes_is_never_read_back_into_its_table",
+)
 PATCHES = (
     GETMANY,
     ON_REBALANCE,
@@ -163,6 +187,7 @@ PATCHES = (
     HIGHWATERS,
     TRANSACTIONS_REBALANCE,
     STANDBY_KEYS,
+    OWN_WRITES,
 )
 # Not replaced, but the end watcher relies on how it takes events off the queue and moves
 # the active offsets.
@@ -195,6 +220,7 @@ async def _on_rebalance(
     recovery had completed: :func:`mark_recovered`) at its end."""
     kept = set(getattr(self, "loopguard_recovered", ())) - set(revoked)
     self.loopguard_recovered = set()  # until this rebalance's recovery completes
+    self.loopguard_rebalances = getattr(self.app, "rebalancing_count", 0)
     standby = {
         tp: offset
         for tp, offset in self.standby_offsets.items()
@@ -220,6 +246,25 @@ async def _store_recovery_completed(self: Any, active_tps: Any, standby_tps: Any
         self._key_partition.pop(key, None)
 
 
+def _store_apply_changelog_batch(
+    self: Any, batch: Any, to_key: Callable[[Any], Any], to_value: Callable[[Any], Any]
+) -> None:
+    """Faust's memory Store.apply_changelog_batch, less the records of changelog partitions
+    this worker writes (:func:`written_here`): the table holds their newest states already."""
+    owned = written_here(self.app.tables.recovery)
+    if owned:
+        batch = [event for event in batch if event.message.tp not in owned]
+    _original_store_apply_changelog_batch(self, batch, to_key, to_value)
+
+
+def written_here(recovery: Any) -> set[Any]:
+    """The changelog partitions whose records only this worker writes now: those kept active
+    across the last rebalance (recovered before it) and, once this rebalance's recovery has
+    completed, all its active ones."""
+    kept = getattr(recovery, "loopguard_kept", set())
+    return kept | getattr(recovery, "loopguard_recovered", set())
+
+
 def note_written(store: Any, key: Any, partition: int) -> None:
     """Note the changelog partition of a state this worker wrote itself to the memory
     ``store`` (a table's ``data``), as Faust notes what it reads from a changelog, so that the
@@ -231,6 +276,17 @@ def forget(store: Any, key: Any) -> None:
     """Drop ``key`` from the memory ``store`` with its noted partition (run expiry)."""
     store.data.pop(key, None)
     store._key_partition.pop(key, None)
+
+
+def rebalanced_again(recovery: Any, generation_id: int) -> bool:
+    """Whether another rebalance began since ``recovery``'s (of ``generation_id``) was
+    assigned: started (Faust counts a rebalance as it revokes) or assigned already. The
+    streams and the partitions' marks are then the next recovery's."""
+    app = recovery.app
+    started = getattr(app, "rebalancing_count", 0)
+    return app.consumer_generation_id != generation_id or started != getattr(
+        recovery, "loopguard_rebalances", started
+    )
 
 
 def mark_recovered(recovery: Any) -> None:
@@ -360,12 +416,13 @@ async def _fetch_snapshot(self: Any, active_partitions: Any, timeout: float) -> 
 
 
 def fast_failover() -> None:
-    """Install all six: the fetch snapshot (and fetches noted for the recovery end watcher),
+    """Install all seven: the fetch snapshot (and fetches noted for the recovery end watcher),
     standby offsets kept on promotion, kept partitions not re-read, listed highwaters, stale
-    transactional producers stopped, standby keys kept."""
+    transactional producers stopped, standby keys kept, own writes never read back."""
     replace(GETMANY, _getmany)
     replace(ON_REBALANCE, _on_rebalance)
     replace(BUILD_OFFSETS, _build_offsets)
     replace(HIGHWATERS, _highwaters)
     replace(TRANSACTIONS_REBALANCE, _transactions_on_rebalance)
     replace(STANDBY_KEYS, _store_recovery_completed)
+    replace(OWN_WRITES, _store_apply_changelog_batch)

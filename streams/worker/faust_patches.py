@@ -43,7 +43,7 @@ from mode.services import WaitResults
 
 from streams.kafka.true_end import true_end_offsets
 from streams.settings import Settings
-from streams.worker.fast_failover import mark_recovered
+from streams.worker.fast_failover import mark_recovered, rebalanced_again
 from streams.worker.patching import Patch, replace
 
 _original = faust_aiokafka.AIOKafkaConsumerThread._create_worker_consumer
@@ -173,12 +173,15 @@ async def _resume_stream_partitions(self: Any, generation_id: int) -> bool:
     emptied. Returns False when another rebalance started meanwhile."""
     app, consumer = self.app, self.app.consumer
     assignment = consumer.assignment()
-    if app.consumer_generation_id != generation_id:
+    if rebalanced_again(self, generation_id):
         self.log.warning("Recovery rebalancing again")
         return False
     if assignment:
         self.log.info("Seek stream partitions to committed offsets.")
         await self._wait(consumer.perform_seek(), timeout=app.conf.broker_request_timeout)
+        if rebalanced_again(self, generation_id):  # it began during the seek
+            self.log.warning("Recovery rebalancing again")
+            return False
     self.completed.set()
     app.flow_control.resume()  # empties the stream queues; the partitions are still paused
     consumer.resume_partitions({tp for tp in assignment if not self._is_changelog_tp(tp)})
@@ -202,9 +205,10 @@ async def _on_recovery_completed(self: Any, generation_id: int = 0) -> None:
     ]
     if callbacks:
         await asyncio.wait(callbacks)
+    if not rebalanced_again(self, generation_id):
+        mark_recovered(self)  # its partitions, kept at the next rebalance, start at their ends
     if not await _resume_stream_partitions(self, generation_id):
         return
-    mark_recovered(self)  # its partitions, kept at the next rebalance, start at their ends
     self.tables.on_actives_ready()
     if not self.app.assignor.assigned_standbys():
         self.tables.on_standbys_ready()

@@ -26,6 +26,7 @@ def recovery(**state: Any) -> Any:
         active_offsets={},
         active_highwaters={},
         loopguard_end_watch="running",
+        app=SimpleNamespace(rebalancing_count=1, consumer_generation_id=1),
     )
     return SimpleNamespace(**{**values, **state})
 
@@ -150,3 +151,66 @@ def test_only_a_completed_recovery_makes_its_partitions_kept(monkeypatch) -> Non
     fast_failover.mark_recovered(state)
     asyncio.run(fast_failover._on_rebalance(state, set(), {CHANGELOG}, set(), 8))
     assert state.loopguard_kept == set()  # revoked: another worker wrote it meanwhile
+
+
+def changelog_event(partition: int, key: bytes, value: str) -> Any:
+    """A changelog record as the recovery hands it to a table's store."""
+    tp = TP("lg-runs-changelog", partition)
+    message = SimpleNamespace(tp=tp, partition=partition, value=value)
+    return SimpleNamespace(key=key, value=value, message=message)
+
+
+def test_a_changelog_this_worker_writes_is_never_read_back_into_its_table() -> None:
+    """Partition 3 was kept active here across the rebalance; partition 1 is recovering (a
+    standby promoted). Another partition's recovery fetched partition 3's changelog from its
+    last stable offset on: this worker's own writes, oldest first, cut off where recovery
+    paused it. Faust applied them (the run went back to an older state past committed
+    events); the patch applies only partition 1's, until its recovery completes too."""
+    kept = TP("lg-runs-changelog", 3)
+    batch = [
+        changelog_event(3, b"kept-run", "state at seq 10"),
+        changelog_event(1, b"promoted-run", "state read from the changelog"),
+    ]
+
+    def store(recovery: Any) -> Any:
+        app = SimpleNamespace(conf=None, tables=SimpleNamespace(recovery=recovery))
+        made = faust_memory.Store("memory://", app=app, table=SimpleNamespace(name="runs"))
+        made.data[b"kept-run"] = "state at seq 23"  # decided and written here
+        return made
+
+    def keep(value: Any) -> Any:
+        return value
+
+    during = SimpleNamespace(loopguard_kept={kept}, loopguard_recovered=set())
+    faust_store = store(during)
+    fast_failover._original_store_apply_changelog_batch(faust_store, batch, keep, keep)
+    assert faust_store.data[b"kept-run"] == "state at seq 10"  # what the patch fixes
+
+    patched = store(during)
+    fast_failover._store_apply_changelog_batch(patched, batch, keep, keep)
+    assert dict(patched.data) == {
+        b"kept-run": "state at seq 23",
+        b"promoted-run": "state read from the changelog",
+    }
+
+    # Once this rebalance's recovery completed, every active partition is this worker's.
+    after = SimpleNamespace(loopguard_kept={kept}, loopguard_recovered={TP("lg-runs-changelog", 1)})
+    later = store(after)
+    later.data[b"promoted-run"] = "state decided here since"
+    fast_failover._store_apply_changelog_batch(later, batch, keep, keep)
+    assert dict(later.data) == {
+        b"kept-run": "state at seq 23",
+        b"promoted-run": "state decided here since",
+    }
+
+
+def test_a_rebalance_since_the_assignment_is_seen_from_its_start() -> None:
+    """Faust counts a rebalance as its revocation begins, before the new generation is known."""
+    assigned = SimpleNamespace(
+        app=SimpleNamespace(rebalancing_count=4, consumer_generation_id=7), loopguard_rebalances=4
+    )
+    assert not fast_failover.rebalanced_again(assigned, 7)
+    assigned.app.rebalancing_count = 5  # revoking
+    assert fast_failover.rebalanced_again(assigned, 7)
+    assigned.app.rebalancing_count, assigned.app.consumer_generation_id = 4, 8
+    assert fast_failover.rebalanced_again(assigned, 7)

@@ -59,9 +59,11 @@ def test_client_only_fetch_still_means_every_partition(monkeypatch) -> None:
     assert seen == [None]
 
 
-def recovery(calls: list[str], *, generation: int = 3) -> Any:
+def recovery(calls: list[str], *, generation: int = 3, rebalance_during_seek: bool = False) -> Any:
     async def perform_seek() -> None:
         calls.append("seek")
+        if rebalance_during_seek:  # Faust counts a rebalance as its revocation begins
+            app.rebalancing_count += 1
 
     async def maybe_start() -> None:
         calls.append("fetcher")
@@ -78,12 +80,14 @@ def recovery(calls: list[str], *, generation: int = 3) -> Any:
     app = SimpleNamespace(
         consumer=consumer,
         consumer_generation_id=generation,
+        rebalancing_count=5,
         conf=SimpleNamespace(broker_request_timeout=1.0),
         flow_control=SimpleNamespace(resume=lambda: calls.append("empty queues")),
         _fetcher=SimpleNamespace(maybe_start=maybe_start),
     )
     return SimpleNamespace(
         app=app,
+        loopguard_rebalances=5,  # counted when this recovery's partitions were assigned
         _wait=wait,
         completed=SimpleNamespace(set=lambda: calls.append("completed")),
         log=SimpleNamespace(info=lambda *a: None, warning=lambda *a: calls.append("again")),
@@ -111,6 +115,16 @@ def test_a_new_rebalance_resumes_nothing(generation: int) -> None:
         faust_patches._resume_stream_partitions(recovery(calls, generation=generation), 3)
     )
     assert calls == ["again"]
+
+
+def test_a_rebalance_that_begins_during_the_seek_resumes_nothing() -> None:
+    """The seek awaits the broker: a rebalance that began meanwhile owns the streams now.
+    Resumed anyway, they fetched the next assignment's partitions before its recovery, and
+    the batches decided there were read back into the tables (CI's join-then-leave failures)."""
+    calls: list[str] = []
+    stale = recovery(calls, rebalance_during_seek=True)
+    assert not asyncio.run(faust_patches._resume_stream_partitions(stale, 3))
+    assert calls == ["seek", "again"]
 
 
 # -- fence -------------------------------------------------------------------------------
