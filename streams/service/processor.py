@@ -225,7 +225,8 @@ class EventProcessor:
             # Keyed by something else: re-key so the run's state (and its session's runs)
             # live on one partition.
             return Outcome(rekey=partition_key(envelope).encode())
-        owner = self.owner_of(run_id)
+        stored = self.runs.get(run_id)  # one read: the batch's state, else the table's
+        owner = "" if stored is None else stored.gateway_id
         if owner and envelope.gateway_id != owner:
             # issue 40: a run belongs to the gateway that started it; another gateway's event
             # for it (an injected call, an injected RunEnded) is refused, never applied.
@@ -237,8 +238,9 @@ class EventProcessor:
         cfg = self.config_for(envelope.agent_id)
         if run_id not in self.runs.touched:
             # As the run was before this batch: what a failed evaluation goes back to.
-            stored = self.runs.get(run_id)
             self.before_batch[run_id] = None if stored is None else rollback_point(stored)
+            if stored is not None:
+                self.runs.touched[run_id] = stored  # the core's read below finds it here
         state = self.runs.touched[run_id] = self.guard.state_for(envelope, cfg)
         self.envelopes[run_id] = envelope
         if state.is_duplicate(envelope.seq):

@@ -43,7 +43,7 @@ from streams.worker.incidents import register_incidents
 from streams.worker.parts import WorkerParts
 from streams.worker.shutdown import worker_with_deadline
 from streams.worker.startup import StartupError, check_faust_patches
-from streams.worker.tables import RunsTable
+from streams.worker.tables import RunsTable, stored_values
 
 log = logging.getLogger("loopguard.worker")
 
@@ -227,9 +227,9 @@ def build_worker(settings: Settings) -> faust.App:
         sessions=sessions,
         # Exactly once: a redelivered event's decisions were committed with its run's state.
         processor=EventProcessor(
-            runs.get if runs is not None else no_state,
+            stored_values(runs) if runs is not None else no_state,
             configs.for_agent,
-            sessions.get if sessions is not None else no_state,
+            stored_values(sessions) if sessions is not None else no_state,
             republish_duplicates=settings.processing_guarantee != "exactly_once",
         ),
         commit_barrier=commit_barrier,

@@ -11,6 +11,7 @@ session id instead, which is the partition of its events: the topics are co-part
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import faust
@@ -40,3 +41,17 @@ class RunsTable(faust.Table):
         topic = self.changelog_topic.get_topic_name()
         session_id = getattr(state, "session_id", "")
         return self.app.producer.key_partition(topic, session_id.encode() or key)
+
+
+def stored_values(table: Any) -> Callable[[bytes], Any]:
+    """A read of ``table``'s memory store for the guarding batch, None for a missing key.
+
+    Faust's ``Table.get`` calls its sensors on every read and raises, then catches, a
+    KeyError for a missing key; the guarding batch reads a run or two per event and keeps
+    neither, so it reads the store's dict (every table here is ``memory://``, and the agent
+    writes the runs table's store the same way)."""
+
+    def read(key: bytes) -> Any:
+        return table.data.data.get(key)
+
+    return read

@@ -55,6 +55,28 @@ def test_decisions_match_the_pure_core_and_states_are_handed_back_per_batch() ->
     assert mark.event_time == events[-1].envelope.event_time
 
 
+def test_a_batch_reads_each_run_from_the_table_once() -> None:
+    events = looping_events(cycles=3)
+    table: dict[bytes, RunState] = {}
+    proc = processor(table)
+    for event in events[:3]:
+        proc.apply(b"run-1", event)
+    table.update({run.key: run.state for run in proc.take_touched()})
+    reads: list[bytes] = []
+
+    def counted(key: bytes) -> RunState | None:
+        reads.append(key)
+        return table.get(key)
+
+    proc.runs.load = counted
+    for event in events[3:]:  # the next batch: the stored run, then the batch's own state
+        proc.apply(b"run-1", event)
+    assert reads == [b"run-1"]
+    (run,) = proc.take_touched()
+    assert run.state is table[b"run-1"]  # the stored state, taken on from where it was
+    assert run.state.last_seq == len(events)
+
+
 def test_a_redelivered_event_publishes_the_same_decisions_again() -> None:
     events = looping_events()
     proc = processor({})
