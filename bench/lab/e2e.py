@@ -10,7 +10,15 @@ pipeline shows up as a ratio.
 
     python bench/e2e_bench.py [--broker tansu|kafka] [--events 40000] [--rate 1000]
                               [--seconds 10] [--warmup 2] [--db URL] [--roles all|split]
-                              [--json]
+                              [--worker loopguard|echo|loopguard,echo] [--json]
+
+``--worker echo`` runs the same phases against the bare aiokafka echo of
+``bench/forwarders.py`` (it answers each fetched batch with its runs' watermarks and decides
+nothing): the shortest answer any worker gives on this broker and machine. Both legs print
+the latency to the run's watermark at its last event (what a gateway's ``before_tool`` waits
+for; the echo has no decisions), and ``--worker loopguard,echo`` (each on a fresh broker)
+prints loopguard's p99 beside the echo's: an absolute latency target measured against the
+floor of the same run.
 
 ``--roles split`` runs the worker as ``LOOPGUARD_ROLE=guard`` plus one ``LOOPGUARD_ROLE=audit``
 process (same app id, database and config): CPU per event is then printed for the guard and
@@ -32,25 +40,25 @@ from pathlib import Path
 from kafka import KafkaProducer
 
 from bench.lab.brokers import add_broker_arg, gateway_fetch_wait_ms, start_broker
+from bench.lab.e2e_report import print_floor, print_leg
 from bench.lab.harness import (
-    AGE_METRIC,
     CONFIG,
     ROLES,
-    ROUND_METRIC,
     GroupProgress,
     WorkerHistograms,
     cpu_seconds,
     event_age_figures,
     round_figures,
     stage_age_figures,
-    stage_age_lines,
+    start_forwarder,
     start_roles,
+    wait_until_echoing,
     worker_histograms,
     worker_ready,
 )
 from bench.lab.heard import sentinel_ids
 from bench.lab.throughput_drain import process_cpu
-from streams.core.engine import LoopGuard, core_build
+from streams.core.engine import LoopGuard
 from streams.core.events import CompactionRetry, Decision, Envelope, ToolCall, ToolResult
 from streams.core.fleet import fleet_from_document
 from streams.devtools.embedded_broker import free_port
@@ -58,9 +66,10 @@ from streams.devtools.worker_process import WorkerProcess, wait_until_processing
 from streams.gateway.client import GatewayClient
 from streams.kafka.topics import ensure_topics
 from streams.settings import Settings
-from streams.wire.avro import encode_event
+from streams.wire.avro import RunWatermark, encode_event
 
 PARTITIONS = 4
+LOOP_RUN_EVENTS = 7  # compaction_loop_run's: its last event's seq
 
 
 def compaction_loop_run(run_id: str, t0: int = 0) -> list:
@@ -118,7 +127,10 @@ def wait_ready(processes: list[WorkerProcess], timeout: float = 120.0) -> None:
         time.sleep(0.2)
 
 
-def main() -> int:
+WORKERS = ("loopguard", "echo")  # echo: bench/forwarders.py's, no decisions
+
+
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=40_000, help="events for throughput")
     parser.add_argument("--rate", type=int, default=1000, help="offered events/s for latency")
@@ -138,17 +150,59 @@ def main() -> int:
         help="all: one worker runs every role (default); split: a LOOPGUARD_ROLE=guard "
         "worker plus a LOOPGUARD_ROLE=audit process",
     )
+    parser.add_argument(
+        "--worker",
+        default="loopguard",
+        help="loopguard (default), echo (the bare aiokafka loop that only answers with "
+        "watermarks: the floor of any worker here) or loopguard,echo: each on a fresh "
+        "broker, in this order, then loopguard's watermark latency beside the echo's",
+    )
     parser.add_argument("--json", action="store_true", help="also print one JSON line")
     add_broker_arg(parser)
     args = parser.parse_args()
+    args.workers = [w.strip() for w in args.worker.split(",") if w.strip()]
+    if (
+        not args.workers
+        or set(args.workers) - set(WORKERS)
+        or len(set(args.workers)) < len(args.workers)
+    ):
+        parser.error(f"--worker takes loopguard, echo or loopguard,echo, not {args.worker!r}")
+    return args
 
+
+def main() -> int:
+    args = parse_args()
+    legs = [run_leg(args, worker) for worker in args.workers]
+    for leg in legs:
+        print_leg(args, leg)
+    print_floor(args, legs)
+    if args.json:
+        print(json.dumps(legs[0] if len(legs) == 1 else {"legs": legs}))
+    return 0
+
+
+def percentiles(latencies: list[float]) -> dict[str, float]:
+    """p50, p90, p99 and max of sorted latencies (ms)."""
+    return {
+        "p50": statistics.median(latencies),
+        "p90": latencies[int(len(latencies) * 0.90) - 1],
+        "p99": latencies[int(len(latencies) * 0.99) - 1],
+        "max": latencies[-1],
+    }
+
+
+def run_leg(args: argparse.Namespace, worker_kind: str) -> dict:
+    """The throughput burst then the latency phase against one worker (loopguard or the
+    echo) on a fresh broker; its figures."""
+    echo = worker_kind == "echo"
     tmp = Path(tempfile.mkdtemp(prefix="loopguard-bench-"))
     db_url = args.db or f"sqlite:///{tmp / 'audit.db'}"
     config_file = tmp / "config.json"
     config_file.write_text(json.dumps(CONFIG))
     broker = start_broker(args.broker, tmp)
     processes: list[WorkerProcess] = []
-    arrivals: dict[str, float] = {}
+    arrivals: dict[str, float] = {}  # run id -> its first decision
+    reached: dict[str, float] = {}  # run id -> its watermark at its last event (seq 7)
     arrived = threading.Condition()
 
     def on_decision(decision: Decision) -> None:
@@ -156,30 +210,49 @@ def main() -> int:
             arrivals.setdefault(decision.run_id, time.perf_counter())
             arrived.notify_all()
 
+    def on_watermark(mark: RunWatermark) -> None:
+        if mark.seq >= LOOP_RUN_EVENTS:
+            with arrived:
+                reached.setdefault(mark.run_id, time.perf_counter())
+                arrived.notify_all()
+
+    answered = reached if echo else arrivals  # what ends the burst
     try:
         ensure_topics(
             Settings.for_profile(broker.profile, broker=broker.url, partitions=PARTITIONS)
         )
-        web_port = free_port()  # its /metrics: how old events were when it took them in
-        processes = start_roles(
-            broker,
-            1,
-            tmp,
-            roles=args.roles,
-            db_url=db_url,
-            config_file=config_file,
-            partitions=PARTITIONS,
-            web_port=web_port,
-        )
-        worker = processes[0]  # role all, or the guard
+        web_port: int | None = None
+        if echo:
+            processes = start_forwarder("echo", broker, "loopguard", PARTITIONS, tmp)
+        else:
+            web_port = free_port()  # its /metrics: how old events were when it took them in
+            processes = start_roles(
+                broker,
+                1,
+                tmp,
+                roles=args.roles,
+                db_url=db_url,
+                config_file=config_file,
+                partitions=PARTITIONS,
+                web_port=web_port,
+            )
+
+        def scrape() -> WorkerHistograms:
+            return WorkerHistograms({}, {}, {}) if web_port is None else worker_histograms(web_port)
+
+        worker = processes[0]  # role all, or the guard, or the echo
         client = GatewayClient(
             broker.bootstrap,
             "bench-gw",
             on_decision=on_decision,
+            on_watermark=on_watermark,
             fetch_max_wait_ms=gateway_fetch_wait_ms(broker.profile),
         )
-        wait_until_processing(client, workers=processes)
-        wait_ready(processes)
+        if echo:
+            wait_until_echoing(client, worker, "bench-probe")
+        else:
+            wait_until_processing(client, workers=processes)
+            wait_ready(processes)
         producer = KafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=5, acks="all")
         topic = Settings().topics.events
 
@@ -196,7 +269,7 @@ def main() -> int:
         for run_id in sentinels:
             events += compaction_loop_run(run_id)
         encoded = [(e.envelope.run_id.encode(), encode_event(e)) for e in events]
-        rounds_start = worker_histograms(web_port).rounds
+        rounds_start = scrape().rounds
         assert worker.process is not None
         cpu_before = cpu_seconds(worker.process.pid)
         all_before = sum(process_cpu(processes))
@@ -206,15 +279,15 @@ def main() -> int:
         producer.flush()
         produced_in = time.perf_counter() - start
         with arrived:
-            arrived.wait_for(lambda: all(s in arrivals for s in sentinels), timeout=600)
-        elapsed = max(arrivals[s] for s in sentinels) - start
+            arrived.wait_for(lambda: all(s in answered for s in sentinels), timeout=600)
+        elapsed = max(answered[s] for s in sentinels) - start
         decided_cpu_us = (cpu_seconds(worker.process.pid) - cpu_before) / len(encoded) * 1e6
         e2e_rate = len(encoded) / elapsed
         # Exactly once with immediate control delivery, decisions arrive before the state
         # and offsets that follow them are committed: the burst is done once those are.
         wait_committed(broker.bootstrap, "loopguard", topic, timeout=600)
         committed_in = time.perf_counter() - start
-        rounds_burst = worker_histograms(web_port).rounds
+        rounds_burst = scrape().rounds
         worker_cpu_us = (cpu_seconds(worker.process.pid) - cpu_before) / len(encoded) * 1e6
         all_cpu_us = (sum(process_cpu(processes)) - all_before) / len(encoded) * 1e6
 
@@ -234,7 +307,7 @@ def main() -> int:
         i = 0
         while time.perf_counter() < deadline:
             if before is None and time.perf_counter() >= measured_from:
-                before = worker_histograms(web_port)
+                before = scrape()
             run_id = f"lat-{i}"
             run_events = compaction_loop_run(run_id)
             for n, event in enumerate(run_events):
@@ -248,119 +321,64 @@ def main() -> int:
                     sent_at[run_id] = time.perf_counter()
             i += 1
         with arrived:
-            arrived.wait_for(lambda: all(r in arrivals for r in sent_at), timeout=120)
-        after = worker_histograms(web_port)
+            arrived.wait_for(lambda: all(r in answered for r in sent_at), timeout=120)
+        after = scrape()
         before = before or after  # a phase too short to reach its measured part
-        burst_rounds = round_figures(rounds_start, rounds_burst)
-        latency_rounds = round_figures(before.rounds, after.rounds)
-        ages = event_age_figures(before.ages, after.ages)
-        stages = stage_age_figures(before.stages, after.stages)
         warm = sorted(
-            (arrivals[r] - sent_at[r]) * 1000
+            (answered[r] - sent_at[r]) * 1000
             for r in sent_at
-            if r in arrivals and sent_at[r] < measured_from
+            if r in answered and sent_at[r] < measured_from
         )
         sent_at = {r: at for r, at in sent_at.items() if at >= measured_from}
-        latencies = sorted((arrivals[r] - sent_at[r]) * 1000 for r in sent_at if r in arrivals)
-        p50 = statistics.median(latencies)
-        p99 = latencies[int(len(latencies) * 0.99) - 1]
-        p90 = latencies[int(len(latencies) * 0.90) - 1]
-        # the slowest decisions, with when (s into the phase) their run's last event went out
+        with arrived:
+            decided = sorted((arrivals[r] - sent_at[r]) * 1000 for r in sent_at if r in arrivals)
+            marked = sorted((reached[r] - sent_at[r]) * 1000 for r in sent_at if r in reached)
+        # the slowest answers, with when (s into the phase) their run's last event went out
         started = min(sent_at.values())
         slowest = sorted(
-            ((arrivals[r] - sent_at[r]) * 1000, sent_at[r] - started)
+            ((answered[r] - sent_at[r]) * 1000, sent_at[r] - started)
             for r in sent_at
-            if r in arrivals
+            if r in answered
         )[-8:]
-        lost = len(sent_at) - len(latencies)
         client.close()
         producer.close()
     finally:
         for process in processes:
             process.stop()
         broker.stop()
-
-    workers = "1 guard worker + 1 audit process" if args.roles == "split" else "1 worker"
-    print(
-        f"loopguard end-to-end benchmark ({workers}, roles {args.roles}, broker: "
-        f"{args.broker}, loopback; build: {core_build()})"
-    )
-    print(f"  throughput: {len(encoded)} events in {elapsed:.2f}s = {e2e_rate:,.0f} events/s")
-    print(
-        f"              (producer alone took {produced_in:.2f}s; every decision in at "
-        f"{elapsed:.2f}s, everything committed at {committed_in:.2f}s = "
-        f"{len(encoded) / committed_in:,.0f} events/s)"
-    )
-    who = "guard worker" if args.roles == "split" else "worker"
-    print(
-        f"  {who} CPU per event: {worker_cpu_us:.0f} µs until committed, {decided_cpu_us:.0f} "
-        f"µs until decided (= {1e6 / worker_cpu_us:,.0f} events/s if the {who} had a core "
-        "to itself)"
-    )
-    if args.roles == "split":
-        print(
-            f"  all processes (guard + audit) CPU per event: {all_cpu_us:.0f} µs until the "
-            "guard committed (the audit's work after that is not counted)"
-        )
-    print(f"  bare core on the same events: {core_rate:,.0f} events/s")
-    print(f"  end-to-end / core ratio: {e2e_rate / core_rate:.3f}")
-    print(
-        f"  decision latency at {args.rate} events/s offered: p50 {p50:.1f} ms, "
-        f"p99 {p99:.1f} ms over {len(latencies)} decisions ({lost} missing); p90 {p90:.1f} ms"
-    )
-    print("  slowest: " + ", ".join(f"{ms:.1f} ms at {at:.1f} s" for ms, at in reversed(slowest)))
-    if warm:
-        print(
-            f"  warm-up before it ({args.warmup:g} s at the same rate, not counted above): "
-            f"p50 {statistics.median(warm):.1f} ms, max {warm[-1]:.1f} ms "
-            f"over {len(warm)} decisions"
-        )
-    print(
-        f"  events' age when the worker took them in (its {AGE_METRIC} histogram, latency "
-        f"phase, {ages['events_aged']} events): p50 <= {_ms(ages['event_age_p50_max_ms'])}, "
-        f"p99 <= {_ms(ages['event_age_p99_max_ms'])} (bucket bounds): "
-        "the broker path before the worker"
-    )
-    for line in stage_age_lines(stages):
-        print(line)
-    for phase, figures in (("burst", burst_rounds), ("latency phase", latency_rounds)):
-        if figures["rounds"]:
-            print(
-                f"  settling rounds (its {ROUND_METRIC}, exactly once), {phase}: "
-                f"{figures['rounds']}, p50 <= {_ms(figures['p50_max_ms'])}, "
-                f"p99 <= {_ms(figures['p99_max_ms'])} (bucket bounds): how far committed "
-                "state trailed the decisions"
-            )
-    if args.json:
-        print(
-            json.dumps(
-                {
-                    "e2e_events_per_s": round(e2e_rate),
-                    "core_events_per_s": round(core_rate),
-                    "ratio": round(e2e_rate / core_rate, 4),
-                    "roles": args.roles,
-                    "worker_cpu_us_per_event": round(worker_cpu_us, 1),
-                    "all_processes_cpu_us_per_event": round(all_cpu_us, 1),
-                    "committed_events_per_s": round(len(encoded) / committed_in),
-                    "latency_p50_ms": round(p50, 2),
-                    "latency_p99_ms": round(p99, 2),
-                    "latency_p90_ms": round(p90, 2),
-                    "latency_max_ms": round(latencies[-1], 2),
-                    "warmup_s": args.warmup,
-                    "warmup_latency_max_ms": round(warm[-1], 2) if warm else None,
-                    "rate": args.rate,
-                    "decisions": len(latencies),
-                    "missing": lost,
-                    "event_age_p50_max_ms": ages["event_age_p50_max_ms"],
-                    "event_age_p99_max_ms": ages["event_age_p99_max_ms"],
-                    "stage_ages": stages,
-                    "settle_rounds_burst": burst_rounds,
-                    "settle_rounds_latency": latency_rounds,
-                }
-            )
-        )
-    return 0
-
-
-def _ms(ms: float | None) -> str:
-    return "n/a" if ms is None else f"{ms:g} ms"
+    decisions = percentiles(decided) if decided else None
+    watermarks = percentiles(marked)
+    return {
+        "worker": worker_kind,
+        "e2e_events_per_s": round(e2e_rate),
+        "core_events_per_s": round(core_rate),
+        "ratio": round(e2e_rate / core_rate, 4),
+        "roles": args.roles,
+        "worker_cpu_us_per_event": round(worker_cpu_us, 1),
+        "decided_cpu_us_per_event": round(decided_cpu_us, 1),
+        "all_processes_cpu_us_per_event": round(all_cpu_us, 1),
+        "events": len(encoded),
+        "elapsed_s": elapsed,
+        "produced_in_s": produced_in,
+        "committed_in_s": committed_in,
+        "committed_events_per_s": round(len(encoded) / committed_in),
+        "latency_p50_ms": None if decisions is None else round(decisions["p50"], 2),
+        "latency_p99_ms": None if decisions is None else round(decisions["p99"], 2),
+        "latency_p90_ms": None if decisions is None else round(decisions["p90"], 2),
+        "latency_max_ms": None if decisions is None else round(decisions["max"], 2),
+        "watermark_p50_ms": round(watermarks["p50"], 2),
+        "watermark_p99_ms": round(watermarks["p99"], 2),
+        "watermark_max_ms": round(watermarks["max"], 2),
+        "slowest": slowest,
+        "warmup_s": args.warmup,
+        "warmup_p50_ms": round(statistics.median(warm), 2) if warm else None,
+        "warmup_latency_max_ms": round(warm[-1], 2) if warm else None,
+        "rate": args.rate,
+        "decisions": len(decided),
+        "missing": len(sent_at) - len(decided if not echo else marked),
+        "watermarks": len(marked),
+        **event_age_figures(before.ages, after.ages),
+        "stage_ages": stage_age_figures(before.stages, after.stages),
+        "settle_rounds_burst": round_figures(rounds_start, rounds_burst),
+        "settle_rounds_latency": round_figures(before.rounds, after.rounds),
+    }

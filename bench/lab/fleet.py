@@ -78,27 +78,13 @@ from bench.lab.harness import (
     stage_age_lines,
     start_forwarder,
     start_workers,
+    wait_until_echoing,
 )
 from streams.devtools.embedded_broker import free_port
 from streams.devtools.worker_process import wait_until_processing
 from streams.gateway.client import GatewayClient
 from streams.kafka.topics import ensure_topics
 from streams.settings import Settings
-
-
-def wait_until_echoing(client: GatewayClient, echo: Any, timeout: float = 90.0) -> None:
-    """Publish a probe event until the echo's watermark for it comes back."""
-    deadline = time.monotonic() + timeout
-    while True:
-        if not echo.alive:
-            raise RuntimeError(f"the echo exited; see {echo.log_path}")
-        run = client.start_run("fleet-probe")
-        try:
-            client.wait_processed(run.run_id, run.seq, timeout=2.0)
-            return
-        except TimeoutError:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the echo answered nothing in {timeout:g} s") from None
 
 
 def python_leg(broker: Any, window: WorkerWindow, args: argparse.Namespace) -> dict[str, Any]:
@@ -270,7 +256,7 @@ def run_fleet(args: argparse.Namespace, tmp: Path, config_file: Path) -> list[di
             probe = GatewayClient(broker.bootstrap, "fleet-probe", wait_budget_ms=0)
             try:
                 if args.worker in ECHOES:
-                    wait_until_echoing(probe, worker)
+                    wait_until_echoing(probe, worker, "fleet-probe")
                 else:
                     wait_until_processing(probe, workers=[worker])
             finally:

@@ -158,6 +158,22 @@ def start_forwarder(kind: str, broker, prefix: str, partitions: int, tmp: Path):
     return [process.start()]
 
 
+def wait_until_echoing(client, echo, agent_id: str, timeout: float = 90.0) -> None:
+    """Publish a probe run's event through ``client`` until the echo's watermark for it
+    comes back (an echo decides nothing, so no canary decision can tell it is up)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if not echo.alive:
+            raise RuntimeError(f"the echo exited; see {echo.log_path}")
+        run = client.start_run(agent_id)
+        try:
+            client.wait_processed(run.run_id, run.seq, timeout=2.0)
+            return
+        except TimeoutError:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the echo answered nothing in {timeout:g} s") from None
+
+
 def broker_pids(broker) -> list[int]:
     """The broker's processes: tansu's one, or every node of the Kafka cluster."""
     cluster = getattr(broker, "cluster", None)
