@@ -36,6 +36,14 @@ def _float(name: str, default: float) -> float:
     return float(_env(name, str(default)))
 
 
+def _positive(name: str, default: float) -> float:
+    """``LOOPGUARD_<name>`` in seconds, above 0 (a one-line error otherwise)."""
+    value = _float(name, default)
+    if not value > 0:
+        raise ValueError(f"LOOPGUARD_{name}={value!r} must be more than 0 seconds")
+    return value
+
+
 def _int(name: str, default: int) -> int:
     return int(_env(name, str(default)))
 
@@ -168,6 +176,9 @@ class Settings:
     group_instance_id: str = ""
     max_message_bytes: int = 1_048_576
     run_idle_ttl: float = 3600.0
+    # Seconds between expiry sweeps (idle runs out, the runs cap and per-gateway quota
+    # enforced): a table can overfill its cap by what arrives in one interval.
+    expiry_interval: float = 10.0
     # A crashed agent stops the worker; a stop that hangs (Faust #324) ends after this.
     crash_exit_seconds: float = 15.0
     # SIGTERM/SIGINT: the worker exits within this many seconds whatever its stop waits for
@@ -281,6 +292,7 @@ class Settings:
             group_instance_id=_env("GROUP_INSTANCE_ID", ""),
             max_message_bytes=_int("MAX_MESSAGE_BYTES", cls.max_message_bytes),
             run_idle_ttl=_float("RUN_IDLE_TTL", cls.run_idle_ttl),
+            expiry_interval=_positive("EXPIRY_INTERVAL", cls.expiry_interval),
             crash_exit_seconds=_float("CRASH_EXIT_SECONDS", cls.crash_exit_seconds),
             shutdown_timeout=_float("SHUTDOWN_TIMEOUT", cls.shutdown_timeout),
             audit_batch=_int("AUDIT_BATCH", cls.audit_batch),

@@ -79,7 +79,7 @@ class WorkerAgents:
         for topic, name, body in agents:
             app.agent(topic, name=name, **crash)(exit_after.guard(name, body))
         if settings.guards:
-            app.timer(interval=10.0, name="expire_runs")(self.expire_runs)
+            app.timer(interval=settings.expiry_interval, name="expire_runs")(self.expire_runs)
             app.timer(interval=LAG_SAMPLE_SECONDS, name="sample_lag")(self.sample_lag)
             app.on_partitions_assigned.connect(self.log_assignment)
         app.task(self.announce)

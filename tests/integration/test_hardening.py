@@ -232,10 +232,10 @@ def test_a_run_dated_in_the_future_expires_in_a_real_worker(
 ) -> None:
     """One partition, so a clock run's in-time verdicts mean the future-dated run before it
     was applied; the clock run keeps sending (moving the watermark on) until the worker's
-    expiry sweep (every 10 s) reports an idle run gone: the future-dated one, since the clock
-    run is the newest and the readiness canary ended."""
+    expiry sweep (every second here, LOOPGUARD_EXPIRY_INTERVAL) reports an idle run gone: the
+    future-dated one, since the clock run is the newest and the readiness canary ended."""
     pipeline = _sqlite_pipeline(pipeline_factory, tmp_path, config=ENABLED, partitions=1)
-    pipeline.start_worker(LOOPGUARD_RUN_IDLE_TTL="1")
+    pipeline.start_worker(LOOPGUARD_RUN_IDLE_TTL="1", LOOPGUARD_EXPIRY_INTERVAL="1")
     client = pipeline.client(wait_budget_ms=IN_TIME_BUDGET_MS)
     pipeline.wait_ready(client)
 

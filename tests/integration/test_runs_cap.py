@@ -48,7 +48,9 @@ def test_a_tiny_cap_evicts_ended_then_idle_runs_and_keeps_the_looping_one(
 ) -> None:
     pipeline = pipeline_factory(migrated_db_url, config=ENABLED)
     port = free_port()
-    worker = pipeline.start_worker(web_port=port, LOOPGUARD_MAX_RUNS=str(CAP))
+    worker = pipeline.start_worker(
+        web_port=port, LOOPGUARD_MAX_RUNS=str(CAP), LOOPGUARD_EXPIRY_INTERVAL="1"
+    )
     gateway = pipeline.client(wait_budget_ms=IN_TIME_BUDGET_MS)
     try:
         pipeline.wait_ready(gateway)
@@ -57,7 +59,8 @@ def test_a_tiny_cap_evicts_ended_then_idle_runs_and_keeps_the_looping_one(
         print(pipeline.worker_logs())
         raise
     web = Client(port, None)
-    # Set by the expiry timer (every 10 s), the one that evicts.
+    # Set by the expiry timer (every second here: LOOPGUARD_EXPIRY_INTERVAL), the one that
+    # evicts; a sweep may come between any two runs below, and evicts in the same order.
     wait_for(lambda: metric(web, "loopguard_runs_cap") == CAP, 30, "no loopguard_runs_cap")
 
     # Ended runs first (so every eviction finds them before any idle run), then the looping

@@ -32,6 +32,7 @@ FLOOD = 40  # fresh run ids per flood, each more than the cap can hold with the 
 FLOOD_AFTER = (3, 7, 12)  # calls of the loop: twice before its first warning, once after
 CALLS = 40
 ARGS = {"url": "https://example.com/a"}
+SWEEP_SECONDS = "1"  # LOOPGUARD_EXPIRY_INTERVAL: each flood waits for a sweep (10 s by default)
 SAME = {"text": "same page"}
 
 
@@ -90,6 +91,7 @@ def test_floods_of_run_ids_evict_only_the_flooders_runs(pipeline_factory, migrat
         web_port=port,
         LOOPGUARD_MAX_RUNS=str(CAP),
         LOOPGUARD_MAX_RUNS_PER_GATEWAY=str(QUOTA),
+        LOOPGUARD_EXPIRY_INTERVAL=SWEEP_SECONDS,
     )
     victim = pipeline.client("gw-victim", wait_budget_ms=IN_TIME_BUDGET_MS)
     flooder = pipeline.client("gw-flood")

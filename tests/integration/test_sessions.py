@@ -185,7 +185,7 @@ def test_expired_session_runs_leave_tombstones_on_their_sessions_partition(
     entry with the last one): the deletes go to the session's changelog partition too, where
     the states are, or a restarted worker would recover dropped runs."""
     pipeline = pipeline_factory(migrated_db_url, config=CONFIG, partitions=4)
-    pipeline.start_worker(LOOPGUARD_RUN_IDLE_TTL="1")
+    pipeline.start_worker(LOOPGUARD_RUN_IDLE_TTL="1", LOOPGUARD_EXPIRY_INTERVAL="1")
     client = pipeline.client(wait_budget_ms=IN_TIME_BUDGET_MS)
     pipeline.wait_ready(client)
     session = f"sess-x-{uuid.uuid4().hex[:8]}"

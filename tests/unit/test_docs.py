@@ -20,7 +20,7 @@ CONFIGURATION = ROOT / "docs" / "configuration.md"
 README = ROOT / "README.md"
 PREFIX = "LOOPGUARD_"
 # streams/settings.py's helpers, each called as helper("NAME", default) for LOOPGUARD_NAME.
-SETTINGS_HELPERS = {"_env", "_int", "_float"}
+SETTINGS_HELPERS = {"_env", "_int", "_float", "_positive"}
 # A whole name, ending in a letter or digit: ``LOOPGUARD_SASL_*`` names a family, no variable.
 LITERAL = re.compile(r"\bLOOPGUARD_[A-Z0-9_]*[A-Z0-9]\b")
 

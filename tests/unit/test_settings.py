@@ -99,3 +99,13 @@ def test_static_membership_reaches_the_faust_consumer(monkeypatch: pytest.Monkey
     settings = Settings.from_env()
     assert settings.group_instance_id == "loopguard-worker-2"
     assert build_app(settings).conf.consumer_group_instance_id == "loopguard-worker-2"
+
+
+def test_the_expiry_sweeps_interval_is_seconds_above_zero(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert Settings.from_env().expiry_interval == 10.0
+    monkeypatch.setenv("LOOPGUARD_EXPIRY_INTERVAL", "1.5")
+    assert Settings.from_env().expiry_interval == 1.5
+    for bad in ("0", "-1"):
+        monkeypatch.setenv("LOOPGUARD_EXPIRY_INTERVAL", bad)
+        with pytest.raises(ValueError, match="LOOPGUARD_EXPIRY_INTERVAL=.* more than 0 seconds"):
+            Settings.from_env()
