@@ -46,6 +46,7 @@ from bench.lab.harness import (
     ROLES,
     GroupProgress,
     WorkerHistograms,
+    comma_list,
     cpu_seconds,
     event_age_figures,
     round_figures,
@@ -160,12 +161,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--json", action="store_true", help="also print one JSON line")
     add_broker_arg(parser)
     args = parser.parse_args()
-    args.workers = [w.strip() for w in args.worker.split(",") if w.strip()]
-    if (
-        not args.workers
-        or set(args.workers) - set(WORKERS)
-        or len(set(args.workers)) < len(args.workers)
-    ):
+    args.workers = comma_list(args.worker, WORKERS)
+    if args.workers is None:
         parser.error(f"--worker takes loopguard, echo or loopguard,echo, not {args.worker!r}")
     return args
 

@@ -74,6 +74,7 @@ from bench.lab.fleet_typescript import ensure_ts_build, typescript_leg
 from bench.lab.harness import (
     AGE_METRIC,
     broker_pids,
+    comma_list,
     cpu_seconds,
     stage_age_lines,
     start_forwarder,
@@ -202,16 +203,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--json", action="store_true", help="also print one JSON line")
     add_broker_arg(parser)
     args = parser.parse_args()
-    args.clients = [c.strip() for c in args.clients.split(",") if c.strip()]
-    unknown = [c for c in args.clients if c not in CLIENTS]
-    if unknown or not args.clients or len(set(args.clients)) != len(args.clients):
-        parser.error(f"--clients takes python, typescript or both, not {unknown or args.clients}")
-    args.workers = [w.strip() for w in args.worker.split(",") if w.strip()]
-    if (
-        not args.workers
-        or set(args.workers) - set(WORKERS)
-        or len(set(args.workers)) < len(args.workers)
-    ):
+    clients = comma_list(args.clients, CLIENTS)
+    if clients is None:
+        parser.error(f"--clients takes python, typescript or both, not {args.clients!r}")
+    args.clients = clients
+    args.workers = comma_list(args.worker, WORKERS)
+    if args.workers is None:
         parser.error(f"--worker takes loopguard, echo, faustecho or several, not {args.worker!r}")
     profile = "kafka" if args.broker == "kafka" else "tansu"
     args.guarantee = args.guarantee or Settings.for_profile(profile).processing_guarantee
