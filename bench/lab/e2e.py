@@ -46,7 +46,6 @@ from bench.lab.harness import (
     ROLES,
     GroupProgress,
     WorkerHistograms,
-    comma_list,
     cpu_seconds,
     event_age_figures,
     round_figures,
@@ -58,6 +57,7 @@ from bench.lab.harness import (
     worker_ready,
 )
 from bench.lab.heard import sentinel_ids
+from bench.lab.options import comma_list
 from bench.lab.throughput_drain import process_cpu
 from streams.core.engine import LoopGuard
 from streams.core.events import CompactionRetry, Decision, Envelope, ToolCall, ToolResult

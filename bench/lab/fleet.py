@@ -74,13 +74,13 @@ from bench.lab.fleet_typescript import ensure_ts_build, typescript_leg
 from bench.lab.harness import (
     AGE_METRIC,
     broker_pids,
-    comma_list,
     cpu_seconds,
     stage_age_lines,
     start_forwarder,
     start_workers,
     wait_until_echoing,
 )
+from bench.lab.options import comma_list
 from streams.devtools.embedded_broker import free_port
 from streams.devtools.worker_process import wait_until_processing
 from streams.gateway.client import GatewayClient

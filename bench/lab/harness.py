@@ -158,15 +158,6 @@ def start_forwarder(kind: str, broker, prefix: str, partitions: int, tmp: Path):
     return [process.start()]
 
 
-def comma_list(text: str, allowed: tuple[str, ...]) -> list[str] | None:
-    """The names a comma-separated option gives, in its order; None when it gives none, one
-    not in ``allowed``, or one twice (the caller's parser names the option in its error)."""
-    names = [name.strip() for name in text.split(",") if name.strip()]
-    if not names or set(names) - set(allowed) or len(set(names)) < len(names):
-        return None
-    return names
-
-
 def wait_until_echoing(client, echo, agent_id: str, timeout: float = 90.0) -> None:
     """Publish a probe run's event through ``client`` until the echo's watermark for it
     comes back (an echo decides nothing, so no canary decision can tell it is up)."""

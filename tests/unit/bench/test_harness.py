@@ -71,13 +71,3 @@ def test_stage_ages_are_read_per_stage_from_a_metrics_text_and_printed_in_order(
     lines = stage_age_lines(figures)
     assert [line.split()[0] for line in lines[2:]] == ["fetched", "taken"]
     assert stage_age_lines({}) == []  # a worker without the metric prints nothing
-
-
-def test_a_comma_list_option_names_known_choices_once_each() -> None:
-    from bench.lab.harness import comma_list
-
-    choices = ("loopguard", "echo", "faustecho")
-    assert comma_list("loopguard, echo", choices) == ["loopguard", "echo"]
-    assert comma_list("echo", choices) == ["echo"]
-    for refused in ("", " , ", "loopguard,loopguard", "loopguard,txecho"):
-        assert comma_list(refused, choices) is None
